@@ -1,0 +1,167 @@
+"""Find the per-rank dump files under a directory and read each one's rank from its name.
+
+torch names a dump ``<prefix><global_rank>``: ``nccl_trace_rank_3`` (torch 2.2-2.8),
+``comm_lib_trace_rank_3`` (2.9+), torchtitan's ``comm_traces/rank_3``, tutorials' ``trace_3``,
+host-qualified ``nccl_trace_rank_node02_5``, optionally with ``.json`` / ``.pkl``. The rank is
+the run of digits at the end of the name: the dump's content does not carry it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from frtrace.errors import DumpDirNotFound, DuplicateRank, NoDumpsFound
+
+__all__ = ["Candidate", "Discovery", "SkippedFile", "discover"]
+
+# Extensions a dump may carry; anything else with letters after its last dot is not a dump.
+DUMP_SUFFIXES = {"": "auto", ".json": "json", ".pkl": "pickle", ".pickle": "pickle"}
+# Dot-separated name parts that mark a file as something else (logs of rank 3, a rotated log,
+# torch's trigger pipe `<stem><rank>.pipe`, our own exports...).
+NOT_A_DUMP_PARTS = frozenset(
+    [
+        "pipe",
+        "log",
+        "txt",
+        "md",
+        "rst",
+        "out",
+        "err",
+        "py",
+        "sh",
+        "csv",
+        "tsv",
+        "parquet",
+        "arrow",
+        "gz",
+        "bz2",
+        "xz",
+        "zst",
+        "zip",
+        "tar",
+        "lock",
+        "tmp",
+        "yaml",
+        "yml",
+        "toml",
+        "ini",
+        "html",
+        "png",
+        "svg",
+        "pt",
+        "pth",
+        "bin",
+    ]
+)
+_RANK_AT_END = re.compile(r"^(?P<prefix>.*?)(?P<rank>\d+)$")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Candidate:
+    """A file that by its name is the dump of one rank."""
+
+    path: Path
+    rank: int  # global rank, from the digits that end the file name
+    prefix: str  # everything before the rank, e.g. "nccl_trace_rank_"
+    encoding: str  # "pickle", "json", or "auto" (no extension: sniffed from content)
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SkippedFile:
+    """A file under the directory that was not taken as a dump, and why."""
+
+    path: Path
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Discovery:
+    """What a directory holds: dump candidates sorted by rank, and what was skipped."""
+
+    directory: Path
+    candidates: tuple[Candidate, ...]
+    skipped: tuple[SkippedFile, ...]
+
+
+def parse_dump_name(name: str) -> tuple[str, int, str] | None:
+    """(prefix, rank, encoding) for a dump-like file name, None for anything else."""
+    stem, dot, ext = name.rpartition(".")
+    if not dot:
+        stem, ext = name, ""
+    suffix = f".{ext.lower()}" if dot else ""
+    if suffix not in DUMP_SUFFIXES:
+        # "nccl_trace_rank_node02.cluster_5" has no extension, its host name has dots.
+        stem, suffix = name, ""
+    if any(part.lower() in NOT_A_DUMP_PARTS for part in stem.split(".")[1:]):
+        return None
+    match = _RANK_AT_END.match(stem)
+    if match is None or stem.startswith(".") or match["prefix"] in ("core", "core."):
+        return None  # core.1234 is a process's core file, not rank 1234's dump
+    return match["prefix"], int(match["rank"]), DUMP_SUFFIXES[suffix]
+
+
+def discover(directory: Path) -> Discovery:
+    """Walk ``directory`` recursively; raise if nothing in it can be a dump."""
+    if not directory.exists():
+        raise DumpDirNotFound(
+            f"{directory}: no such directory. Pass the folder that holds the per-rank dump "
+            "files (e.g. -d ~/.cache/torch or the TORCH_FR_DUMP_TEMP_FILE folder)."
+        )
+    if not directory.is_dir():
+        raise DumpDirNotFound(
+            f"{directory}: is a file, not a directory. Pass the folder that holds the "
+            "per-rank dump files."
+        )
+    candidates: list[Candidate] = []
+    skipped: list[SkippedFile] = []
+    for root, dirs, files in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            path = Path(root) / name
+            try:
+                info = path.stat()
+            except OSError as exc:
+                skipped.append(SkippedFile(path=path, reason=f"cannot stat: {exc.strerror}"))
+                continue
+            if not stat.S_ISREG(info.st_mode):
+                # Never open a FIFO: torch's `<stem><rank>.pipe` would block the reader.
+                skipped.append(SkippedFile(path=path, reason="not a regular file"))
+                continue
+            parsed = None if name.startswith(".") else parse_dump_name(name)
+            if parsed is None:
+                skipped.append(SkippedFile(path=path, reason="name does not end in a rank number"))
+                continue
+            prefix, rank, encoding = parsed
+            candidates.append(
+                Candidate(
+                    path=path,
+                    rank=rank,
+                    prefix=prefix,
+                    encoding=encoding,
+                    size_bytes=info.st_size,
+                )
+            )
+    if not candidates:
+        hint = f" ({len(skipped)} other files skipped)" if skipped else ""
+        raise NoDumpsFound(
+            f"{directory}: no Flight Recorder dumps found{hint}. Dumps are named "
+            "<prefix><rank> (e.g. comm_lib_trace_rank_3); check TORCH_FR_DUMP_TEMP_FILE of the "
+            "job, or run `frtrace env` to see how to make a job write them."
+        )
+    by_rank: dict[int, Candidate] = {}
+    for cand in candidates:
+        if cand.rank in by_rank:
+            other = by_rank[cand.rank]
+            raise DuplicateRank(
+                f"{directory}: two files claim rank {cand.rank}: {other.path} and {cand.path}. "
+                "Keep one dump set per directory (move the other file, e.g. the .json copy, "
+                "elsewhere) and run again."
+            )
+        by_rank[cand.rank] = cand
+    ordered = tuple(sorted(candidates, key=lambda c: c.rank))
+    return Discovery(directory=directory, candidates=ordered, skipped=tuple(skipped))

@@ -1,0 +1,54 @@
+"""Every failure frtrace reports to a user is one of these.
+
+FrtraceError
+├── InputError              the path given cannot be analysed at all (exit code 2)
+│   ├── DumpDirNotFound     the directory does not exist or is not a directory
+│   ├── NoDumpsFound        nothing in the directory looks like a per-rank dump
+│   ├── NoReadableDumps     dumps were found but none of them could be read
+│   └── DuplicateRank       two files claim the same rank
+└── DumpFormatError         one file is not a Flight Recorder dump we can read; the other
+    │                       files are still analysed (recorded as a problem, never raised
+    │                       past the loader)
+    ├── UnsafePickleError   the pickle asks to import or call something: refused unread
+    └── DumpTooLargeError   the file is larger than any real dump, refused before reading
+
+Messages are one line: where, what is wrong, what to do next.
+"""
+
+from __future__ import annotations
+
+
+class FrtraceError(Exception):
+    """Base class of every error frtrace shows to a user."""
+
+
+class InputError(FrtraceError):
+    """The input as a whole cannot be analysed (exit code 2)."""
+
+
+class DumpDirNotFound(InputError):
+    """The dump directory does not exist or is not a directory."""
+
+
+class NoDumpsFound(InputError):
+    """No file under the directory looks like a per-rank Flight Recorder dump."""
+
+
+class NoReadableDumps(InputError):
+    """Every candidate dump file failed to load."""
+
+
+class DuplicateRank(InputError):
+    """Two files claim the same rank, so the set is ambiguous."""
+
+
+class DumpFormatError(FrtraceError):
+    """One file is not a Flight Recorder dump frtrace can read."""
+
+
+class UnsafePickleError(DumpFormatError):
+    """The pickle references a global (a class or function): it could run code."""
+
+
+class DumpTooLargeError(DumpFormatError):
+    """The file is larger than the loader accepts."""

@@ -1,0 +1,119 @@
+"""The Arrow schemas of a loaded dump set: the one place column names and types are spelled.
+
+Five tables (see ``frtrace.tables.DumpSet``):
+
+- ``ENTRIES``: one row per Flight Recorder entry of every rank, oldest first within a rank.
+- ``STACKS``: interned Python stacks; ``ENTRIES.stack_id`` points here. Identical stacks (the
+  same frames, in the same order) are stored once across all ranks.
+- ``GROUPS``: process groups as each rank's ``pg_config`` recorded them, unmodified.
+- ``PG_STATUS``: each rank's ``pg_status`` (torch 2.5+), per process-group id.
+- ``FILES``: one row per dump file that looked like a dump: what it was and what went wrong.
+
+Naming rules: ``*_ns`` are wall-clock nanoseconds on the recording host; ``*_ms`` are
+milliseconds; ``rank`` is always the *global* rank (the number in the file name);
+group-local ranks are called ``*_local``; sequence numbers keep torch's meaning
+(``collective_seq`` = ``collective_seq_id``, or ``seq_id`` in dumps before torch 2.4).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+__all__ = ["ENTRIES", "FILES", "FRAME", "GROUPS", "PG_STATUS", "STACKS"]
+
+SIZES = pa.list_(pa.list_(pa.int64()))
+DTYPES = pa.list_(pa.string())
+
+ENTRIES = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),  # global rank that recorded the entry
+        pa.field("entry_index", pa.int32(), nullable=False),  # position in the dump, 0 = oldest
+        pa.field("record_id", pa.int64()),  # per-process counter over all groups (not per rank!)
+        pa.field("pg_id", pa.int64()),  # per-process group creation index; keys pg_status
+        pa.field("group_name", pa.string()),  # process_group[0]; str(pg_id) before torch 2.4
+        pa.field("group_desc", pa.string()),  # process_group[1], e.g. "default_pg"
+        pa.field("collective_seq", pa.int64()),  # collective_seq_id (seq_id before torch 2.4)
+        pa.field("p2p_seq", pa.int64()),  # p2p_seq_id; null before torch 2.4
+        pa.field("op_id", pa.int64()),
+        pa.field("profiling_name", pa.string()),  # as recorded, e.g. "nccl:send 1->0"
+        pa.field("backend", pa.string()),  # "nccl", "gloo", "xccl", ... (before the colon)
+        pa.field("op", pa.string()),  # "all_reduce", "send", "coalesced", ... (kept if unknown)
+        pa.field("is_p2p", pa.bool_()),
+        pa.field("p2p_src_local", pa.int32()),  # send/recv source, group-local; null if "?"
+        pa.field("p2p_dst_local", pa.int32()),  # send/recv destination, group-local
+        pa.field("input_sizes", SIZES),
+        pa.field("output_sizes", SIZES),
+        pa.field("input_dtypes", DTYPES),
+        pa.field("output_dtypes", DTYPES),
+        pa.field("state", pa.string()),  # "scheduled" | "started" | "completed" | other as-is
+        pa.field("time_created_ns", pa.int64()),  # enqueue time (time_created_us * 1000 in 2.2)
+        pa.field("time_discovered_started_ns", pa.int64()),  # null when never observed
+        pa.field("time_discovered_completed_ns", pa.int64()),
+        pa.field("duration_ms", pa.float64()),  # GPU time, only with NCCL timing enabled
+        pa.field("retired", pa.bool_()),
+        pa.field("timeout_ms", pa.int64()),
+        pa.field("thread_id", pa.string()),
+        pa.field("thread_name", pa.string()),
+        pa.field("stack_id", pa.int32()),  # -> STACKS.stack_id; null when no frames recorded
+    ]
+)
+
+FRAME = pa.struct(
+    [
+        pa.field("name", pa.string()),
+        pa.field("filename", pa.string()),
+        pa.field("line", pa.int64()),
+    ]
+)
+
+STACKS = pa.schema(
+    [
+        pa.field("stack_id", pa.int32(), nullable=False),
+        pa.field("frames", pa.list_(FRAME), nullable=False),  # innermost frame first
+    ]
+)
+
+GROUPS = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),  # whose pg_config this row comes from
+        pa.field("group_name", pa.string(), nullable=False),  # pg_config key ('' for Gloo)
+        pa.field("group_desc", pa.string()),
+        pa.field(
+            "ranks", pa.list_(pa.int32())
+        ),  # global member ranks as recorded; null if unreadable
+        pa.field("pg_id", pa.int64()),  # only in 1.x dumps, whose pg_config is keyed by pg_id
+        pa.field("trusted", pa.bool_(), nullable=False),  # False: known to be unreliable
+        pa.field("note", pa.string()),  # why it is not trusted
+    ]
+)
+
+PG_STATUS = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("pg_id", pa.int64(), nullable=False),
+        pa.field("last_enqueued", pa.int64()),
+        pa.field("last_started", pa.int64()),  # -1 unless NCCL timing was enabled
+        pa.field("last_completed", pa.int64()),
+    ]
+)
+
+FILES = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("path", pa.string(), nullable=False),
+        pa.field("size_bytes", pa.int64(), nullable=False),
+        pa.field("loaded", pa.bool_(), nullable=False),  # False: unreadable, see error
+        pa.field("error", pa.string()),  # one line, when not loaded
+        pa.field("encoding", pa.string()),  # "pickle" | "json"
+        pa.field("format_version", pa.string()),  # the dump's "version"; null for torch 2.2
+        pa.field("layout", pa.string()),  # "list" (2.2), "1.x" or "2.x", by fields present
+        pa.field("backend", pa.string()),  # most common profiling-name prefix
+        pa.field("comm_lib_version", pa.string()),  # comm_lib_version / nccl_version
+        pa.field("entry_count", pa.int64()),
+        pa.field("record_id_min", pa.int64()),
+        pa.field("record_id_max", pa.int64()),
+        pa.field("wrapped", pa.bool_()),  # ring buffer dropped older entries (record_id_min > 0)
+        pa.field("has_stacks", pa.bool_()),
+        pa.field("problems", pa.list_(pa.string())),  # warnings about a file that did load
+    ]
+)

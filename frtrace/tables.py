@@ -1,0 +1,216 @@
+"""A loaded dump set: the five Arrow tables of ``frtrace.schema`` and what could not be read.
+
+``load_dumps(directory)`` is the loading step of the pipeline: discover the files, parse each
+(in worker processes when there are many), intern stacks across ranks, and say which ranks
+have no usable dump.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from frtrace import schema
+from frtrace.discover import Candidate, SkippedFile, discover
+from frtrace.errors import DumpFormatError, NoReadableDumps
+from frtrace.load import ParsedDump, Stack
+from frtrace.parallel import parse_candidates
+
+__all__ = ["DumpSet", "LoadProblem", "build_dump_set", "load_dumps"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadProblem:
+    """Something wrong with one file: ``fatal`` ones kept the file out of the analysis."""
+
+    rank: int
+    path: str
+    message: str  # one line, already naming the file
+    fatal: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorldSize:
+    """How many ranks the job had, and how that was worked out."""
+
+    size: int
+    source: str  # e.g. "pg_config of the default group", "highest rank in the file names"
+    certain: bool  # False when a missing highest rank could go unnoticed
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DumpSet:
+    """Every dump of one job, as tables (see ``frtrace.schema`` for the columns)."""
+
+    directory: Path
+    entries: pa.Table
+    stacks: pa.Table
+    groups: pa.Table
+    pg_status: pa.Table
+    files: pa.Table
+    world: WorldSize
+    problems: tuple[LoadProblem, ...] = ()
+    skipped: tuple[SkippedFile, ...] = ()
+    _frames: dict[int, Stack] = field(default_factory=dict, repr=False)
+
+    @property
+    def loaded_ranks(self) -> tuple[int, ...]:
+        """Ranks whose dump was read."""
+        files = self.files.filter(self.files.column("loaded"))
+        return tuple(sorted(files.column("rank").to_pylist()))
+
+    @property
+    def unreadable_ranks(self) -> tuple[int, ...]:
+        """Ranks that have a file which could not be read."""
+        return tuple(sorted({p.rank for p in self.problems if p.fatal}))
+
+    @property
+    def missing_ranks(self) -> tuple[int, ...]:
+        """Ranks of the job with no file at all."""
+        present = set(self.files.column("rank").to_pylist())
+        return tuple(r for r in range(self.world.size) if r not in present)
+
+    def stack(self, stack_id: int | None) -> Stack:
+        """The frames of an interned stack (innermost first); () for None."""
+        if stack_id is None:
+            return ()
+        return self._frames.get(stack_id, ())
+
+
+def load_dumps(directory: Path, *, jobs: int | None = None, progress: bool = False) -> DumpSet:
+    """Load every dump under ``directory``; unreadable files become problems, not errors."""
+    discovery = discover(directory)
+    results = parse_candidates(discovery.candidates, jobs=jobs, progress=progress)
+    return build_dump_set(directory, discovery.candidates, results, discovery.skipped)
+
+
+def build_dump_set(
+    directory: Path,
+    candidates: Sequence[Candidate],
+    results: Sequence[ParsedDump | DumpFormatError],
+    skipped: Iterable[SkippedFile] = (),
+) -> DumpSet:
+    """Assemble the tables from per-file results (in rank order)."""
+    problems: list[LoadProblem] = []
+    batches: list[pa.RecordBatch] = []
+    file_rows: list[dict[str, Any]] = []
+    group_rows: list[dict[str, Any]] = []
+    status_rows: list[dict[str, Any]] = []
+    interned: dict[Stack, int] = {}
+    for cand, result in zip(candidates, results, strict=True):
+        if isinstance(result, DumpFormatError):
+            problems.append(
+                LoadProblem(rank=cand.rank, path=str(cand.path), message=str(result), fatal=True)
+            )
+            file_rows.append(_failed_file_row(cand, str(result)))
+            continue
+        meta = result.meta
+        problems.extend(
+            LoadProblem(rank=meta.rank, path=meta.path, message=f"{meta.path}: {p}", fatal=False)
+            for p in meta.problems
+        )
+        batches.append(_remap_stacks(result, interned))
+        group_rows.extend(result.groups)
+        status_rows.extend(result.pg_status)
+        file_rows.append(
+            {
+                "rank": meta.rank,
+                "path": meta.path,
+                "size_bytes": meta.size_bytes,
+                "loaded": True,
+                "error": None,
+                "encoding": meta.encoding,
+                "format_version": meta.format_version,
+                "layout": meta.layout,
+                "backend": meta.backend,
+                "comm_lib_version": meta.comm_lib_version,
+                "entry_count": meta.entry_count,
+                "record_id_min": meta.record_id_min,
+                "record_id_max": meta.record_id_max,
+                "wrapped": meta.wrapped,
+                "has_stacks": meta.has_stacks,
+                "problems": list(meta.problems),
+            }
+        )
+    if not batches:
+        first = problems[0].message if problems else "no files"
+        raise NoReadableDumps(
+            f"{directory}: none of the {len(candidates)} dump files could be read (first: {first})"
+        )
+    entries = pa.Table.from_batches(batches, schema=schema.ENTRIES)
+    frames = {sid: stack for stack, sid in interned.items()}
+    stacks = pa.Table.from_pylist(
+        [
+            {
+                "stack_id": sid,
+                "frames": [{"name": n, "filename": f, "line": ln} for n, f, ln in frames[sid]],
+            }
+            for sid in sorted(frames)
+        ],
+        schema=schema.STACKS,
+    )
+    groups = pa.Table.from_pylist(group_rows, schema=schema.GROUPS)
+    files = pa.Table.from_pylist(file_rows, schema=schema.FILES)
+    return DumpSet(
+        directory=directory,
+        entries=entries,
+        stacks=stacks,
+        groups=groups,
+        pg_status=pa.Table.from_pylist(status_rows, schema=schema.PG_STATUS),
+        files=files,
+        world=infer_world_size(files, groups),
+        problems=tuple(problems),
+        skipped=tuple(skipped),
+        _frames=frames,
+    )
+
+
+def _remap_stacks(parsed: ParsedDump, interned: dict[Stack, int]) -> pa.RecordBatch:
+    """Replace the file's local stack ids by ids shared across all ranks."""
+    batch = parsed.entries
+    if not parsed.stacks:
+        return batch
+    mapping = np.fromiter(
+        (interned.setdefault(s, len(interned)) for s in parsed.stacks),
+        dtype=np.int32,
+        count=len(parsed.stacks),
+    )
+    local = batch.column("stack_id")
+    valid = local.is_valid()
+    filled = local.fill_null(0).to_numpy(zero_copy_only=False)
+    remapped = pa.array(
+        mapping[filled], type=pa.int32(), mask=~valid.to_numpy(zero_copy_only=False)
+    )
+    idx = batch.schema.get_field_index("stack_id")
+    return batch.set_column(idx, "stack_id", remapped)
+
+
+def _failed_file_row(cand: Candidate, error: str) -> dict[str, Any]:
+    return {
+        "rank": cand.rank,
+        "path": str(cand.path),
+        "size_bytes": cand.size_bytes,
+        "loaded": False,
+        "error": error,
+        "problems": [],
+    }
+
+
+def infer_world_size(files: pa.Table, groups: pa.Table) -> WorldSize:
+    """The job's world size from the default group's recorded members, else from file names."""
+    file_ranks = files.column("rank").to_pylist()
+    highest = max(file_ranks) + 1 if file_ranks else 0
+    rows = groups.to_pylist()
+    recorded = max((max(r["ranks"]) + 1 for r in rows if r["ranks"]), default=0)
+    size = max(highest, recorded)
+    for row in rows:
+        if row["trusted"] and row["group_desc"] == "default_pg" and row["ranks"]:
+            size = max(size, len(row["ranks"]))
+            return WorldSize(size=size, source="pg_config of the default group", certain=True)
+    source = "highest rank among the file names and recorded groups"
+    return WorldSize(size=size, source=source, certain=False)
