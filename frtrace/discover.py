@@ -23,39 +23,10 @@ DUMP_SUFFIXES = {"": "auto", ".json": "json", ".pkl": "pickle", ".pickle": "pick
 # Dot-separated name parts that mark a file as something else (logs of rank 3, a rotated log,
 # torch's trigger pipe `<stem><rank>.pipe`, our own exports...).
 NOT_A_DUMP_PARTS = frozenset(
-    [
-        "pipe",
-        "log",
-        "txt",
-        "md",
-        "rst",
-        "out",
-        "err",
-        "py",
-        "sh",
-        "csv",
-        "tsv",
-        "parquet",
-        "arrow",
-        "gz",
-        "bz2",
-        "xz",
-        "zst",
-        "zip",
-        "tar",
-        "lock",
-        "tmp",
-        "yaml",
-        "yml",
-        "toml",
-        "ini",
-        "html",
-        "png",
-        "svg",
-        "pt",
-        "pth",
-        "bin",
-    ]
+    (
+        "pipe log txt md rst out err py sh csv tsv parquet arrow gz bz2 xz zst zip tar lock "
+        "tmp yaml yml toml ini html png svg pt pth bin"
+    ).split()
 )
 _RANK_AT_END = re.compile(r"^(?P<prefix>.*?)(?P<rank>\d+)$")
 

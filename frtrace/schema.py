@@ -78,9 +78,7 @@ GROUPS = pa.schema(
         pa.field("rank", pa.int32(), nullable=False),  # whose pg_config this row comes from
         pa.field("group_name", pa.string(), nullable=False),  # pg_config key ('' for Gloo)
         pa.field("group_desc", pa.string()),
-        pa.field(
-            "ranks", pa.list_(pa.int32())
-        ),  # global member ranks as recorded; null if unreadable
+        pa.field("ranks", pa.list_(pa.int32())),  # global members as recorded; null: unreadable
         pa.field("pg_id", pa.int64()),  # only in 1.x dumps, whose pg_config is keyed by pg_id
         pa.field("trusted", pa.bool_(), nullable=False),  # False: known to be unreliable
         pa.field("note", pa.string()),  # why it is not trusted
