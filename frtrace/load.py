@@ -22,6 +22,7 @@ import io
 import json
 import pickle
 import re
+import zlib
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -316,6 +317,10 @@ def _entries_batch(
         completed = [None if v == 0 else v for v in completed]
 
     stack_ids, stacks = _intern_stacks(entries, cols.problems)
+    in_sizes = cols.take("input_sizes", schema.SIZES)
+    out_sizes = cols.take("output_sizes", schema.SIZES)
+    in_dtypes = cols.take("input_dtypes", schema.DTYPES)
+    out_dtypes = cols.take("output_dtypes", schema.DTYPES)
 
     arrays = [
         pa.array([rank] * n, type=pa.int32()),
@@ -335,10 +340,10 @@ def _entries_batch(
         pa.array(is_p2p, type=pa.bool_()),
         pa.array(src, type=pa.int32()),
         pa.array(dst, type=pa.int32()),
-        cols.take("input_sizes", schema.SIZES),
-        cols.take("output_sizes", schema.SIZES),
-        cols.take("input_dtypes", schema.DTYPES),
-        cols.take("output_dtypes", schema.DTYPES),
+        in_sizes,
+        out_sizes,
+        in_dtypes,
+        out_dtypes,
         cols.take("state", pa.string()),
         cols.convert("time_created_ns", created, pa.int64()),
         cols.convert("time_discovered_started_ns", started, pa.int64()),
@@ -349,9 +354,28 @@ def _entries_batch(
         cols.take("thread_id", pa.string()),
         cols.take("thread_name", pa.string()),
         pa.array(stack_ids, type=pa.int32()),
+        _fingerprints(in_sizes.to_pylist()),
+        _fingerprints(out_sizes.to_pylist()),
+        _fingerprints(list(zip(in_dtypes.to_pylist(), out_dtypes.to_pylist(), strict=True))),
     ]
     batch = pa.RecordBatch.from_arrays(arrays, schema=schema.ENTRIES)
     return batch, stacks, cols.problems
+
+
+def _fingerprints(values: list[Any]) -> pa.Array:
+    """CRC-32 of each value's repr (deterministic across processes, unlike hash())."""
+    cache: dict[str, int] = {}
+    out: list[int | None] = []
+    for value in values:
+        if value is None:
+            out.append(None)
+            continue
+        text = repr(value)
+        sig = cache.get(text)
+        if sig is None:
+            sig = cache[text] = zlib.crc32(text.encode())
+        out.append(sig)
+    return pa.array(out, type=pa.int64())
 
 
 def _us_to_ns(value: Any) -> Any:

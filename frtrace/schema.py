@@ -55,6 +55,11 @@ ENTRIES = pa.schema(
         pa.field("thread_id", pa.string()),
         pa.field("thread_name", pa.string()),
         pa.field("stack_id", pa.int32()),  # -> STACKS.stack_id; null when no frames recorded
+        # Fingerprints for fast comparison across ranks (CRC-32 of the value's repr): equal
+        # sizes give equal fingerprints; null where the value is missing.
+        pa.field("input_sig", pa.int64()),
+        pa.field("output_sig", pa.int64()),
+        pa.field("dtype_sig", pa.int64()),  # of (input_dtypes, output_dtypes)
     ]
 )
 

@@ -1,0 +1,5 @@
+"""``python -m frtrace``."""
+
+from frtrace.cli import main
+
+main()

@@ -1,0 +1,434 @@
+"""From matched entries and the wait graph to findings, culprits and a verdict.
+
+Order of reasoning:
+
+1. mismatches (``mismatch``): the majority of a (group, seq) against the odd ones out;
+2. the wait graph (``waitgraph``): each root cause gets one finding per op it holds up —
+   never joined, p2p peer never posted, GPU never started it, no dump (inferred), or a
+   cross-group deadlock when the roots wait on each other in a cycle;
+3. ops every member entered that did not finish: the cause is below the Flight Recorder;
+4. stragglers (``stragglers``);
+5. what the dumps could not show (missing, unreadable, wrapped, inferred), with what would
+   settle it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import networkx as nx
+import pandas as pd
+
+from frtrace.findings import (
+    Confidence,
+    Finding,
+    FindingKind,
+    Report,
+    Severity,
+    Verdict,
+)
+from frtrace.groups import Membership, resolve_groups
+from frtrace.match import MatchResult, match
+from frtrace.mismatch import find_mismatches
+from frtrace.ranges import format_ranks
+from frtrace.signatures import call_site, entry_at, signature_at
+from frtrace.stragglers import find_stragglers
+from frtrace.tables import DumpSet
+from frtrace.waitgraph import Edge, EdgeKind, WaitGraph, build_wait_graph
+
+__all__ = ["diagnose"]
+
+_HANG_KINDS = {
+    EdgeKind.NEVER_JOINED: FindingKind.NEVER_JOINED,
+    EdgeKind.NOT_STARTED: FindingKind.NOT_STARTED,
+    EdgeKind.P2P_UNMATCHED: FindingKind.P2P_UNMATCHED,
+    EdgeKind.NO_DUMP: FindingKind.MISSING_DUMP,
+}
+
+
+def diagnose(dumps: DumpSet) -> Report:
+    """Analyse a loaded dump set."""
+    membership = resolve_groups(dumps)
+    matched = match(dumps, membership)
+    waits = build_wait_graph(dumps, membership, matched)
+    findings = find_mismatches(dumps, membership, matched)
+    findings += _hang_findings(dumps, membership, matched, waits)
+    findings += _deadlock_findings(dumps, membership, matched, waits)
+    findings += _stuck_findings(dumps, membership, matched, waits)
+    stragglers = find_stragglers(dumps, membership, matched)
+    findings.sort(key=Finding.sort_key)
+
+    errors = [f for f in findings if f.severity == Severity.ERROR]
+    culprits = sorted({r for f in errors for r in f.culprit_ranks})
+    suspected = sorted(
+        {r for f in errors if f.kind == FindingKind.MISSING_DUMP for r in f.culprit_ranks}
+        - {r for f in errors if f.kind != FindingKind.MISSING_DUMP for r in f.culprit_ranks}
+    )
+    kinds = {f.kind for f in errors}
+    desync = {FindingKind.OP_MISMATCH, FindingKind.SIZE_MISMATCH, FindingKind.DTYPE_MISMATCH,
+              FindingKind.SEQUENCE_SHIFT}
+    if kinds & desync:
+        verdict = Verdict.DESYNC
+    elif errors:
+        verdict = Verdict.HANG
+    elif any(f.kind == FindingKind.STUCK_IN_COLLECTIVE for f in findings) or _unexplained(
+        matched, waits
+    ):
+        verdict = Verdict.CANNOT_TELL
+    elif stragglers:
+        verdict = Verdict.STRAGGLERS
+    else:
+        verdict = Verdict.HEALTHY
+    notes = _data_notes(dumps, membership, matched, waits, verdict)
+    return Report(
+        verdict=verdict,
+        culprit_ranks=tuple(culprits),
+        findings=tuple(findings),
+        stragglers=stragglers,
+        world_size=dumps.world.size,
+        ranks_loaded=dumps.loaded_ranks,
+        ranks_missing=dumps.missing_ranks,
+        ranks_unreadable=dumps.unreadable_ranks,
+        data_notes=tuple(notes),
+        groups=membership.groups,
+        wait_edges=tuple(sorted({(e.waiter, e.target, str(e.kind)) for e in waits.edges})),
+        suspected_ranks=tuple(suspected),
+    )
+
+
+def _unexplained(matched: MatchResult, waits: WaitGraph) -> list[int]:
+    """Blocked ranks that wait on no one and are not all inside one op together."""
+    together = {r for ranks in waits.co_waiting.values() for r in ranks}
+    return [
+        int(r) for r in matched.blocked["rank"]
+        if int(r) not in together and waits.graph.out_degree(int(r)) == 0
+        and int(r) not in waits.roots
+    ] if not matched.blocked.empty else []
+
+
+def _in_sink_cycle(waits: WaitGraph) -> set[int]:
+    cyc: set[int] = set()
+    for cycle in waits.cycles:
+        if all(r in waits.roots for r in cycle):
+            cyc.update(cycle)
+    return cyc
+
+
+def _victims(waits: WaitGraph, culprits: tuple[int, ...]) -> set[int]:
+    out: set[int] = set()
+    for c in culprits:
+        out |= nx.ancestors(waits.graph, c)
+    return out - set(culprits)
+
+
+def _hang_findings(
+    dumps: DumpSet, membership: Membership, matched: MatchResult, waits: WaitGraph
+) -> list[Finding]:
+    """One finding per (kind, op waited in) over the edges that end at a root cause."""
+    roots = set(waits.roots)
+    cyclic = _in_sink_cycle(waits)
+    grouped: dict[tuple[FindingKind, int, int | None, int | None], list[Edge]] = defaultdict(list)
+    for e in waits.edges:
+        kind = _HANG_KINDS.get(e.kind)
+        if kind is None or e.target not in roots:
+            continue
+        if e.target in cyclic:
+            continue  # told by the deadlock finding, with its waiters
+        key = (kind, e.gid, e.seq, e.p2p_seq if e.seq is None else None)
+        grouped[key].append(e)
+    findings = []
+    for (kind, gid, seq, _), edges in sorted(grouped.items(), key=lambda kv: (
+        kv[0][0], kv[0][1], -1 if kv[0][2] is None else kv[0][2], kv[0][3] or -1)):
+        findings.append(_hang_finding(dumps, membership, matched, waits, kind, gid, seq, edges))
+    return findings
+
+
+def _last_seen(dumps: DumpSet, membership: Membership, rank: int) -> tuple[str, int | None]:
+    """Where a rank was last seen: its newest entry, described, and that entry's row."""
+    rows = dumps.entries.column("rank")
+    import pyarrow.compute as pc
+
+    idx = pc.indices_nonzero(pc.equal(rows, rank)).to_pylist()
+    if not idx:
+        return "no entries in its dump", None
+    row = idx[-1]
+    e = entry_at(dumps, row)
+    group = membership.group_of(rank, e["group_name"]) if e["group_name"] is not None else None
+    where = group.label if group else f"pg {e['group_name']}"
+    seq = e["collective_seq"] if not e["is_p2p"] else e["p2p_seq"]
+    return (
+        f"its newest entry is {e['op']} #{seq} of {where} ({e['state'] or 'no state'}"
+        f"{', retired' if e['retired'] else ''})",
+        row,
+    )
+
+
+def _hang_finding(
+    dumps: DumpSet,
+    membership: Membership,
+    matched: MatchResult,
+    waits: WaitGraph,
+    kind: FindingKind,
+    gid: int,
+    seq: int | None,
+    edges: list[Edge],
+) -> Finding:
+    group = membership.groups[gid]
+    culprits = tuple(sorted({e.target for e in edges}))
+    waiting = tuple(sorted({e.waiter for e in edges}))
+    ref = min(edges, key=lambda e: e.waiter)
+    expected = signature_at(dumps, ref.row)
+    op = expected.op
+    blocked_total = _victims(waits, culprits)
+    who = f"rank{'s' if len(culprits) > 1 else ''} {format_ranks(culprits)}"
+    where = f"{op} #{seq} of {group.label}" if seq is not None else f"{op} in {group.label}"
+    also = (
+        f"; {len(blocked_total)} rank{'s' if len(blocked_total) != 1 else ''} wait on "
+        f"{'them' if len(culprits) > 1 else 'it'}"
+    )
+    evidence: list[str] = []
+    actual = {}
+    for c in culprits:
+        seen, row = _last_seen(dumps, membership, c)
+        if c in dumps.loaded_ranks:
+            evidence.append(f"rank {c}: {seen}")
+            if row is not None:
+                actual[c] = signature_at(dumps, row)
+    evidence.append(
+        f"ranks {format_ranks(waiting)}: inside {where} ({expected.state or 'no state'})"
+    )
+    site = call_site(expected.stack)
+    if site:
+        evidence.append(f"the waiting ranks called it from {site}")
+    confidence, why = Confidence.HIGH, "every rank involved has a dump that shows it"
+    if kind == FindingKind.NEVER_JOINED:
+        summary = f"{who} never joined {where}{also}"
+        if group.inferred:
+            confidence, why = Confidence.MEDIUM, (
+                "group membership was inferred from the entries (pg_config not usable)"
+            )
+        elif any(m not in dumps.loaded_ranks for m in group.members):
+            confidence, why = Confidence.MEDIUM, "some members of the group have no dump"
+        host = [c for c in culprits if c in actual and actual[c].state in (None, "completed")
+                or (c in actual and _all_done(matched, c))]
+        if host:
+            evidence.append(
+                f"rank{'s' if len(host) > 1 else ''} {format_ranks(host)} finished every op "
+                "it recorded: it is stuck in host code (data loading, a Python loop, an "
+                "exception handler) before this collective"
+            )
+    elif kind == FindingKind.NOT_STARTED:
+        summary = (
+            f"{who} enqueued {where} but never started it while its peers did{also}"
+        )
+        evidence.append("its GPU stream is busy with other work that the recorder does not see")
+    elif kind == FindingKind.P2P_UNMATCHED:
+        peers = ", ".join(f"{e.waiter}->{e.target}" for e in edges[:8])
+        summary = f"{who} never posted the p2p op matching {where} ({peers}){also}"
+    else:
+        summary = f"{who} ha{'ve' if len(culprits) > 1 else 's'} no dump, and {where} waits on them{also}"
+        confidence, why = Confidence.LOW, (
+            "inferred from missing data: every member with a dump is inside the op; "
+            "the rank(s) without a dump are the only ones that may not be"
+        )
+    return Finding(
+        kind=kind,
+        severity=Severity.ERROR,
+        summary=summary,
+        culprit_ranks=culprits,
+        waiting_ranks=waiting,
+        group=group,
+        seq=seq,
+        op=op,
+        expected=expected,
+        actual=actual,
+        confidence=confidence,
+        why=why,
+        evidence=tuple(evidence),
+    )
+
+
+def _all_done(matched: MatchResult, rank: int) -> bool:
+    return matched.blocked.empty or rank not in set(matched.blocked["rank"].astype(int))
+
+
+def _deadlock_findings(
+    dumps: DumpSet, membership: Membership, matched: MatchResult, waits: WaitGraph
+) -> list[Finding]:
+    findings = []
+    for cycle in waits.cycles:
+        kinds = {
+            waits.graph.edges[a, b]["kind"]
+            for a, b in zip(cycle, (*cycle[1:], cycle[0]), strict=True)
+        }
+        if kinds == {str(EdgeKind.MISMATCH)}:
+            continue  # two sides of a mismatch without majority: told by the mismatch finding
+        steps = []
+        for a, b in zip(cycle, (*cycle[1:], cycle[0]), strict=True):
+            data = waits.graph.edges[a, b]
+            group = membership.groups[data["gid"]]
+            blocked = matched.blocked[matched.blocked["rank"] == a]
+            op = "?"
+            if not blocked.empty:
+                op = signature_at(dumps, int(blocked["row"].iloc[0])).op
+            seq = f" #{data['seq']}" if data["seq"] is not None else ""
+            steps.append(f"rank {a} is in {op}{seq} of {group.label}, waiting for rank {b}")
+        sink = all(r in waits.roots for r in cycle)
+        victims = _victims(waits, cycle)
+        findings.append(
+            Finding(
+                kind=FindingKind.DEADLOCK,
+                severity=Severity.ERROR,
+                summary=(
+                    f"cross-group deadlock: ranks {format_ranks(cycle)} wait on each other "
+                    f"({'; '.join(steps)})"
+                    + (f"; {len(victims)} more ranks wait on them" if victims else "")
+                ),
+                culprit_ranks=tuple(sorted(cycle)) if sink else (),
+                waiting_ranks=tuple(sorted(victims)),
+                confidence=Confidence.HIGH,
+                why="each rank's dump shows it blocked in an op the next one never entered",
+                evidence=tuple(steps)
+                + ("the ranks entered these groups in different orders",),
+                cycle=cycle,
+            )
+        )
+    return findings
+
+
+def _stuck_findings(
+    dumps: DumpSet, membership: Membership, matched: MatchResult, waits: WaitGraph
+) -> list[Finding]:
+    """Ops that every member entered and none finished."""
+    findings = []
+    stateless = _stateless_ranks(dumps)
+    for (gid, seq), ranks in sorted(waits.co_waiting.items()):
+        group = membership.groups[gid]
+        loaded_members = [m for m in group.members if m in set(dumps.loaded_ranks)]
+        if sorted(ranks) != sorted(loaded_members) or len(group.members) < 2:
+            continue
+        row = int(
+            matched.collectives[
+                (matched.collectives["gid"] == gid) & (matched.collectives["seq"] == seq)
+                & (matched.collectives["rank"] == ranks[0])
+            ]["row"].iloc[0]
+        )
+        sig = signature_at(dumps, row)
+        held = _victims(waits, ranks)
+        where = f"{sig.op} #{seq} of {group.label}"
+        if set(ranks) <= stateless and not held:
+            findings.append(
+                Finding(
+                    kind=FindingKind.IN_FLIGHT,
+                    severity=Severity.INFO,
+                    summary=f"{where} was in flight when the dumps were taken (every member "
+                    "entered it)",
+                    culprit_ranks=(),
+                    waiting_ranks=tuple(ranks),
+                    group=group,
+                    seq=seq,
+                    op=sig.op,
+                    expected=sig,
+                    confidence=Confidence.MEDIUM,
+                    why="Gloo marks an op retired a moment after it finishes, so the newest op "
+                    "can look unfinished in a healthy job",
+                )
+            )
+            continue
+        findings.append(
+            Finding(
+                kind=FindingKind.STUCK_IN_COLLECTIVE,
+                severity=Severity.WARNING,
+                summary=(
+                    f"every member of {group.label} entered {where} with matching arguments "
+                    "and it did not finish"
+                    + (f"; {len(held)} more ranks wait on them" if held else "")
+                    + ": the Flight Recorder cannot name a rank"
+                ),
+                culprit_ranks=(),
+                waiting_ranks=tuple(sorted(set(ranks) | held)),
+                group=group,
+                seq=seq,
+                op=sig.op,
+                expected=sig,
+                confidence=Confidence.MEDIUM,
+                why="all members joined; the cause is below the collective layer",
+                evidence=(
+                    "check the NCCL/transport logs (NCCL_DEBUG=INFO), the network between "
+                    f"ranks {format_ranks(ranks)}, and GPU health (Xid errors in dmesg)",
+                ),
+            )
+        )
+    return findings
+
+
+def _stateless_ranks(dumps: DumpSet) -> set[int]:
+    files = dumps.files
+    return {
+        int(r) for r, b in zip(files.column("rank").to_pylist(),
+                               files.column("backend").to_pylist(), strict=True)
+        if b == "gloo"
+    }
+
+
+def _data_notes(
+    dumps: DumpSet,
+    membership: Membership,
+    matched: MatchResult,
+    waits: WaitGraph,
+    verdict: Verdict,
+) -> list[str]:
+    notes: list[str] = []
+    world = dumps.world
+    if dumps.missing_ranks:
+        notes.append(
+            f"no dump for rank(s) {format_ranks(dumps.missing_ranks)} of {world.size}: a rank "
+            "that crashed or hung hard often writes none. Their state is unknown; their "
+            "dumps (TORCH_FR_DUMP_TEMP_FILE on their hosts) or logs would settle it."
+        )
+    if dumps.unreadable_ranks:
+        notes.append(
+            f"unreadable dump for rank(s) {format_ranks(dumps.unreadable_ranks)}; see the "
+            "errors above. Those ranks are analysed as if they had no dump."
+        )
+    if not world.certain:
+        notes.append(
+            f"world size {world.size} taken from the {world.source}; if the job had more "
+            "ranks, the highest ones have no dump and are not seen."
+        )
+    wrapped = [
+        r for r, w in zip(dumps.files.column("rank").to_pylist(),
+                          dumps.files.column("wrapped").to_pylist(), strict=True) if w
+    ]
+    if wrapped:
+        notes.append(
+            f"ring buffers of rank(s) {format_ranks(wrapped)} wrapped (older entries "
+            "dropped); only ops every member still holds are compared. A larger "
+            "TORCH_FR_BUFFER_SIZE keeps more history."
+        )
+    notes.extend(membership.notes)
+    if _stateless_ranks(dumps):
+        notes.append(
+            "Gloo dumps record no start/complete states and no p2p ops: completion is read "
+            "from `retired`, and a hang inside send/recv cannot be seen."
+        )
+    unexplained = _unexplained(matched, waits)
+    if unexplained:
+        notes.append(
+            f"rank(s) {format_ranks(unexplained)} are blocked in ops whose missing members "
+            "cannot be determined from the buffers (gaps, or wrapped buffers); "
+            "larger buffers or pg_status from every rank would settle it."
+        )
+    warnings = [p for p in dumps.problems if not p.fatal]
+    if warnings:
+        notes.append(f"{len(warnings)} warning(s) while loading; see the file problems.")
+    return notes
+
+
+def analyze_frame(dumps: DumpSet) -> pd.DataFrame:
+    """Debug view: the matched logical collectives with group labels."""
+    membership = resolve_groups(dumps)
+    matched = match(dumps, membership)
+    out = matched.collectives.copy()
+    out["group"] = [membership.groups[g].label for g in out["gid"]]
+    return out

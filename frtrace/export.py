@@ -1,0 +1,36 @@
+"""Write a loaded dump set as Parquet files, one per table, for pandas or DuckDB."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from frtrace.errors import InputError
+from frtrace.tables import DumpSet
+
+__all__ = ["export_parquet"]
+
+
+def export_parquet(dumps: DumpSet, out: Path) -> list[tuple[Path, int]]:
+    """Write entries/stacks/groups/pg_status/files.parquet under ``out``; return (path, rows)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"{out}: cannot create the output directory ({exc.strerror}).") from exc
+    tables = {
+        "entries": dumps.entries,
+        "stacks": dumps.stacks,
+        "groups": dumps.groups,
+        "pg_status": dumps.pg_status,
+        "files": dumps.files,
+    }
+    written = []
+    for name, table in tables.items():
+        path = out / f"{name}.parquet"
+        try:
+            pq.write_table(table, path)
+        except OSError as exc:
+            raise InputError(f"{path}: cannot write ({exc}).") from exc
+        written.append((path, table.num_rows))
+    return written

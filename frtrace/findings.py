@@ -1,0 +1,186 @@
+"""The result of an analysis: findings, stragglers, culprits and a verdict. Reporters read only this.
+
+Every finding has a stable ``kind`` (its code is listed in the README and never reused):
+
+=====  =====================  ===========================================================
+code   kind                   meaning
+=====  =====================  ===========================================================
+FR001  never_joined           members of a group are blocked in a collective that others
+                              never entered
+FR002  op_mismatch            members entered different collectives at the same sequence
+FR003  size_mismatch          same collective, sizes that the op's rules do not allow
+FR004  dtype_mismatch         same collective, different dtypes
+FR005  not_started            a member enqueued the op but its GPU never started it while its
+                              peers did (NCCL timing)
+FR006  p2p_unmatched          a send/recv whose peer never posted the matching op
+FR007  deadlock               ranks wait on each other in a cycle across groups
+FR008  missing_dump           a rank with no dump that its peers wait on (inferred)
+FR009  stuck_in_collective    every member entered the same op and it did not complete: the
+                              cause is below the Flight Recorder (network, NCCL, GPU)
+FR010  in_flight              an op every member entered that had not finished when dumped
+FR011  sequence_shift         a rank's later collectives line up with the others' shifted by
+                              some positions: it skipped or added a collective
+=====  =====================  ===========================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
+
+__all__ = [
+    "KIND_CODES",
+    "Confidence",
+    "Finding",
+    "FindingKind",
+    "GroupRef",
+    "OpSignature",
+    "Report",
+    "Severity",
+    "Straggler",
+    "Verdict",
+]
+
+
+class Severity(IntEnum):
+    """How much a finding matters; ERROR findings make the exit code 1."""
+
+    INFO = 0  # worth knowing, not a problem
+    WARNING = 1  # suspicious, or a problem the dumps cannot pin on a rank
+    ERROR = 2  # a hang or desync with named ranks
+
+
+class Confidence(StrEnum):
+    """How sure a finding is; ``why`` on the finding says what it rests on."""
+
+    HIGH = "high"  # direct evidence from every rank involved
+    MEDIUM = "medium"  # direct evidence, but some ranks' data is missing or inferred
+    LOW = "low"  # inferred from missing data
+
+
+class FindingKind(StrEnum):
+    """What is wrong; see the module docstring for the codes."""
+
+    NEVER_JOINED = "never_joined"
+    OP_MISMATCH = "op_mismatch"
+    SIZE_MISMATCH = "size_mismatch"
+    DTYPE_MISMATCH = "dtype_mismatch"
+    NOT_STARTED = "not_started"
+    P2P_UNMATCHED = "p2p_unmatched"
+    DEADLOCK = "deadlock"
+    MISSING_DUMP = "missing_dump"
+    STUCK_IN_COLLECTIVE = "stuck_in_collective"
+    IN_FLIGHT = "in_flight"
+    SEQUENCE_SHIFT = "sequence_shift"
+
+
+KIND_CODES: dict[FindingKind, str] = {
+    kind: f"FR{i:03d}" for i, kind in enumerate(FindingKind, start=1)
+}
+
+
+class Verdict(StrEnum):
+    """The one-word answer."""
+
+    HEALTHY = "healthy"  # nothing wrong found
+    STRAGGLERS = "healthy_with_stragglers"  # completed, but some ranks were consistently late
+    HANG = "hang"  # ranks are blocked waiting on named ranks
+    DESYNC = "desync"  # ranks called different collectives / sizes / dtypes
+    CANNOT_TELL = "cannot_tell"  # something is wrong but the dumps do not show who caused it
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupRef:
+    """A process group: its name, description and global member ranks."""
+
+    name: str
+    desc: str | None
+    members: tuple[int, ...]  # global ranks, in group-rank order
+    inferred: bool  # membership reconstructed from entries, not read from pg_config
+
+    @property
+    def label(self) -> str:
+        """Human name: the description when it says more than the number."""
+        if self.desc and self.desc not in ("undefined", ""):
+            return f"{self.desc} (pg {self.name})"
+        return f"pg {self.name}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpSignature:
+    """What one rank (or the majority) called at a (group, seq)."""
+
+    op: str
+    input_sizes: tuple[tuple[int, ...], ...]
+    output_sizes: tuple[tuple[int, ...], ...]
+    input_dtypes: tuple[str, ...]
+    output_dtypes: tuple[str, ...]
+    state: str | None = None
+    stack: tuple[str, ...] = ()  # formatted frames, innermost first
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finding:
+    """One thing wrong, with the ranks it blames and the ranks it holds up."""
+
+    kind: FindingKind
+    severity: Severity
+    summary: str  # one line, shown as-is by every reporter
+    culprit_ranks: tuple[int, ...]  # root-cause ranks of this finding, sorted
+    waiting_ranks: tuple[int, ...] = ()  # ranks directly blocked by it, sorted
+    group: GroupRef | None = None
+    seq: int | None = None
+    op: str | None = None
+    expected: OpSignature | None = None  # what the majority did
+    actual: dict[int, OpSignature] = field(default_factory=dict)  # what each culprit did
+    confidence: Confidence = Confidence.HIGH
+    why: str = ""  # what the confidence rests on
+    evidence: tuple[str, ...] = ()  # facts a user can check in the dumps
+    cycle: tuple[int, ...] = ()  # deadlock: ranks in wait order, r0 waits on r1 ...
+
+    @property
+    def code(self) -> str:
+        """Stable code, e.g. FR001."""
+        return KIND_CODES[self.kind]
+
+    def sort_key(self) -> tuple[int, str, str, int, tuple[int, ...]]:
+        """Most severe first, then by code, group and sequence, for deterministic output."""
+        group = self.group.name if self.group else ""
+        return (-self.severity, self.code, group, -1 if self.seq is None else self.seq,
+                self.culprit_ranks)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Straggler:
+    """A rank that arrived last at most collectives it completed."""
+
+    rank: int
+    collectives: int  # completed collectives with arrival times from every member
+    last_share: float  # fraction of those where this rank arrived last
+    median_late_ms: float  # median of (its arrival - the median arrival), milliseconds
+    groups: tuple[str, ...]  # group names where it was late
+    corroborated: bool  # host-local timing (duration, completion) agrees: not clock skew
+    note: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Report:
+    """Everything one analysis concluded, deterministic for the same input."""
+
+    verdict: Verdict
+    culprit_ranks: tuple[int, ...]  # root causes, sorted; empty when none
+    findings: tuple[Finding, ...]
+    stragglers: tuple[Straggler, ...]
+    world_size: int
+    ranks_loaded: tuple[int, ...]
+    ranks_missing: tuple[int, ...]  # no dump file
+    ranks_unreadable: tuple[int, ...]  # a file that could not be read
+    data_notes: tuple[str, ...]  # what was missing or inferred, and what would settle it
+    groups: tuple[GroupRef, ...]
+    wait_edges: tuple[tuple[int, int, str], ...]  # (waiter, waited-on, why), sorted
+    suspected_ranks: tuple[int, ...] = ()  # culprits inferred only from missing dumps
+
+    @property
+    def has_problems(self) -> bool:
+        """True when the exit code should be 1."""
+        return self.verdict in (Verdict.HANG, Verdict.DESYNC, Verdict.CANNOT_TELL)

@@ -1,0 +1,128 @@
+"""Process groups and their members: read from pg_config where it is consistent, else inferred.
+
+A group is its name plus its member ranks: ``split_group`` gives disjoint groups one name, so
+two ranks that record the same name with different members are in different groups.
+
+- NCCL (and every backend that records real ``pg_config``): each rank lists the groups it is a
+  member of, with the global ranks in group-rank order.
+- Gloo records every group under the name ``''`` with unusable ranks: membership is rebuilt
+  from which ranks recorded entries in the group; the default group has every rank of the
+  job. Inferred memberships are flagged, since a member whose buffer holds no entry of the
+  group (never entered it, or its buffer wrapped) cannot be seen.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from frtrace.findings import GroupRef
+from frtrace.tables import DumpSet
+
+__all__ = ["Membership", "resolve_groups"]
+
+DEFAULT_GROUP_NAME = "0"
+DEFAULT_GROUP_DESC = "default_pg"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Membership:
+    """Every process group of the job, and which one each (rank, group name) refers to."""
+
+    groups: tuple[GroupRef, ...]  # index = group id used by matching
+    of_rank: dict[tuple[int, str], int]  # (global rank, group name) -> index into groups
+    notes: tuple[str, ...]  # what was inferred and why
+
+    def group_of(self, rank: int, name: str) -> GroupRef | None:
+        """The group a rank meant by ``name``."""
+        gid = self.of_rank.get((rank, name))
+        return None if gid is None else self.groups[gid]
+
+
+def _entry_groups(entries: pa.Table) -> dict[str, dict[int, str | None]]:
+    """group name -> {rank: desc} for every rank that recorded an entry in the group."""
+    keys = (
+        entries.select(["rank", "group_name", "group_desc"])
+        .group_by(["rank", "group_name", "group_desc"], use_threads=False)
+        .aggregate([])
+    )
+    out: dict[str, dict[int, str | None]] = defaultdict(dict)
+    for rank, name, desc in zip(
+        keys.column("rank").to_pylist(),
+        keys.column("group_name").to_pylist(),
+        keys.column("group_desc").to_pylist(),
+        strict=True,
+    ):
+        if name is not None:
+            out[name][rank] = desc
+    return out
+
+
+def resolve_groups(dumps: DumpSet) -> Membership:
+    """Work out every group's members; see the module docstring for the rules."""
+    world = dumps.world.size
+    by_entries = _entry_groups(dumps.entries)
+    recorded: dict[str, dict[int, tuple[int, ...]]] = defaultdict(dict)  # name -> rank -> members
+    recorded_desc: dict[str, Counter[str]] = defaultdict(Counter)
+    for row in dumps.groups.to_pylist():
+        if row["trusted"] and row["ranks"]:
+            recorded[row["group_name"]][row["rank"]] = tuple(row["ranks"])
+            if row["group_desc"]:
+                recorded_desc[row["group_name"]][row["group_desc"]] += 1
+
+    keys: dict[tuple[str, tuple[int, ...]], int] = {}
+    groups: list[GroupRef] = []
+    of_rank: dict[tuple[int, str], int] = {}
+    notes: list[str] = []
+
+    def key_for(name: str, members: tuple[int, ...], desc: str | None, inferred: bool) -> int:
+        key = (name, tuple(sorted(members)))
+        if key not in keys:
+            keys[key] = len(groups)
+            groups.append(GroupRef(name=name, desc=desc, members=members, inferred=inferred))
+        return keys[key]
+
+    for name in sorted(set(by_entries) | set(recorded), key=_name_order):
+        users = by_entries.get(name, {})
+        descs = Counter(d for d in users.values() if d) + recorded_desc.get(name, Counter())
+        desc = descs.most_common(1)[0][0] if descs else None
+        sets = recorded.get(name, {})
+        distinct = set(sets.values())
+        unresolved: list[int] = []
+        for rank in sorted(set(users) | set(sets)):
+            members = sets.get(rank)
+            if members is None:
+                containing = [m for m in distinct if rank in m]
+                members = containing[0] if len(containing) == 1 else None
+            if members is None:
+                unresolved.append(rank)
+                continue
+            gid = key_for(name, members, desc, inferred=False)
+            for member in members:  # members without dumps belong here too
+                of_rank.setdefault((member, name), gid)
+            of_rank[(rank, name)] = gid
+        if not unresolved:
+            continue
+        is_default = name == DEFAULT_GROUP_NAME and desc in (DEFAULT_GROUP_DESC, None)
+        if is_default:
+            members = tuple(range(world))
+            how = f"all {world} ranks (the default group)"
+        else:
+            members = tuple(unresolved)
+            how = "the ranks that recorded entries in it"
+        gid = key_for(name, members, desc, inferred=True)
+        for member in members:
+            of_rank.setdefault((member, name), gid)
+        notes.append(
+            f"membership of {groups[gid].label} inferred as {how}, since pg_config does not "
+            "record it (Gloo, or an old dump)"
+            + ("" if is_default else "; a member with no entry of it in its buffer is not seen")
+        )
+    return Membership(groups=tuple(groups), of_rank=of_rank, notes=tuple(notes))
+
+
+def _name_order(name: str) -> tuple[int, int | str]:
+    """Numeric group names in numeric order, then the others alphabetically."""
+    return (0, int(name)) if name.isdigit() else (1, name)

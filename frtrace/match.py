@@ -1,0 +1,304 @@
+"""Line up every group's ops across its members: by sequence id, never by record_id.
+
+``record_id`` counts every op of one process, so it differs between ranks as soon as they are
+in different groups, and ring buffers that wrapped at different points shift it further. The
+key that means the same collective on every member is (group, ``collective_seq_id``).
+
+Matching produces, vectorised over all entries:
+
+- one *logical collective* per (rank, group, seq): a coalesced run (several entries sharing one
+  seq, ended by a ``*coalesced`` entry) counts once, its signature built from all its entries;
+- per (group, seq): who recorded it, whether any member finished it (a collective cannot finish
+  on one member unless every member joined it), and whether the members agree on what it is;
+- per (rank, group): the highest and lowest seq its buffer holds, to tell "never reached this
+  seq" (above its highest) from "cannot know" (below its lowest, once the buffer wrapped);
+- per rank: the oldest op it has not finished (where it is blocked), including p2p ops, whose
+  state in a ``batch_isend_irecv`` is carried by the batch's closing ``coalesced`` entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from frtrace.groups import Membership
+from frtrace.tables import DumpSet
+
+__all__ = ["MatchResult", "match"]
+
+# Ops whose members legitimately pass different sizes: only op and dtypes are compared.
+UNEVEN_OPS = frozenset(
+    {
+        "all_to_all",
+        "all_to_all_single",
+        "all_to_all_v_single",
+        "alltoall",
+        "alltoall_base",
+        "all_gather_v",
+        "reduce_scatter_v",
+        "allgather_v",
+    }
+)
+# The root passes a list (gather: output, scatter: input), the others pass nothing there.
+COMPARE_INPUT_ONLY = frozenset({"gather", "_gather_base"})
+COMPARE_OUTPUT_ONLY = frozenset({"scatter", "_scatter_base"})
+# Sizes are compared only where the ops are equal; these never carry sizes of their own.
+MARKER_OPS = frozenset({"coalesced", "barrier", "all_reduce_barrier"})
+
+_DONE, _PENDING = True, False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MatchResult:
+    """Entries lined up across ranks; frames are indexed as their docstrings say."""
+
+    # One row per logical collective: rank, gid, seq, row (first entry's row in the entries
+    # table), last_row, op, sig (comparable signature), done, state_rank (0 scheduled,
+    # 1 started, 2 completed), created_ns, n_entries.
+    collectives: pd.DataFrame
+    # One row per (gid, seq): n_present, done_any, consistent (all members' sig equal).
+    consensus: pd.DataFrame
+    # One row per (rank, gid): seq_min, seq_max over its logical collectives.
+    extent: pd.DataFrame
+    # One row per p2p op: rank, gid, peer (global), kind ("send"/"recv"), row, done, p2p_seq.
+    p2p: pd.DataFrame
+    # One row per rank that has an unfinished op: rank, kind ("collective"/"p2p"), gid, seq,
+    # row (entries-table row of that op), p2p_seq.
+    blocked: pd.DataFrame
+
+
+def _state_rank(state: pa.ChunkedArray) -> np.ndarray:
+    out = np.zeros(len(state), dtype=np.int8)
+    values = state.to_numpy(zero_copy_only=False)
+    out[values == "started"] = 1
+    out[values == "completed"] = 2
+    return out
+
+
+def _gid_column(entries: pa.Table, membership: Membership) -> np.ndarray:
+    """Group id per entry row (-1 where the group is unknown)."""
+    keys = pd.DataFrame(
+        [(r, n, g) for (r, n), g in membership.of_rank.items()],
+        columns=["rank", "group_name", "gid"],
+    )
+    frame = pd.DataFrame(
+        {
+            "rank": entries.column("rank").to_numpy(),
+            "group_name": entries.column("group_name").to_pandas(),
+        }
+    )
+    merged = frame.merge(keys, on=["rank", "group_name"], how="left", sort=False)
+    return merged["gid"].fillna(-1).to_numpy(dtype=np.int64)
+
+
+def _done_column(dumps: DumpSet, state_rank: np.ndarray) -> np.ndarray:
+    """Did the op finish, per entry? NCCL: state completed; Gloo (no states): retired."""
+    entries = dumps.entries
+    rank = entries.column("rank").to_numpy()
+    retired = entries.column("retired").fill_null(False).to_numpy(zero_copy_only=False)
+    backend = entries.column("backend").fill_null("").to_numpy(zero_copy_only=False)
+    ranks_with_states = np.unique(rank[state_rank > 0])
+    # Gloo's recorder never moves `state`: completion shows only through `retired` (which it
+    # sets a moment after the op finished, so the newest op can lag; matching forgives that).
+    # On NCCL, `retired` without `completed` means the watchdog gave up (timeout, abort).
+    # Another backend whose rank never shows a state is read like Gloo.
+    use_retired = (backend == "gloo") | ((backend != "nccl") & ~np.isin(rank, ranks_with_states))
+    done = np.where(use_retired, retired, state_rank == 2)
+    return done.astype(bool)
+
+
+def _sig_columns(entries: pa.Table, op: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One int64 per entry that is equal across ranks exactly when the op's rules say so."""
+    sig_in = entries.column("input_sig").fill_null(0).to_numpy().astype(np.uint64)
+    sig_out = entries.column("output_sig").fill_null(0).to_numpy().astype(np.uint64)
+    sig_dt = entries.column("dtype_sig").fill_null(0).to_numpy().astype(np.uint64)
+    uneven = np.isin(op, list(UNEVEN_OPS))
+    sig_in = np.where(uneven | np.isin(op, list(COMPARE_OUTPUT_ONLY)), 0, sig_in)
+    sig_out = np.where(uneven | np.isin(op, list(COMPARE_INPUT_ONLY)), 0, sig_out)
+    if uneven.any() or np.isin(op, list(COMPARE_INPUT_ONLY | COMPARE_OUTPUT_ONLY)).any():
+        # dtypes of the root-only side are empty on non-roots: compare the shared side only
+        dt_in = _dtype_side(entries, "input_dtypes")
+        dt_out = _dtype_side(entries, "output_dtypes")
+        sig_dt = np.where(np.isin(op, list(COMPARE_INPUT_ONLY)), dt_in, sig_dt)
+        sig_dt = np.where(np.isin(op, list(COMPARE_OUTPUT_ONLY)), dt_out, sig_dt)
+    op_codes = pd.factorize(pd.Series(op))[0].astype(np.uint64)
+    with np.errstate(over="ignore"):
+        mixed = (
+            sig_in * np.uint64(0x9E3779B97F4A7C15)
+            ^ sig_out * np.uint64(0xC2B2AE3D27D4EB4F)
+            ^ sig_dt * np.uint64(0x165667B19E3779F9)
+        )
+    return mixed.view(np.int64), op_codes
+
+
+def _dtype_side(entries: pa.Table, column: str) -> np.ndarray:
+    values = entries.column(column).to_pylist()
+    codes = pd.factorize(pd.Series([repr(v) for v in values]))[0]
+    return codes.astype(np.uint64) + np.uint64(1)
+
+
+def match(dumps: DumpSet, membership: Membership) -> MatchResult:
+    """Line up the entries of ``dumps`` by (group, seq); see the module docstring."""
+    entries = dumps.entries
+    n = entries.num_rows
+    op = entries.column("op").fill_null("?").to_numpy(zero_copy_only=False)
+    state_rank = _state_rank(entries.column("state").fill_null(""))
+    done = _done_column(dumps, state_rank)
+    sig, op_code = _sig_columns(entries, op)
+    frame = pd.DataFrame(
+        {
+            "row": np.arange(n, dtype=np.int64),
+            "rank": entries.column("rank").to_numpy().astype(np.int64),
+            "gid": _gid_column(entries, membership),
+            "seq": entries.column("collective_seq").to_pandas().astype("Int64"),
+            "p2p_seq": entries.column("p2p_seq").to_pandas().astype("Int64"),
+            "is_p2p": entries.column("is_p2p").fill_null(False).to_numpy(zero_copy_only=False),
+            "op": op,
+            "op_code": op_code,
+            "sig": sig,
+            "done": done,
+            "state_rank": state_rank,
+            "created_ns": entries.column("time_created_ns").to_pandas().astype("Int64"),
+            "src": entries.column("p2p_src_local").to_pandas().astype("Int64"),
+            "dst": entries.column("p2p_dst_local").to_pandas().astype("Int64"),
+        }
+    )
+    frame["is_p2p"] = frame["is_p2p"].astype(bool) | frame["op"].isin(["send", "recv"])
+    _mark_p2p_batches(frame)
+
+    coll = frame[~frame["is_p2p"] & frame["seq"].notna() & (frame["gid"] >= 0)]
+    collectives = _logical_collectives(coll)
+    consensus = _consensus(collectives)
+    extent = (
+        collectives.groupby(["rank", "gid"], sort=True)["seq"]
+        .agg(seq_min="min", seq_max="max")
+        .reset_index()
+    )
+    p2p = _p2p_ops(frame[frame["is_p2p"] & (frame["gid"] >= 0)], membership)
+    blocked = _blocked(frame, collectives, consensus, p2p)
+    return MatchResult(
+        collectives=collectives,
+        consensus=consensus,
+        extent=extent,
+        p2p=p2p,
+        blocked=blocked,
+    )
+
+
+def _mark_p2p_batches(frame: pd.DataFrame) -> None:
+    """A ``coalesced`` entry closing a batch of p2p ops is itself p2p, and carries their state.
+
+    Inside ``batch_isend_irecv`` the individual send/recv entries stay ``scheduled``; the
+    closing ``coalesced`` entry (same rank, group and p2p_seq) is the one that completes.
+    """
+    is_marker = frame["op"].eq("coalesced")
+    prev_p2p = frame["is_p2p"].shift(1, fill_value=False) & frame["rank"].eq(
+        frame["rank"].shift(1)
+    )
+    frame.loc[is_marker & prev_p2p, "is_p2p"] = True
+    markers = frame[is_marker & frame["is_p2p"] & frame["p2p_seq"].notna()]
+    if markers.empty:
+        return
+    batch_state = markers.groupby(["rank", "gid", "p2p_seq"])[["done", "state_rank"]].max()
+    ops = frame[frame["is_p2p"] & ~is_marker & frame["p2p_seq"].notna()]
+    joined = ops.join(batch_state, on=["rank", "gid", "p2p_seq"], rsuffix="_batch")
+    has_batch = joined["done_batch"].notna()
+    idx = joined.index[has_batch]
+    frame.loc[idx, "done"] = joined.loc[has_batch, "done_batch"].astype(bool)
+    frame.loc[idx, "state_rank"] = joined.loc[has_batch, "state_rank_batch"].astype(np.int8)
+
+
+def _logical_collectives(coll: pd.DataFrame) -> pd.DataFrame:
+    """One row per (rank, gid, seq); coalesced runs folded into one signature."""
+    keys = ["rank", "gid", "seq"]
+    dup = coll.duplicated(keys, keep=False)
+    single = coll[~dup]
+    out = single.assign(last_row=single["row"], n_entries=1)
+    if dup.any():
+        runs = coll[dup].sort_values("row")
+        folded = runs.groupby(keys, sort=False).agg(
+            row=("row", "first"),
+            last_row=("row", "last"),
+            op=("op", "last"),  # the closing "*coalesced" entry names the run
+            op_code=("op_code", "last"),
+            sig=("sig", lambda s: hash(tuple(s.tolist()))),
+            done=("done", "any"),
+            state_rank=("state_rank", "max"),
+            created_ns=("created_ns", "first"),
+            n_entries=("row", "size"),
+        )
+        folded = folded.reset_index()
+        out = pd.concat([out, folded], ignore_index=True)
+    cols = ["rank", "gid", "seq", "row", "last_row", "op", "op_code", "sig", "done",
+            "state_rank", "created_ns", "n_entries"]
+    return out[cols].sort_values(["gid", "seq", "rank"], kind="stable").reset_index(drop=True)
+
+
+def _consensus(collectives: pd.DataFrame) -> pd.DataFrame:
+    grouped = collectives.groupby(["gid", "seq"], sort=True)
+    consensus = grouped.agg(
+        n_present=("rank", "size"),
+        done_any=("done", "any"),
+        sig_min=("sig", "min"),
+        sig_max=("sig", "max"),
+        op_min=("op_code", "min"),
+        op_max=("op_code", "max"),
+    )
+    consensus["consistent"] = (consensus["sig_min"] == consensus["sig_max"]) & (
+        consensus["op_min"] == consensus["op_max"]
+    )
+    return consensus[["n_present", "done_any", "consistent"]].reset_index()
+
+
+def _p2p_ops(p2p: pd.DataFrame, membership: Membership) -> pd.DataFrame:
+    """Send/recv ops with their peer as a global rank."""
+    ops = p2p[p2p["op"].isin(["send", "recv"])]
+    peers: list[int | None] = []
+    for rank, gid, op, src, dst in zip(
+        ops["rank"], ops["gid"], ops["op"], ops["src"], ops["dst"], strict=True
+    ):
+        members = membership.groups[gid].members
+        local = dst if op == "send" else src
+        peer = None
+        if local is not pd.NA and local is not None and 0 <= int(local) < len(members):
+            peer = members[int(local)]
+            # the name's other end is this rank; if not, the names are not group-local
+            me = src if op == "send" else dst
+            if me is not pd.NA and me is not None and 0 <= int(me) < len(members):
+                if members[int(me)] != rank:
+                    peer = None
+        peers.append(peer)
+    out = ops[["rank", "gid", "row", "done", "state_rank", "p2p_seq", "created_ns"]].copy()
+    out["kind"] = ops["op"].to_numpy()
+    out["peer"] = pd.array(peers, dtype="Int64")
+    return out.reset_index(drop=True)
+
+
+def _blocked(
+    frame: pd.DataFrame, collectives: pd.DataFrame, consensus: pd.DataFrame, p2p: pd.DataFrame
+) -> pd.DataFrame:
+    """Each rank's oldest unfinished op (collective: no member finished it)."""
+    coll_done = collectives.merge(
+        consensus[["gid", "seq", "done_any"]], on=["gid", "seq"], how="left"
+    )
+    pending_coll = coll_done[~coll_done["done_any"].astype(bool)]
+    pending_coll = pending_coll.assign(kind="collective", p2p_seq=pd.NA)[
+        ["rank", "kind", "gid", "seq", "row", "p2p_seq"]
+    ]
+    pending_p2p = p2p[~p2p["done"].astype(bool)].assign(kind="p2p", seq=pd.NA)[
+        ["rank", "kind", "gid", "seq", "row", "p2p_seq"]
+    ]
+    pending = pd.concat([pending_coll, pending_p2p], ignore_index=True)
+    if pending.empty:
+        return pending
+    pending = pending.sort_values(["rank", "row"], kind="stable")
+    return pending.groupby("rank", sort=True).head(1).reset_index(drop=True)
+
+
+def column_values(table: pa.Table, column: str, rows: list[int]) -> list[object]:
+    """Values of one entries-table column at the given rows."""
+    return pc.take(table.column(column), pa.array(rows, type=pa.int64())).to_pylist()

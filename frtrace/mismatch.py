@@ -1,0 +1,213 @@
+"""Members of a group that called something else at the same sequence number.
+
+For every (group, seq) whose members' signatures differ (see ``match``), the majority defines
+what the op should have been; the minority are the culprits. The kind is the first thing that
+differs: op name, then sizes (under each op family's rules), then dtypes. A tie at the top
+means there is no majority: every side is named and the confidence is low.
+
+A rank that skipped or added a collective disagrees with its group at every later seq. When its
+later ops line up with the majority's shifted by a few positions, that is reported once as a
+sequence shift at the first disagreement instead of a cascade of mismatches.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import pandas as pd
+
+from frtrace.findings import Confidence, Finding, FindingKind, OpSignature, Severity
+from frtrace.groups import Membership
+from frtrace.match import MatchResult
+from frtrace.ranges import format_ranks
+from frtrace.signatures import signature_at
+from frtrace.tables import DumpSet
+
+__all__ = ["find_mismatches"]
+
+# How far (in collectives) a shifted rank is searched for, and how many of its following ops
+# must line up with the majority's for the shift to be believed.
+MAX_SHIFT = 3
+MIN_SHIFT_RUN = 2
+
+
+@dataclass(frozen=True, slots=True)
+class _Disagreement:
+    seq: int
+    culprits: frozenset[int]
+    majority: frozenset[int]
+    kind: FindingKind
+    rows: dict[int, int]  # rank -> entries row
+    ops: dict[int, str]
+
+
+def _classify(a: OpSignature, b: OpSignature) -> FindingKind:
+    if a.op != b.op:
+        return FindingKind.OP_MISMATCH
+    if (a.input_sizes, a.output_sizes) != (b.input_sizes, b.output_sizes):
+        return FindingKind.SIZE_MISMATCH
+    return FindingKind.DTYPE_MISMATCH
+
+
+def find_mismatches(dumps: DumpSet, membership: Membership, match: MatchResult) -> list[Finding]:
+    """One finding per group and distinct set of disagreeing ranks, at its first seq."""
+    bad = match.consensus[~match.consensus["consistent"].astype(bool)][["gid", "seq"]]
+    if bad.empty:
+        return []
+    rows = match.collectives.merge(bad, on=["gid", "seq"], how="inner")
+    by_group: dict[int, list[_Disagreement]] = defaultdict(list)
+    for (gid, seq), part in rows.groupby(["gid", "seq"], sort=True):
+        d = _disagreement(int(seq), part)
+        if d is not None:
+            by_group[int(gid)].append(d)
+    findings: list[Finding] = []
+    for gid, items in sorted(by_group.items()):
+        first: dict[frozenset[int], _Disagreement] = {}
+        later: dict[frozenset[int], int] = defaultdict(int)
+        for d in items:
+            if d.culprits in first:
+                later[d.culprits] += 1
+            else:
+                first[d.culprits] = d
+        for culprits, d in first.items():
+            findings.append(_finding(dumps, membership, match, gid, d, later[culprits]))
+    return findings
+
+
+def _disagreement(seq: int, part: pd.DataFrame) -> _Disagreement | None:
+    sides: dict[tuple[str, int], list[int]] = defaultdict(list)
+    rows: dict[int, int] = {}
+    ops: dict[int, str] = {}
+    for r in part.itertuples(index=False):
+        sides[(str(r.op), int(r.sig))].append(int(r.rank))
+        rows[int(r.rank)] = int(r.row)
+        ops[int(r.rank)] = str(r.op)
+    if len(sides) < 2:
+        return None
+    ranked = sorted(sides.values(), key=lambda ranks: (-len(ranks), min(ranks)))
+    if len(ranked[0]) == len(ranked[1]):
+        majority: frozenset[int] = frozenset()
+        culprits = frozenset(rows)
+    else:
+        majority = frozenset(ranked[0])
+        culprits = frozenset(rows) - majority
+    kinds = {FindingKind.OP_MISMATCH if len({ops[r] for r in rows}) > 1 else None}
+    kind = FindingKind.OP_MISMATCH if None not in kinds else FindingKind.SIZE_MISMATCH
+    return _Disagreement(seq, culprits, majority, kind, rows, ops)
+
+
+def _finding(
+    dumps: DumpSet,
+    membership: Membership,
+    match: MatchResult,
+    gid: int,
+    d: _Disagreement,
+    n_later: int,
+) -> Finding:
+    group = membership.groups[gid]
+    ref_rank = min(d.majority) if d.majority else min(d.rows)
+    expected = signature_at(dumps, d.rows[ref_rank], op=d.ops[ref_rank])
+    actual = {r: signature_at(dumps, d.rows[r], op=d.ops[r]) for r in sorted(d.culprits)}
+    kinds = {_classify(expected, sig) for r, sig in actual.items() if r != ref_rank}
+    kind = min(kinds, key=list(FindingKind).index) if kinds else d.kind
+    culprits = tuple(sorted(d.culprits))
+    waiting = tuple(sorted(d.majority))
+    shift = _shift(match, gid, d.seq, culprits) if d.majority else None
+    noun = {
+        FindingKind.OP_MISMATCH: "called a different collective",
+        FindingKind.SIZE_MISMATCH: "passed different sizes",
+        FindingKind.DTYPE_MISMATCH: "passed different dtypes",
+    }[kind]
+    who = f"rank{'s' if len(culprits) > 1 else ''} {format_ranks(culprits)}"
+    if d.majority:
+        summary = (
+            f"{who} {noun} at {expected.op} #{d.seq} of {group.label}: "
+            f"{_describe(next(iter(actual.values())), kind)} where "
+            f"{len(waiting)} other ranks have {_describe(expected, kind)}"
+        )
+        confidence, why = Confidence.HIGH, (
+            f"{len(waiting)} of {len(d.rows)} members that recorded #{d.seq} agree"
+        )
+    else:
+        summary = (
+            f"members of {group.label} disagree at #{d.seq} with no majority: "
+            + "; ".join(f"rank {r}: {_describe(s, kind)}" for r, s in
+                        [(ref_rank, expected), *actual.items()] if r in d.rows)
+        )
+        confidence, why = Confidence.LOW, "no majority: any side may be the wrong one"
+    evidence = [
+        f"rank {r}: {s.op} in={list(map(list, s.input_sizes))} out={list(map(list, s.output_sizes))}"
+        f" dtypes={list(s.input_dtypes)} state={s.state}"
+        for r, s in sorted({ref_rank: expected, **actual}.items())
+    ]
+    if shift is not None:
+        kind = FindingKind.SEQUENCE_SHIFT
+        summary = f"{who} {shift} in {group.label} (first disagreement at #{d.seq})"
+        evidence.append(
+            f"its collectives after #{d.seq} line up with the others' when shifted: the "
+            "later disagreements are consequences, not separate faults"
+        )
+    if n_later:
+        evidence.append(
+            f"{n_later} later seq(s) of {group.label} disagree on the same ranks "
+            "(follow-on effects of this one)"
+        )
+    return Finding(
+        kind=kind,
+        severity=Severity.ERROR,
+        summary=summary,
+        culprit_ranks=culprits,
+        waiting_ranks=waiting,
+        group=group,
+        seq=d.seq,
+        op=expected.op,
+        expected=expected if d.majority else None,
+        actual=actual,
+        confidence=confidence,
+        why=why,
+        evidence=tuple(evidence),
+    )
+
+
+def _describe(sig: OpSignature, kind: FindingKind) -> str:
+    if kind == FindingKind.OP_MISMATCH:
+        return sig.op
+    if kind == FindingKind.SIZE_MISMATCH:
+        return f"{sig.op} in={list(map(list, sig.input_sizes))} out={list(map(list, sig.output_sizes))}"
+    return f"{sig.op} dtypes={list(sig.input_dtypes)}"
+
+
+def _shift(match: MatchResult, gid: int, seq: int, culprits: tuple[int, ...]) -> str | None:
+    """'skipped N collective(s)' / 'made N extra collective call(s)' when the ops line up."""
+    coll = match.collectives[match.collectives["gid"] == gid]
+    others = coll[~coll["rank"].isin(culprits)]
+    if others.empty:
+        return None
+    majority = (
+        others.groupby("seq")[["op", "sig"]]
+        .agg(lambda s: s.mode().iloc[0])
+        .apply(lambda r: (r["op"], int(r["sig"])), axis=1)
+        .to_dict()
+    )
+    verdicts: set[str] = set()
+    for rank in culprits:
+        mine = coll[(coll["rank"] == rank) & (coll["seq"] >= seq)].sort_values("seq")
+        ops = {int(s): (o, int(g)) for s, o, g in zip(mine["seq"], mine["op"], mine["sig"],
+                                                       strict=True)}
+        found = None
+        for delta in sorted(range(-MAX_SHIFT, MAX_SHIFT + 1), key=abs):
+            if delta == 0:
+                continue
+            pairs = [(ops[s], majority.get(s + delta)) for s in sorted(ops)]
+            pairs = [(a, b) for a, b in pairs if b is not None]
+            if len(pairs) >= MIN_SHIFT_RUN and all(a == b for a, b in pairs):
+                found = delta
+                break
+        if found is None:
+            return None
+        if found > 0:
+            verdicts.add(f"skipped {found} collective{'s' if found > 1 else ''}")
+        else:
+            verdicts.add(f"made {-found} extra collective call{'s' if found < -1 else ''}")
+    return verdicts.pop() if len(verdicts) == 1 else None

@@ -1,0 +1,1 @@
+"""Reporters: a Report in, text out. Pure and deterministic (no times, no absolute paths)."""

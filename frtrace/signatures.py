@@ -1,0 +1,52 @@
+"""Read what a rank did at one entry, for people: op, sizes, dtypes, state and stack."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from frtrace.findings import OpSignature
+from frtrace.tables import DumpSet
+
+__all__ = ["entry_at", "format_frame", "signature_at"]
+
+# Frames from torch's own wrappers say nothing about the user's code; they are kept in the
+# stack but a reporter may show the first frame outside them as "the call site".
+TORCH_INTERNAL = ("torch/distributed/", "c10d_logger.py", "torch/nn/parallel/")
+
+
+def entry_at(dumps: DumpSet, row: int) -> dict[str, Any]:
+    """One entries-table row as a dict."""
+    rows: list[dict[str, Any]] = dumps.entries.slice(row, 1).to_pylist()
+    return rows[0]
+
+
+def format_frame(name: str, filename: str, line: int) -> str:
+    """``forward (model.py:42)``."""
+    return f"{name} ({filename}:{line})" if line >= 0 else f"{name} ({filename})"
+
+
+def _sizes(value: Any) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(s) for s in value or ())
+
+
+def signature_at(dumps: DumpSet, row: int, *, op: str | None = None) -> OpSignature:
+    """The OpSignature of the entry at ``row`` (``op`` overrides, e.g. a coalesced run's)."""
+    e = entry_at(dumps, row)
+    stack = tuple(format_frame(*f) for f in dumps.stack(e["stack_id"]))
+    return OpSignature(
+        op=op or e["op"] or "?",
+        input_sizes=_sizes(e["input_sizes"]),
+        output_sizes=_sizes(e["output_sizes"]),
+        input_dtypes=tuple(e["input_dtypes"] or ()),
+        output_dtypes=tuple(e["output_dtypes"] or ()),
+        state=e["state"],
+        stack=stack,
+    )
+
+
+def call_site(stack: tuple[str, ...]) -> str | None:
+    """The innermost frame outside torch's own wrappers: where the user's code called in."""
+    for frame in stack:
+        if not any(marker in frame for marker in TORCH_INTERNAL):
+            return frame
+    return stack[0] if stack else None

@@ -1,0 +1,40 @@
+"""A one-screen summary of what was loaded: one row per dump file."""
+
+from __future__ import annotations
+
+from tabulate import tabulate
+
+from frtrace.ranges import format_ranks
+from frtrace.tables import DumpSet
+
+__all__ = ["render_summary"]
+
+
+def render_summary(dumps: DumpSet) -> str:
+    """Files table plus totals and what is missing."""
+    rows = []
+    for f in dumps.files.to_pylist():
+        if f["loaded"]:
+            rid = (f"{f['record_id_min']}-{f['record_id_max']}"
+                   if f["record_id_min"] is not None else "-")
+            rows.append((f["rank"], f["encoding"], f["format_version"] or "(2.2 list)",
+                         f["backend"] or "-", f["entry_count"], rid,
+                         "yes" if f["wrapped"] else "no", len(f["problems"])))
+        else:
+            rows.append((f["rank"], "-", "-", "-", "-", "-", "-", "unreadable"))
+    out = [
+        f"{dumps.directory}: {len(dumps.loaded_ranks)} of {dumps.world.size} ranks loaded, "
+        f"{dumps.entries.num_rows} entries, {dumps.stacks.num_rows} distinct stacks, "
+        f"{len(set(dumps.entries.column('group_name').to_pylist()))} process groups",
+        "",
+        tabulate(rows, headers=("rank", "encoding", "version", "backend", "entries",
+                                "record ids", "wrapped", "problems")),
+        "",
+    ]
+    if dumps.missing_ranks:
+        out.append(f"no dump for ranks {format_ranks(dumps.missing_ranks)}")
+    for p in dumps.problems:
+        out.append(f"{'error' if p.fatal else 'warning'}: {p.message}")
+    for s in dumps.skipped:
+        out.append(f"skipped {s.path}: {s.reason}")
+    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,94 @@
+"""Shared test helpers: a dump factory that names only what a test is about."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+GLOO = FIXTURES / "gloo"
+GLOO_JSON = FIXTURES / "gloo_json"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true", help="rewrite golden files")
+
+
+@pytest.fixture
+def update_golden(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--update-golden"))
+
+
+def make_entry(**overrides: Any) -> dict[str, Any]:
+    """A completed 4-element all_reduce on the default group, FR format 2.10."""
+    base: dict[str, Any] = {
+        "record_id": 0,
+        "pg_id": 0,
+        "process_group": ("0", "default_pg"),
+        "collective_seq_id": 1,
+        "p2p_seq_id": 0,
+        "op_id": 1,
+        "profiling_name": "nccl:all_reduce",
+        "time_created_ns": 1_700_000_000_000_000_000,
+        "input_sizes": [[4]],
+        "input_dtypes": ["Float"],
+        "output_sizes": [[4]],
+        "output_dtypes": ["Float"],
+        "state": "completed",
+        "time_discovered_started_ns": None,
+        "time_discovered_completed_ns": 1_700_000_000_001_000_000,
+        "retired": True,
+        "timeout_ms": 600000,
+        "is_p2p": False,
+        "thread_id": "1",
+        "thread_name": "python",
+        "frames": [
+            {"name": "all_reduce", "filename": "torch/distributed/distributed_c10d.py",
+             "line": 2800},
+            {"name": "train_step", "filename": "train.py", "line": 42},
+        ],
+    }
+    return base | overrides
+
+
+def make_dump(entries: list[dict[str, Any]], *, world: int = 2, **top: Any) -> dict[str, Any]:
+    """A 2.10 dump dict around ``entries`` with a default-group pg_config of ``world`` ranks."""
+    ranks = ", ".join(str(r) for r in range(world))
+    base: dict[str, Any] = {
+        "version": "2.10",
+        "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": f"[{ranks}]"}},
+        "comm_lib_version": "2.21.5",
+        "pg_status": {"0": {"last_enqueued_collective": len(entries),
+                            "last_started_collective": -1,
+                            "last_completed_collective": len(entries)}},
+        "entries": entries,
+    }
+    return base | top
+
+
+def write_pickle(path: Path, payload: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(pickle.dumps(payload, protocol=2))
+    return path
+
+
+def write_json(path: Path, payload: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload))
+    return path
+
+
+def healthy_set(directory: Path, *, world: int = 2, steps: int = 3) -> Path:
+    """``world`` ranks that each completed ``steps`` all_reduces."""
+    for rank in range(world):
+        entries = [
+            make_entry(record_id=i, collective_seq_id=i + 1, op_id=i + 1,
+                       time_created_ns=1_700_000_000_000_000_000 + i * 1_000_000)
+            for i in range(steps)
+        ]
+        write_pickle(directory / f"nccl_trace_rank_{rank}", make_dump(entries, world=world))
+    return directory
