@@ -28,8 +28,12 @@ app = typer.Typer(
 
 DirOption = Annotated[
     Path,
-    typer.Option("--dir", "-d", help="Directory holding one Flight Recorder dump per rank "
-                 "(searched recursively).", show_default=False),
+    typer.Option(
+        "--dir",
+        "-d",
+        help="Directory holding one Flight Recorder dump per rank (searched recursively).",
+        show_default=False,
+    ),
 ]
 JobsOption = Annotated[
     int | None,

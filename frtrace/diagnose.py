@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-import networkx as nx
 import pandas as pd
 
+from frtrace.deadlock import find_deadlocks
 from frtrace.findings import (
     Confidence,
     Finding,
@@ -34,7 +34,7 @@ from frtrace.ranges import format_ranks
 from frtrace.signatures import call_site, entry_at, signature_at
 from frtrace.stragglers import find_stragglers
 from frtrace.tables import DumpSet
-from frtrace.waitgraph import Edge, EdgeKind, WaitGraph, build_wait_graph
+from frtrace.waitgraph import Edge, EdgeKind, WaitGraph, build_wait_graph, victims_of
 
 __all__ = ["diagnose"]
 
@@ -53,7 +53,7 @@ def diagnose(dumps: DumpSet) -> Report:
     waits = build_wait_graph(dumps, membership, matched)
     findings = find_mismatches(dumps, membership, matched)
     findings += _hang_findings(dumps, membership, matched, waits)
-    findings += _deadlock_findings(dumps, membership, matched, waits)
+    findings += find_deadlocks(dumps, membership, matched, waits)
     findings += _stuck_findings(dumps, membership, matched, waits)
     stragglers = find_stragglers(dumps, membership, matched)
     findings.sort(key=Finding.sort_key)
@@ -65,8 +65,12 @@ def diagnose(dumps: DumpSet) -> Report:
         - {r for f in errors if f.kind != FindingKind.MISSING_DUMP for r in f.culprit_ranks}
     )
     kinds = {f.kind for f in errors}
-    desync = {FindingKind.OP_MISMATCH, FindingKind.SIZE_MISMATCH, FindingKind.DTYPE_MISMATCH,
-              FindingKind.SEQUENCE_SHIFT}
+    desync = {
+        FindingKind.OP_MISMATCH,
+        FindingKind.SIZE_MISMATCH,
+        FindingKind.DTYPE_MISMATCH,
+        FindingKind.SEQUENCE_SHIFT,
+    }
     if kinds & desync:
         verdict = Verdict.DESYNC
     elif errors:
@@ -100,10 +104,12 @@ def _unexplained(matched: MatchResult, waits: WaitGraph) -> list[int]:
     """Blocked ranks that wait on no one and are not all inside one op together."""
     together = {r for ranks in waits.co_waiting.values() for r in ranks}
     return [
-        int(r) for r in matched.blocked["rank"]
-        if int(r) not in together and waits.graph.out_degree(int(r)) == 0
-        and int(r) not in waits.roots
-    ] if not matched.blocked.empty else []
+        r
+        for r in matched.blocked
+        if r not in together
+        and (not waits.graph.has_node(r) or waits.graph.out_degree(r) == 0)
+        and r not in waits.roots
+    ]
 
 
 def _in_sink_cycle(waits: WaitGraph) -> set[int]:
@@ -112,13 +118,6 @@ def _in_sink_cycle(waits: WaitGraph) -> set[int]:
         if all(r in waits.roots for r in cycle):
             cyc.update(cycle)
     return cyc
-
-
-def _victims(waits: WaitGraph, culprits: tuple[int, ...]) -> set[int]:
-    out: set[int] = set()
-    for c in culprits:
-        out |= nx.ancestors(waits.graph, c)
-    return out - set(culprits)
 
 
 def _hang_findings(
@@ -137,8 +136,10 @@ def _hang_findings(
         key = (kind, e.gid, e.seq, e.p2p_seq if e.seq is None else None)
         grouped[key].append(e)
     findings = []
-    for (kind, gid, seq, _), edges in sorted(grouped.items(), key=lambda kv: (
-        kv[0][0], kv[0][1], -1 if kv[0][2] is None else kv[0][2], kv[0][3] or -1)):
+    for (kind, gid, seq, _), edges in sorted(
+        grouped.items(),
+        key=lambda kv: (kv[0][0], kv[0][1], -1 if kv[0][2] is None else kv[0][2], kv[0][3] or -1),
+    ):
         findings.append(_hang_finding(dumps, membership, matched, waits, kind, gid, seq, edges))
     return findings
 
@@ -179,7 +180,7 @@ def _hang_finding(
     ref = min(edges, key=lambda e: e.waiter)
     expected = signature_at(dumps, ref.row)
     op = expected.op
-    blocked_total = _victims(waits, culprits)
+    blocked_total = victims_of(waits, culprits)
     who = f"rank{'s' if len(culprits) > 1 else ''} {format_ranks(culprits)}"
     where = f"{op} #{seq} of {group.label}" if seq is not None else f"{op} in {group.label}"
     also = (
@@ -204,13 +205,13 @@ def _hang_finding(
     if kind == FindingKind.NEVER_JOINED:
         summary = f"{who} never joined {where}{also}"
         if group.inferred:
-            confidence, why = Confidence.MEDIUM, (
-                "group membership was inferred from the entries (pg_config not usable)"
+            confidence, why = (
+                Confidence.MEDIUM,
+                ("group membership was inferred from the entries (pg_config not usable)"),
             )
         elif any(m not in dumps.loaded_ranks for m in group.members):
             confidence, why = Confidence.MEDIUM, "some members of the group have no dump"
-        host = [c for c in culprits if c in actual and actual[c].state in (None, "completed")
-                or (c in actual and _all_done(matched, c))]
+        host = [c for c in culprits if c in actual and _all_done(matched, c)]
         if host:
             evidence.append(
                 f"rank{'s' if len(host) > 1 else ''} {format_ranks(host)} finished every op "
@@ -218,18 +219,21 @@ def _hang_finding(
                 "exception handler) before this collective"
             )
     elif kind == FindingKind.NOT_STARTED:
-        summary = (
-            f"{who} enqueued {where} but never started it while its peers did{also}"
-        )
+        summary = f"{who} enqueued {where} but never started it while its peers did{also}"
         evidence.append("its GPU stream is busy with other work that the recorder does not see")
     elif kind == FindingKind.P2P_UNMATCHED:
         peers = ", ".join(f"{e.waiter}->{e.target}" for e in edges[:8])
         summary = f"{who} never posted the p2p op matching {where} ({peers}){also}"
     else:
-        summary = f"{who} ha{'ve' if len(culprits) > 1 else 's'} no dump, and {where} waits on them{also}"
-        confidence, why = Confidence.LOW, (
-            "inferred from missing data: every member with a dump is inside the op; "
-            "the rank(s) without a dump are the only ones that may not be"
+        summary = (
+            f"{who} ha{'ve' if len(culprits) > 1 else 's'} no dump, and {where} waits on them{also}"
+        )
+        confidence, why = (
+            Confidence.LOW,
+            (
+                "inferred from missing data: every member with a dump is inside the op; "
+                "the rank(s) without a dump are the only ones that may not be"
+            ),
         )
     return Finding(
         kind=kind,
@@ -249,51 +253,7 @@ def _hang_finding(
 
 
 def _all_done(matched: MatchResult, rank: int) -> bool:
-    return matched.blocked.empty or rank not in set(matched.blocked["rank"].astype(int))
-
-
-def _deadlock_findings(
-    dumps: DumpSet, membership: Membership, matched: MatchResult, waits: WaitGraph
-) -> list[Finding]:
-    findings = []
-    for cycle in waits.cycles:
-        kinds = {
-            waits.graph.edges[a, b]["kind"]
-            for a, b in zip(cycle, (*cycle[1:], cycle[0]), strict=True)
-        }
-        if kinds == {str(EdgeKind.MISMATCH)}:
-            continue  # two sides of a mismatch without majority: told by the mismatch finding
-        steps = []
-        for a, b in zip(cycle, (*cycle[1:], cycle[0]), strict=True):
-            data = waits.graph.edges[a, b]
-            group = membership.groups[data["gid"]]
-            blocked = matched.blocked[matched.blocked["rank"] == a]
-            op = "?"
-            if not blocked.empty:
-                op = signature_at(dumps, int(blocked["row"].iloc[0])).op
-            seq = f" #{data['seq']}" if data["seq"] is not None else ""
-            steps.append(f"rank {a} is in {op}{seq} of {group.label}, waiting for rank {b}")
-        sink = all(r in waits.roots for r in cycle)
-        victims = _victims(waits, cycle)
-        findings.append(
-            Finding(
-                kind=FindingKind.DEADLOCK,
-                severity=Severity.ERROR,
-                summary=(
-                    f"cross-group deadlock: ranks {format_ranks(cycle)} wait on each other "
-                    f"({'; '.join(steps)})"
-                    + (f"; {len(victims)} more ranks wait on them" if victims else "")
-                ),
-                culprit_ranks=tuple(sorted(cycle)) if sink else (),
-                waiting_ranks=tuple(sorted(victims)),
-                confidence=Confidence.HIGH,
-                why="each rank's dump shows it blocked in an op the next one never entered",
-                evidence=tuple(steps)
-                + ("the ranks entered these groups in different orders",),
-                cycle=cycle,
-            )
-        )
-    return findings
+    return rank not in matched.blocked
 
 
 def _stuck_findings(
@@ -309,12 +269,13 @@ def _stuck_findings(
             continue
         row = int(
             matched.collectives[
-                (matched.collectives["gid"] == gid) & (matched.collectives["seq"] == seq)
+                (matched.collectives["gid"] == gid)
+                & (matched.collectives["seq"] == seq)
                 & (matched.collectives["rank"] == ranks[0])
             ]["row"].iloc[0]
         )
         sig = signature_at(dumps, row)
-        held = _victims(waits, ranks)
+        held = victims_of(waits, ranks)
         where = f"{sig.op} #{seq} of {group.label}"
         if set(ranks) <= stateless and not held:
             findings.append(
@@ -365,8 +326,10 @@ def _stuck_findings(
 def _stateless_ranks(dumps: DumpSet) -> set[int]:
     files = dumps.files
     return {
-        int(r) for r, b in zip(files.column("rank").to_pylist(),
-                               files.column("backend").to_pylist(), strict=True)
+        int(r)
+        for r, b in zip(
+            files.column("rank").to_pylist(), files.column("backend").to_pylist(), strict=True
+        )
         if b == "gloo"
     }
 
@@ -397,8 +360,13 @@ def _data_notes(
             "ranks, the highest ones have no dump and are not seen."
         )
     wrapped = [
-        r for r, w in zip(dumps.files.column("rank").to_pylist(),
-                          dumps.files.column("wrapped").to_pylist(), strict=True) if w
+        r
+        for r, w in zip(
+            dumps.files.column("rank").to_pylist(),
+            dumps.files.column("wrapped").to_pylist(),
+            strict=True,
+        )
+        if w
     ]
     if wrapped:
         notes.append(

@@ -1,4 +1,4 @@
-"""The result of an analysis: findings, stragglers, culprits and a verdict. Reporters read only this.
+"""The result of an analysis: findings, stragglers, culprits, a verdict. Reporters read only this.
 
 Every finding has a stable ``kind`` (its code is listed in the README and never reused):
 
@@ -146,8 +146,13 @@ class Finding:
     def sort_key(self) -> tuple[int, str, str, int, tuple[int, ...]]:
         """Most severe first, then by code, group and sequence, for deterministic output."""
         group = self.group.name if self.group else ""
-        return (-self.severity, self.code, group, -1 if self.seq is None else self.seq,
-                self.culprit_ranks)
+        return (
+            -self.severity,
+            self.code,
+            group,
+            -1 if self.seq is None else self.seq,
+            self.culprit_ranks,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

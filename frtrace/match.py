@@ -23,7 +23,6 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from frtrace.groups import Membership
 from frtrace.tables import DumpSet
@@ -49,7 +48,23 @@ COMPARE_OUTPUT_ONLY = frozenset({"scatter", "_scatter_base"})
 # Sizes are compared only where the ops are equal; these never carry sizes of their own.
 MARKER_OPS = frozenset({"coalesced", "barrier", "all_reduce_barrier"})
 
-_DONE, _PENDING = True, False
+COLLECTIVE, P2P = "collective", "p2p"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpRef:
+    """One logical op of one rank, as matching sees it."""
+
+    rank: int
+    gid: int  # index into Membership.groups
+    seq: int | None  # collective seq; None for p2p
+    p2p_seq: int | None  # p2p ops only
+    kind: str  # COLLECTIVE or P2P
+    op: str  # "all_reduce", ...; "send"/"recv" for p2p
+    sig: int  # comparable signature (equal across ranks when the op's rules say so)
+    state_rank: int  # 0 scheduled, 1 started, 2 completed
+    row: int  # entries-table row (the first entry of a coalesced run)
+    peer: int | None = None  # p2p: the other end, as a global rank
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,13 +77,16 @@ class MatchResult:
     collectives: pd.DataFrame
     # One row per (gid, seq): n_present, done_any, consistent (all members' sig equal).
     consensus: pd.DataFrame
-    # One row per (rank, gid): seq_min, seq_max over its logical collectives.
-    extent: pd.DataFrame
     # One row per p2p op: rank, gid, peer (global), kind ("send"/"recv"), row, done, p2p_seq.
     p2p: pd.DataFrame
-    # One row per rank that has an unfinished op: rank, kind ("collective"/"p2p"), gid, seq,
-    # row (entries-table row of that op), p2p_seq.
-    blocked: pd.DataFrame
+    # (rank, gid) -> (lowest, highest) seq of its logical collectives in that group.
+    extent: dict[tuple[int, int], tuple[int, int]]
+    # Collectives at (group, seq)s that no member finished, keyed (rank, gid, seq).
+    pending: dict[tuple[int, int, int], OpRef]
+    # Unfinished send/recv ops per rank, oldest first.
+    pending_p2p: dict[int, list[OpRef]]
+    # Each rank's oldest unfinished op: where it is blocked. Ranks with none are absent.
+    blocked: dict[int, OpRef]
 
 
 def _state_rank(state: pa.ChunkedArray) -> np.ndarray:
@@ -107,8 +125,8 @@ def _done_column(dumps: DumpSet, state_rank: np.ndarray) -> np.ndarray:
     # On NCCL, `retired` without `completed` means the watchdog gave up (timeout, abort).
     # Another backend whose rank never shows a state is read like Gloo.
     use_retired = (backend == "gloo") | ((backend != "nccl") & ~np.isin(rank, ranks_with_states))
-    done = np.where(use_retired, retired, state_rank == 2)
-    return done.astype(bool)
+    done: np.ndarray = np.where(use_retired, retired, state_rank == 2).astype(bool)
+    return done
 
 
 def _sig_columns(entries: pa.Table, op: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -173,19 +191,24 @@ def match(dumps: DumpSet, membership: Membership) -> MatchResult:
     coll = frame[~frame["is_p2p"] & frame["seq"].notna() & (frame["gid"] >= 0)]
     collectives = _logical_collectives(coll)
     consensus = _consensus(collectives)
-    extent = (
-        collectives.groupby(["rank", "gid"], sort=True)["seq"]
-        .agg(seq_min="min", seq_max="max")
-        .reset_index()
-    )
+    spans = collectives.groupby(["rank", "gid"], sort=True)["seq"].agg(["min", "max"])
+    extent = {
+        (int(r), int(g)): (int(lo), int(hi))
+        for (r, g), lo, hi in zip(
+            spans.index.tolist(), spans["min"].tolist(), spans["max"].tolist(), strict=True
+        )
+    }
     p2p = _p2p_ops(frame[frame["is_p2p"] & (frame["gid"] >= 0)], membership)
-    blocked = _blocked(frame, collectives, consensus, p2p)
+    pending = _pending_collectives(collectives, consensus)
+    pending_p2p = _pending_p2p(p2p)
     return MatchResult(
         collectives=collectives,
         consensus=consensus,
-        extent=extent,
         p2p=p2p,
-        blocked=blocked,
+        extent=extent,
+        pending=pending,
+        pending_p2p=pending_p2p,
+        blocked=_blocked(pending, pending_p2p),
     )
 
 
@@ -196,9 +219,7 @@ def _mark_p2p_batches(frame: pd.DataFrame) -> None:
     closing ``coalesced`` entry (same rank, group and p2p_seq) is the one that completes.
     """
     is_marker = frame["op"].eq("coalesced")
-    prev_p2p = frame["is_p2p"].shift(1, fill_value=False) & frame["rank"].eq(
-        frame["rank"].shift(1)
-    )
+    prev_p2p = frame["is_p2p"].shift(1, fill_value=False) & frame["rank"].eq(frame["rank"].shift(1))
     frame.loc[is_marker & prev_p2p, "is_p2p"] = True
     markers = frame[is_marker & frame["is_p2p"] & frame["p2p_seq"].notna()]
     if markers.empty:
@@ -233,8 +254,20 @@ def _logical_collectives(coll: pd.DataFrame) -> pd.DataFrame:
         )
         folded = folded.reset_index()
         out = pd.concat([out, folded], ignore_index=True)
-    cols = ["rank", "gid", "seq", "row", "last_row", "op", "op_code", "sig", "done",
-            "state_rank", "created_ns", "n_entries"]
+    cols = [
+        "rank",
+        "gid",
+        "seq",
+        "row",
+        "last_row",
+        "op",
+        "op_code",
+        "sig",
+        "done",
+        "state_rank",
+        "created_ns",
+        "n_entries",
+    ]
     return out[cols].sort_values(["gid", "seq", "rank"], kind="stable").reset_index(drop=True)
 
 
@@ -255,22 +288,25 @@ def _consensus(collectives: pd.DataFrame) -> pd.DataFrame:
 
 
 def _p2p_ops(p2p: pd.DataFrame, membership: Membership) -> pd.DataFrame:
-    """Send/recv ops with their peer as a global rank."""
+    """Send/recv ops with their peer as a global rank (null where it cannot be known)."""
     ops = p2p[p2p["op"].isin(["send", "recv"])]
     peers: list[int | None] = []
     for rank, gid, op, src, dst in zip(
-        ops["rank"], ops["gid"], ops["op"], ops["src"], ops["dst"], strict=True
+        ops["rank"].tolist(),
+        ops["gid"].tolist(),
+        ops["op"].tolist(),
+        _ints(ops["src"]),
+        _ints(ops["dst"]),
+        strict=True,
     ):
         members = membership.groups[gid].members
-        local = dst if op == "send" else src
+        local, me = (dst, src) if op == "send" else (src, dst)
         peer = None
-        if local is not pd.NA and local is not None and 0 <= int(local) < len(members):
-            peer = members[int(local)]
-            # the name's other end is this rank; if not, the names are not group-local
-            me = src if op == "send" else dst
-            if me is not pd.NA and me is not None and 0 <= int(me) < len(members):
-                if members[int(me)] != rank:
-                    peer = None
+        if local is not None and 0 <= local < len(members):
+            peer = members[local]
+            # the name's other end must be this rank, else the names are not group-local
+            if me is not None and 0 <= me < len(members) and members[me] != rank:
+                peer = None
         peers.append(peer)
     out = ops[["rank", "gid", "row", "done", "state_rank", "p2p_seq", "created_ns"]].copy()
     out["kind"] = ops["op"].to_numpy()
@@ -278,27 +314,81 @@ def _p2p_ops(p2p: pd.DataFrame, membership: Membership) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+def _ints(series: pd.Series) -> list[int | None]:
+    """A nullable integer column as Python ints and None."""
+    return [None if pd.isna(v) else int(v) for v in series.tolist()]
+
+
+def _pending_collectives(
+    collectives: pd.DataFrame, consensus: pd.DataFrame
+) -> dict[tuple[int, int, int], OpRef]:
+    """Logical collectives at (group, seq)s no member finished, keyed (rank, gid, seq)."""
+    open_keys = consensus.loc[~consensus["done_any"].astype(bool), ["gid", "seq"]]
+    rows = collectives.merge(open_keys, on=["gid", "seq"], how="inner")
+    out: dict[tuple[int, int, int], OpRef] = {}
+    for rank, gid, seq, op, sig, state, row in zip(
+        rows["rank"].tolist(),
+        rows["gid"].tolist(),
+        _ints(rows["seq"]),
+        rows["op"].tolist(),
+        rows["sig"].tolist(),
+        rows["state_rank"].tolist(),
+        rows["row"].tolist(),
+        strict=True,
+    ):
+        assert seq is not None  # collectives always carry a seq
+        out[(rank, gid, seq)] = OpRef(
+            rank=rank,
+            gid=gid,
+            seq=seq,
+            p2p_seq=None,
+            kind=COLLECTIVE,
+            op=str(op),
+            sig=int(sig),
+            state_rank=int(state),
+            row=int(row),
+        )
+    return out
+
+
+def _pending_p2p(p2p: pd.DataFrame) -> dict[int, list[OpRef]]:
+    """Unfinished send/recv ops per rank, oldest first."""
+    open_ops = p2p[~p2p["done"].astype(bool)].sort_values("row")
+    out: dict[int, list[OpRef]] = {}
+    for rank, gid, p2p_seq, kind, peer, state, row in zip(
+        open_ops["rank"].tolist(),
+        open_ops["gid"].tolist(),
+        _ints(open_ops["p2p_seq"]),
+        open_ops["kind"].tolist(),
+        _ints(open_ops["peer"]),
+        open_ops["state_rank"].tolist(),
+        open_ops["row"].tolist(),
+        strict=True,
+    ):
+        out.setdefault(rank, []).append(
+            OpRef(
+                rank=rank,
+                gid=gid,
+                seq=None,
+                p2p_seq=p2p_seq,
+                kind=P2P,
+                op=str(kind),
+                sig=0,
+                state_rank=int(state),
+                row=int(row),
+                peer=peer,
+            )
+        )
+    return out
+
+
 def _blocked(
-    frame: pd.DataFrame, collectives: pd.DataFrame, consensus: pd.DataFrame, p2p: pd.DataFrame
-) -> pd.DataFrame:
-    """Each rank's oldest unfinished op (collective: no member finished it)."""
-    coll_done = collectives.merge(
-        consensus[["gid", "seq", "done_any"]], on=["gid", "seq"], how="left"
-    )
-    pending_coll = coll_done[~coll_done["done_any"].astype(bool)]
-    pending_coll = pending_coll.assign(kind="collective", p2p_seq=pd.NA)[
-        ["rank", "kind", "gid", "seq", "row", "p2p_seq"]
-    ]
-    pending_p2p = p2p[~p2p["done"].astype(bool)].assign(kind="p2p", seq=pd.NA)[
-        ["rank", "kind", "gid", "seq", "row", "p2p_seq"]
-    ]
-    pending = pd.concat([pending_coll, pending_p2p], ignore_index=True)
-    if pending.empty:
-        return pending
-    pending = pending.sort_values(["rank", "row"], kind="stable")
-    return pending.groupby("rank", sort=True).head(1).reset_index(drop=True)
-
-
-def column_values(table: pa.Table, column: str, rows: list[int]) -> list[object]:
-    """Values of one entries-table column at the given rows."""
-    return pc.take(table.column(column), pa.array(rows, type=pa.int64())).to_pylist()
+    pending: dict[tuple[int, int, int], OpRef], pending_p2p: dict[int, list[OpRef]]
+) -> dict[int, OpRef]:
+    """Each rank's oldest unfinished op (a collective counts only if no member finished it)."""
+    out: dict[int, OpRef] = {}
+    for op in [*pending.values(), *(o for ops in pending_p2p.values() for o in ops)]:
+        best = out.get(op.rank)
+        if best is None or op.row < best.row:
+            out[op.rank] = op
+    return dict(sorted(out.items()))

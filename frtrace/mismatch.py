@@ -57,10 +57,11 @@ def find_mismatches(dumps: DumpSet, membership: Membership, match: MatchResult) 
         return []
     rows = match.collectives.merge(bad, on=["gid", "seq"], how="inner")
     by_group: dict[int, list[_Disagreement]] = defaultdict(list)
-    for (gid, seq), part in rows.groupby(["gid", "seq"], sort=True):
-        d = _disagreement(int(seq), part)
+    for _, part in rows.groupby(["gid", "seq"], sort=True):
+        gid, seq = int(part["gid"].iloc[0]), int(part["seq"].iloc[0])
+        d = _disagreement(seq, part)
         if d is not None:
-            by_group[int(gid)].append(d)
+            by_group[gid].append(d)
     findings: list[Finding] = []
     for gid, items in sorted(by_group.items()):
         first: dict[frozenset[int], _Disagreement] = {}
@@ -79,10 +80,16 @@ def _disagreement(seq: int, part: pd.DataFrame) -> _Disagreement | None:
     sides: dict[tuple[str, int], list[int]] = defaultdict(list)
     rows: dict[int, int] = {}
     ops: dict[int, str] = {}
-    for r in part.itertuples(index=False):
-        sides[(str(r.op), int(r.sig))].append(int(r.rank))
-        rows[int(r.rank)] = int(r.row)
-        ops[int(r.rank)] = str(r.op)
+    for rank, op, sig, row in zip(
+        part["rank"].tolist(),
+        part["op"].tolist(),
+        part["sig"].tolist(),
+        part["row"].tolist(),
+        strict=True,
+    ):
+        sides[(str(op), int(sig))].append(int(rank))
+        rows[int(rank)] = int(row)
+        ops[int(rank)] = str(op)
     if len(sides) < 2:
         return None
     ranked = sorted(sides.values(), key=lambda ranks: (-len(ranks), min(ranks)))
@@ -126,19 +133,19 @@ def _finding(
             f"{_describe(next(iter(actual.values())), kind)} where "
             f"{len(waiting)} other ranks have {_describe(expected, kind)}"
         )
-        confidence, why = Confidence.HIGH, (
-            f"{len(waiting)} of {len(d.rows)} members that recorded #{d.seq} agree"
+        confidence, why = (
+            Confidence.HIGH,
+            (f"{len(waiting)} of {len(d.rows)} members that recorded #{d.seq} agree"),
         )
     else:
-        summary = (
-            f"members of {group.label} disagree at #{d.seq} with no majority: "
-            + "; ".join(f"rank {r}: {_describe(s, kind)}" for r, s in
-                        [(ref_rank, expected), *actual.items()] if r in d.rows)
+        summary = f"members of {group.label} disagree at #{d.seq} with no majority: " + "; ".join(
+            f"rank {r}: {_describe(s, kind)}"
+            for r, s in [(ref_rank, expected), *actual.items()]
+            if r in d.rows
         )
         confidence, why = Confidence.LOW, "no majority: any side may be the wrong one"
     evidence = [
-        f"rank {r}: {s.op} in={list(map(list, s.input_sizes))} out={list(map(list, s.output_sizes))}"
-        f" dtypes={list(s.input_dtypes)} state={s.state}"
+        f"rank {r}: {_sizes_text(s)} dtypes={list(s.input_dtypes)} state={s.state}"
         for r, s in sorted({ref_rank: expected, **actual}.items())
     ]
     if shift is not None:
@@ -174,8 +181,14 @@ def _describe(sig: OpSignature, kind: FindingKind) -> str:
     if kind == FindingKind.OP_MISMATCH:
         return sig.op
     if kind == FindingKind.SIZE_MISMATCH:
-        return f"{sig.op} in={list(map(list, sig.input_sizes))} out={list(map(list, sig.output_sizes))}"
+        return _sizes_text(sig)
     return f"{sig.op} dtypes={list(sig.input_dtypes)}"
+
+
+def _sizes_text(sig: OpSignature) -> str:
+    ins = [list(s) for s in sig.input_sizes]
+    outs = [list(s) for s in sig.output_sizes]
+    return f"{sig.op} in={ins} out={outs}"
 
 
 def _shift(match: MatchResult, gid: int, seq: int, culprits: tuple[int, ...]) -> str | None:
@@ -184,17 +197,19 @@ def _shift(match: MatchResult, gid: int, seq: int, culprits: tuple[int, ...]) ->
     others = coll[~coll["rank"].isin(culprits)]
     if others.empty:
         return None
-    majority = (
-        others.groupby("seq")[["op", "sig"]]
-        .agg(lambda s: s.mode().iloc[0])
-        .apply(lambda r: (r["op"], int(r["sig"])), axis=1)
-        .to_dict()
-    )
+    votes: dict[int, dict[tuple[str, int], int]] = defaultdict(lambda: defaultdict(int))
+    for s, op, sig in zip(
+        others["seq"].tolist(), others["op"].tolist(), others["sig"].tolist(), strict=True
+    ):
+        votes[int(s)][(str(op), int(sig))] += 1
+    majority = {s: max(v.items(), key=lambda kv: kv[1])[0] for s, v in votes.items()}
     verdicts: set[str] = set()
     for rank in culprits:
         mine = coll[(coll["rank"] == rank) & (coll["seq"] >= seq)].sort_values("seq")
-        ops = {int(s): (o, int(g)) for s, o, g in zip(mine["seq"], mine["op"], mine["sig"],
-                                                       strict=True)}
+        ops = {
+            int(s): (o, int(g))
+            for s, o, g in zip(mine["seq"], mine["op"], mine["sig"], strict=True)
+        }
         found = None
         for delta in sorted(range(-MAX_SHIFT, MAX_SHIFT + 1), key=abs):
             if delta == 0:

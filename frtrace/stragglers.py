@@ -82,20 +82,26 @@ def find_stragglers(
     spread = float(np.median(np.abs(others["late_ms"]))) if not others.empty else 0.0
     local = _local_wait_ms(dumps, frame)
     out: list[Straggler] = []
-    for rank, stats in candidates.iterrows():
-        if stats["late_ms"] < MIN_LATE_OVER_SPREAD * spread:
+    for rank, n, share, late_ms in zip(
+        candidates.index.tolist(),
+        candidates["n"].tolist(),
+        candidates["share"].tolist(),
+        candidates["late_ms"].tolist(),
+        strict=True,
+    ):
+        if late_ms < MIN_LATE_OVER_SPREAD * spread:
             continue
         mine = frame[frame["rank"] == rank]
         late_groups = sorted(
-            {membership.groups[int(g)].name for g in mine.loc[mine["last"], "gid"]}
+            {membership.groups[int(g)].name for g in mine.loc[mine["last"], "gid"].tolist()}
         )
-        corroborated, note = _corroborate(int(rank), local, float(stats["late_ms"]))
+        corroborated, note = _corroborate(int(rank), local, float(late_ms))
         out.append(
             Straggler(
                 rank=int(rank),
-                collectives=int(stats["n"]),
-                last_share=round(float(stats["share"]), 3),
-                median_late_ms=round(float(stats["late_ms"]), 3),
+                collectives=int(n),
+                last_share=round(float(share), 3),
+                median_late_ms=round(float(late_ms), 3),
                 groups=tuple(late_groups),
                 corroborated=corroborated,
                 note=note,

@@ -12,14 +12,26 @@ __all__ = ["render_summary"]
 
 def render_summary(dumps: DumpSet) -> str:
     """Files table plus totals and what is missing."""
-    rows = []
+    rows: list[tuple[object, ...]] = []
     for f in dumps.files.to_pylist():
         if f["loaded"]:
-            rid = (f"{f['record_id_min']}-{f['record_id_max']}"
-                   if f["record_id_min"] is not None else "-")
-            rows.append((f["rank"], f["encoding"], f["format_version"] or "(2.2 list)",
-                         f["backend"] or "-", f["entry_count"], rid,
-                         "yes" if f["wrapped"] else "no", len(f["problems"])))
+            rid = (
+                f"{f['record_id_min']}-{f['record_id_max']}"
+                if f["record_id_min"] is not None
+                else "-"
+            )
+            rows.append(
+                (
+                    f["rank"],
+                    f["encoding"],
+                    f["format_version"] or "(2.2 list)",
+                    f["backend"] or "-",
+                    f["entry_count"],
+                    rid,
+                    "yes" if f["wrapped"] else "no",
+                    len(f["problems"]),
+                )
+            )
         else:
             rows.append((f["rank"], "-", "-", "-", "-", "-", "-", "unreadable"))
     out = [
@@ -27,8 +39,19 @@ def render_summary(dumps: DumpSet) -> str:
         f"{dumps.entries.num_rows} entries, {dumps.stacks.num_rows} distinct stacks, "
         f"{len(set(dumps.entries.column('group_name').to_pylist()))} process groups",
         "",
-        tabulate(rows, headers=("rank", "encoding", "version", "backend", "entries",
-                                "record ids", "wrapped", "problems")),
+        tabulate(
+            rows,
+            headers=(
+                "rank",
+                "encoding",
+                "version",
+                "backend",
+                "entries",
+                "record ids",
+                "wrapped",
+                "problems",
+            ),
+        ),
         "",
     ]
     if dumps.missing_ranks:

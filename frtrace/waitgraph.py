@@ -24,13 +24,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 import networkx as nx
-import pandas as pd
 
 from frtrace.groups import Membership
-from frtrace.match import MatchResult
+from frtrace.match import COLLECTIVE, MatchResult, OpRef
 from frtrace.tables import DumpSet
 
-__all__ = ["Edge", "EdgeKind", "WaitGraph", "build_wait_graph"]
+__all__ = ["Edge", "EdgeKind", "WaitGraph", "build_wait_graph", "victims_of"]
 
 
 class EdgeKind(StrEnum):
@@ -61,25 +60,17 @@ class Edge:
 class WaitGraph:
     """The graph, its root causes and its cycles."""
 
-    graph: nx.DiGraph
+    graph: nx.DiGraph[int]
     edges: tuple[Edge, ...]
     roots: tuple[int, ...]  # sinks that others wait on, and members of sink cycles
     cycles: tuple[tuple[int, ...], ...]  # each in wait order, starting at its lowest rank
     co_waiting: dict[tuple[int, int], tuple[int, ...]]  # (gid, seq) -> ranks all inside it
 
 
-def _pending_lookup(match: MatchResult) -> tuple[dict[tuple[int, int, int], pd.Series], set[tuple[int, int]]]:
-    """Logical collectives at (group, seq)s that no member finished, keyed (rank, gid, seq)."""
-    pending = match.consensus[~match.consensus["done_any"].astype(bool)][["gid", "seq"]]
-    rows = match.collectives.merge(pending, on=["gid", "seq"], how="inner")
-    lookup = {
-        (int(r.rank), int(r.gid), int(r.seq)): r for r in rows.itertuples(index=False)
-    }
-    return lookup, {(int(g), int(s)) for g, s in zip(pending["gid"], pending["seq"], strict=True)}
-
-
 def _majority(members: list[tuple[int, object]]) -> set[int] | None:
     """Ranks holding the most common signature, None when the top is tied."""
+    if not members:
+        return None
     counts: dict[object, list[int]] = defaultdict(list)
     for rank, sig in members:
         counts[sig].append(rank)
@@ -91,148 +82,147 @@ def _majority(members: list[tuple[int, object]]) -> set[int] | None:
 
 def build_wait_graph(dumps: DumpSet, membership: Membership, match: MatchResult) -> WaitGraph:
     """Edges from every blocked rank; see the module docstring."""
-    loaded = set(dumps.loaded_ranks)
-    wrapped = {
-        r for r, w in zip(dumps.files.column("rank").to_pylist(),
-                          dumps.files.column("wrapped").to_pylist(), strict=True) if w
-    }
-    pending, _pending_keys = _pending_lookup(match)
-    extent = {
-        (int(r), int(g)): (int(lo), int(hi))
-        for r, g, lo, hi in zip(match.extent["rank"], match.extent["gid"],
-                                match.extent["seq_min"], match.extent["seq_max"], strict=True)
-    }
-    blocked = {int(b.rank): b for b in match.blocked.itertuples(index=False)}
-    pending_p2p = match.p2p[~match.p2p["done"].astype(bool)]
-    p2p_by_rank: dict[int, list[tuple[int, str, int | None, int | None, int]]] = defaultdict(list)
-    for r in pending_p2p.itertuples(index=False):
-        peer = None if pd.isna(r.peer) else int(r.peer)
-        p2p_seq = None if pd.isna(r.p2p_seq) else int(r.p2p_seq)
-        p2p_by_rank[int(r.rank)].append((int(r.gid), str(r.kind), peer, p2p_seq, int(r.row)))
-
-    def blocked_key(rank: int) -> tuple[str, int, int | None] | None:
-        b = blocked.get(rank)
-        if b is None:
-            return None
-        if b.kind == "collective":
-            return ("collective", int(b.gid), int(b.seq))
-        return ("p2p", int(b.gid), None if pd.isna(b.p2p_seq) else int(b.p2p_seq))
-
+    ctx = _Context(
+        membership=membership,
+        match=match,
+        loaded=set(dumps.loaded_ranks),
+        wrapped={
+            r
+            for r, w in zip(
+                dumps.files.column("rank").to_pylist(),
+                dumps.files.column("wrapped").to_pylist(),
+                strict=True,
+            )
+            if w
+        },
+    )
     edges: list[Edge] = []
-    co_waiting: dict[tuple[int, int], tuple[int, ...]] = {}
-    for u in sorted(blocked):
-        b = blocked[u]
-        gid = int(b.gid)
-        if b.kind == "collective":
-            seq = int(b.seq)
-            edges.extend(
-                _collective_edges(u, gid, seq, int(b.row), membership, pending, extent,
-                                  loaded, wrapped, blocked_key, co_waiting)
-            )
+    co_waiting: dict[tuple[int, int], set[int]] = defaultdict(set)
+    for u, op in match.blocked.items():
+        if op.kind == COLLECTIVE:
+            found = _collective_edges(ctx, op)
+            assert op.seq is not None
+            if not found and _everyone_inside(ctx, op):
+                co_waiting[(op.gid, op.seq)].add(u)
         else:
-            p2p_seq = None if pd.isna(b.p2p_seq) else int(b.p2p_seq)
-            edges.extend(
-                _p2p_edges(u, gid, p2p_seq, p2p_by_rank, loaded, blocked_key)
-            )
-    return _analyse(edges, co_waiting)
+            found = _p2p_edges(ctx, op)
+        edges.extend(found)
+    return _analyse(edges, {k: tuple(sorted(v)) for k, v in co_waiting.items()})
 
 
-def _collective_edges(
-    u: int,
-    gid: int,
-    seq: int,
-    row: int,
-    membership: Membership,
-    pending: dict[tuple[int, int, int], pd.Series],
-    extent: dict[tuple[int, int], tuple[int, int]],
-    loaded: set[int],
-    wrapped: set[int],
-    blocked_key: object,
-    co_waiting: dict[tuple[int, int], tuple[int, ...]],
-) -> list[Edge]:
-    members = membership.groups[gid].members
-    mine = pending.get((u, gid, seq))
-    present = [(m, pending[(m, gid, seq)]) for m in members if (m, gid, seq) in pending]
-    majority = _majority([(m, (p.op, p.sig)) for m, p in present]) if present else None
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Context:
+    membership: Membership
+    match: MatchResult
+    loaded: set[int]
+    wrapped: set[int]
+
+    def same_op(self, rank: int, op: OpRef) -> bool:
+        """Is ``rank`` blocked in exactly this (group, seq) or p2p batch?"""
+        b = self.match.blocked.get(rank)
+        if b is None or b.kind != op.kind or b.gid != op.gid:
+            return False
+        return b.seq == op.seq if op.kind == COLLECTIVE else b.p2p_seq == op.p2p_seq
+
+
+def _everyone_inside(ctx: _Context, op: OpRef) -> bool:
+    """Every member with a dump is blocked in this very collective."""
+    members = ctx.membership.groups[op.gid].members
+    return all(m not in ctx.loaded or ctx.same_op(m, op) for m in members)
+
+
+def _collective_edges(ctx: _Context, mine: OpRef) -> list[Edge]:
+    u, gid, seq = mine.rank, mine.gid, mine.seq
+    assert seq is not None
+    members = ctx.membership.groups[gid].members
+    pending = ctx.match.pending
+    present = [pending[(m, gid, seq)] for m in members if (m, gid, seq) in pending]
+    majority = _majority([(p.rank, (p.op, p.sig)) for p in present])
     out: list[Edge] = []
-    unknown_no_dump: list[int] = []
-    here = ("collective", gid, seq)
+    no_dump: list[int] = []
 
     def edge(v: int, kind: EdgeKind) -> None:
-        out.append(Edge(waiter=u, target=v, kind=kind, gid=gid, seq=seq, p2p_seq=None, row=row))
+        out.append(
+            Edge(waiter=u, target=v, kind=kind, gid=gid, seq=seq, p2p_seq=None, row=mine.row)
+        )
 
     if majority is not None and u not in majority:
-        return out  # u is the odd one out: it is a culprit, not a waiter
+        return out  # u is the odd one out: a culprit, not a waiter
     for v in members:
         if v == u:
             continue
-        if v not in loaded:
-            unknown_no_dump.append(v)
+        if v not in ctx.loaded:
+            no_dump.append(v)
             continue
         theirs = pending.get((v, gid, seq))
         if theirs is not None:
-            if majority is not None and v not in majority:
-                edge(v, EdgeKind.MISMATCH)
-            elif majority is None and mine is not None and (theirs.op, theirs.sig) != (mine.op, mine.sig):
-                edge(v, EdgeKind.MISMATCH)  # no majority: each side waits on the other
-            elif blocked_key(v) != here:  # type: ignore[operator]
+            if (majority is not None and v not in majority) or (
+                majority is None and (theirs.op, theirs.sig) != (mine.op, mine.sig)
+            ):
+                edge(v, EdgeKind.MISMATCH)  # without a majority each side waits on the other
+            elif not ctx.same_op(v, mine):
                 edge(v, EdgeKind.BLOCKED_ELSEWHERE)
-            elif mine is not None and mine.state_rank == 1 and theirs.state_rank == 0:
+            elif mine.state_rank == 1 and theirs.state_rank == 0:
                 edge(v, EdgeKind.NOT_STARTED)
             continue
-        span = extent.get((v, gid))
+        span = ctx.match.extent.get((v, gid))
         if span is None:
-            if v not in wrapped:  # its whole history is there: it never used this group
+            if v not in ctx.wrapped:  # its whole history is there: it never used this group
                 edge(v, EdgeKind.NEVER_JOINED)
         elif seq > span[1]:
             edge(v, EdgeKind.NEVER_JOINED)
         # else: seq inside or below v's window without an entry: a gap or a wrapped-out op
-    if not out and unknown_no_dump:
-        for v in unknown_no_dump:
-            edge(v, EdgeKind.NO_DUMP)
     if not out:
-        co_waiting[(gid, seq)] = tuple(sorted({*co_waiting.get((gid, seq), ()), u}))
+        for v in no_dump:
+            edge(v, EdgeKind.NO_DUMP)
     return out
 
 
-def _p2p_edges(
-    u: int,
-    gid: int,
-    p2p_seq: int | None,
-    p2p_by_rank: dict[int, list[tuple[int, str, int | None, int | None, int]]],
-    loaded: set[int],
-    blocked_key: object,
-) -> list[Edge]:
-    """Edges for u blocked in a send/recv (or a batch of them sharing one p2p_seq)."""
-    mine = [op for op in p2p_by_rank.get(u, []) if op[0] == gid and op[3] == p2p_seq]
+def _p2p_edges(ctx: _Context, first: OpRef) -> list[Edge]:
+    """Edges for a rank blocked in a send/recv, or a batch of them sharing one p2p_seq."""
+    u = first.rank
+    batch = [
+        op
+        for op in ctx.match.pending_p2p.get(u, [])
+        if op.gid == first.gid and op.p2p_seq == first.p2p_seq
+    ]
     out: list[Edge] = []
-    for _, kind, peer, _, row in mine:
+    for op in batch:
+        peer = op.peer
         if peer is None or peer == u:
             continue
-        want = "recv" if kind == "send" else "send"
+        want = "recv" if op.op == "send" else "send"
 
-        def edge(v: int, k: EdgeKind, row: int = row) -> None:
-            out.append(Edge(waiter=u, target=v, kind=k, gid=gid, seq=None, p2p_seq=p2p_seq,
-                            row=row))
+        def edge(v: int, kind: EdgeKind, row: int = op.row) -> None:
+            out.append(
+                Edge(
+                    waiter=u,
+                    target=v,
+                    kind=kind,
+                    gid=first.gid,
+                    seq=None,
+                    p2p_seq=first.p2p_seq,
+                    row=row,
+                )
+            )
 
-        if peer not in loaded:
+        if peer not in ctx.loaded:
             edge(peer, EdgeKind.NO_DUMP)
             continue
-        theirs = [op for op in p2p_by_rank.get(peer, []) if op[0] == gid and op[1] == want
-                  and op[2] == u]
+        theirs = [
+            o
+            for o in ctx.match.pending_p2p.get(peer, [])
+            if o.gid == op.gid and o.op == want and o.peer == u
+        ]
         if not theirs:
             edge(peer, EdgeKind.P2P_UNMATCHED)
-            continue
-        their_key = blocked_key(peer)  # type: ignore[operator]
-        if their_key is None or their_key[0] != "p2p" or their_key[1] != gid or their_key[2] not in {
-            op[3] for op in theirs
-        }:
+        elif not any(ctx.same_op(peer, o) for o in theirs):
             edge(peer, EdgeKind.BLOCKED_ELSEWHERE)
     return out
 
 
 def _analyse(edges: list[Edge], co_waiting: dict[tuple[int, int], tuple[int, ...]]) -> WaitGraph:
-    graph = nx.DiGraph()
+    graph: nx.DiGraph[int] = nx.DiGraph()
     kept: list[Edge] = []
     for e in sorted(edges, key=lambda e: (e.waiter, e.target, e.kind, e.gid, e.seq or -1)):
         if e.waiter == e.target:
@@ -240,7 +230,9 @@ def _analyse(edges: list[Edge], co_waiting: dict[tuple[int, int], tuple[int, ...
         kept.append(e)
         if not graph.has_edge(e.waiter, e.target):
             graph.add_edge(e.waiter, e.target, kind=str(e.kind), gid=e.gid, seq=e.seq)
-    roots: set[int] = {n for n in graph.nodes if graph.out_degree(n) == 0 and graph.in_degree(n) > 0}
+    roots: set[int] = {
+        n for n in graph.nodes if graph.out_degree(n) == 0 and graph.in_degree(n) > 0
+    }
     cycles: list[tuple[int, ...]] = []
     for scc in nx.strongly_connected_components(graph):
         if len(scc) < 2:
@@ -260,7 +252,7 @@ def _analyse(edges: list[Edge], co_waiting: dict[tuple[int, int], tuple[int, ...
     )
 
 
-def _one_cycle(sub: nx.DiGraph) -> tuple[int, ...]:
+def _one_cycle(sub: nx.DiGraph[int]) -> tuple[int, ...]:
     """A shortest cycle through the lowest rank of a strongly connected set, in wait order."""
     start = min(sub.nodes)
     best: list[int] | None = None
@@ -273,3 +265,12 @@ def _one_cycle(sub: nx.DiGraph) -> tuple[int, ...]:
         if best is None or len(candidate) < len(best):
             best = candidate
     return tuple(best or sorted(sub.nodes))
+
+
+def victims_of(waits: WaitGraph, culprits: tuple[int, ...]) -> set[int]:
+    """Every rank that waits, directly or through others, on one of ``culprits``."""
+    out: set[int] = set()
+    for c in culprits:
+        if waits.graph.has_node(c):
+            out |= nx.ancestors(waits.graph, c)
+    return out - set(culprits)

@@ -47,8 +47,11 @@ def make_entry(**overrides: Any) -> dict[str, Any]:
         "thread_id": "1",
         "thread_name": "python",
         "frames": [
-            {"name": "all_reduce", "filename": "torch/distributed/distributed_c10d.py",
-             "line": 2800},
+            {
+                "name": "all_reduce",
+                "filename": "torch/distributed/distributed_c10d.py",
+                "line": 2800,
+            },
             {"name": "train_step", "filename": "train.py", "line": 42},
         ],
     }
@@ -62,9 +65,13 @@ def make_dump(entries: list[dict[str, Any]], *, world: int = 2, **top: Any) -> d
         "version": "2.10",
         "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": f"[{ranks}]"}},
         "comm_lib_version": "2.21.5",
-        "pg_status": {"0": {"last_enqueued_collective": len(entries),
-                            "last_started_collective": -1,
-                            "last_completed_collective": len(entries)}},
+        "pg_status": {
+            "0": {
+                "last_enqueued_collective": len(entries),
+                "last_started_collective": -1,
+                "last_completed_collective": len(entries),
+            }
+        },
         "entries": entries,
     }
     return base | top
@@ -86,8 +93,12 @@ def healthy_set(directory: Path, *, world: int = 2, steps: int = 3) -> Path:
     """``world`` ranks that each completed ``steps`` all_reduces."""
     for rank in range(world):
         entries = [
-            make_entry(record_id=i, collective_seq_id=i + 1, op_id=i + 1,
-                       time_created_ns=1_700_000_000_000_000_000 + i * 1_000_000)
+            make_entry(
+                record_id=i,
+                collective_seq_id=i + 1,
+                op_id=i + 1,
+                time_created_ns=1_700_000_000_000_000_000 + i * 1_000_000,
+            )
             for i in range(steps)
         ]
         write_pickle(directory / f"nccl_trace_rank_{rank}", make_dump(entries, world=world))

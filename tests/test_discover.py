@@ -19,8 +19,12 @@ from frtrace.errors import DumpDirNotFound, DuplicateRank, NoDumpsFound
         ("rank_3", "rank_", 3, "auto"),
         ("trace_3", "trace_", 3, "auto"),
         ("nccl_trace_rank_node02_5", "nccl_trace_rank_node02_", 5, "auto"),
-        ("nccl_trace_rank_container-node02.cluster_7", "nccl_trace_rank_container-node02.cluster_",
-         7, "auto"),
+        (
+            "nccl_trace_rank_container-node02.cluster_7",
+            "nccl_trace_rank_container-node02.cluster_",
+            7,
+            "auto",
+        ),
         ("rank_3.json", "rank_", 3, "json"),
         ("rank_3.pkl", "rank_", 3, "pickle"),
         ("rank_3.pickle", "rank_", 3, "pickle"),
@@ -36,8 +40,18 @@ def test_rank_comes_from_the_digits_ending_the_name(
 
 @pytest.mark.parametrize(
     "name",
-    ["nccl_trace_rank_3.pipe", "train.log", "rank_3.log", "rank_3.log.1", "README.md",
-     "MANIFEST.json", "expected.json", "core.1234", "rank_3.txt", "notes"],
+    [
+        "nccl_trace_rank_3.pipe",
+        "train.log",
+        "rank_3.log",
+        "rank_3.log.1",
+        "README.md",
+        "MANIFEST.json",
+        "expected.json",
+        "core.1234",
+        "rank_3.txt",
+        "notes",
+    ],
 )
 def test_names_that_are_not_dumps_are_rejected(name: str) -> None:
     """Logs, pipes, READMEs, core files are not dumps."""

@@ -16,8 +16,10 @@ from frtrace.load import split_profiling_name
 from frtrace.tables import load_dumps
 from tests.conftest import GLOO, GLOO_JSON, make_dump, make_entry, write_json, write_pickle
 
-FRAMES = [{"name": "all_reduce", "filename": "distributed_c10d.py", "line": 1},
-          {"name": "<module>", "filename": "train.py", "line": 9}]
+FRAMES = [
+    {"name": "all_reduce", "filename": "distributed_c10d.py", "line": 1},
+    {"name": "<module>", "filename": "train.py", "line": 9},
+]
 
 
 def dump_of_version(version: str, rank: int = 0, world: int = 2) -> Any:
@@ -25,27 +27,46 @@ def dump_of_version(version: str, rank: int = 0, world: int = 2) -> Any:
     ranks = list(range(world))
     if version == "2.2":  # torch 2.2: a bare list
         return [
-            {"pg_id": 0, "seq_id": s, "profiling_name": f"nccl:{op}", "time_created_us": 5 + s,
-             "input_sizes": [[4]], "output_sizes": [[4 * (world if op == "all_gather" else 1)]],
-             "state": st, "retired": st == "completed", "frames": FRAMES}
+            {
+                "pg_id": 0,
+                "seq_id": s,
+                "profiling_name": f"nccl:{op}",
+                "time_created_us": 5 + s,
+                "input_sizes": [[4]],
+                "output_sizes": [[4 * (world if op == "all_gather" else 1)]],
+                "state": st,
+                "retired": st == "completed",
+                "frames": FRAMES,
+            }
             for s, op, st in ((1, "all_reduce", "completed"), (2, "all_gather", "scheduled"))
         ]
     entries = []
     for s, op, st in ((1, "all_reduce", "completed"), (2, "all_gather", "scheduled")):
         e: dict[str, Any] = {
-            "record_id": s - 1, "pg_id": 0, "op_id": s, "profiling_name": f"nccl:{op}",
-            "time_created_ns": 5000 + s, "input_sizes": [[4]],
-            "output_sizes": [[4 * (world if op == "all_gather" else 1)]], "state": st,
+            "record_id": s - 1,
+            "pg_id": 0,
+            "op_id": s,
+            "profiling_name": f"nccl:{op}",
+            "time_created_ns": 5000 + s,
+            "input_sizes": [[4]],
+            "output_sizes": [[4 * (world if op == "all_gather" else 1)]],
+            "state": st,
             "time_discovered_started_ns": None,
             "time_discovered_completed_ns": 9000 if st == "completed" else None,
-            "retired": st == "completed", "frames": FRAMES,
+            "retired": st == "completed",
+            "frames": FRAMES,
         }
         if version == "1.4":
             e["seq_id"] = s
         else:
-            e |= {"process_group": ("0", "default_pg"), "collective_seq_id": s,
-                  "p2p_seq_id": 0, "input_dtypes": ["Float"], "output_dtypes": ["Float"],
-                  "is_p2p": False}
+            e |= {
+                "process_group": ("0", "default_pg"),
+                "collective_seq_id": s,
+                "p2p_seq_id": 0,
+                "input_dtypes": ["Float"],
+                "output_dtypes": ["Float"],
+                "is_p2p": False,
+            }
         if version in ("2.4", "2.9", "2.10", "3.0"):
             e["timeout_ms"] = 600000
         if version in ("2.9", "2.10", "3.0"):
@@ -57,8 +78,13 @@ def dump_of_version(version: str, rank: int = 0, world: int = 2) -> Any:
     else:
         top["pg_config"] = {"0": {"name": "0", "desc": "default_pg", "ranks": str(ranks)}}
     if version in ("2.4", "2.9", "2.10", "3.0"):
-        top["pg_status"] = {"0": {"last_enqueued_collective": 2, "last_started_collective": -1,
-                                  "last_completed_collective": 1}}
+        top["pg_status"] = {
+            "0": {
+                "last_enqueued_collective": 2,
+                "last_started_collective": -1,
+                "last_completed_collective": 1,
+            }
+        }
     if version == "2.9":
         top["nccl_version"] = "2.21.5"
     if version in ("2.10", "3.0"):
@@ -68,8 +94,14 @@ def dump_of_version(version: str, rank: int = 0, world: int = 2) -> Any:
 
 @pytest.mark.parametrize(
     ("version", "layout"),
-    [("2.2", "list"), ("1.4", "1.x"), ("2.1", "2.x"), ("2.4", "2.x"), ("2.9", "2.x"),
-     ("2.10", "2.x")],
+    [
+        ("2.2", "list"),
+        ("1.4", "1.x"),
+        ("2.1", "2.x"),
+        ("2.4", "2.x"),
+        ("2.9", "2.x"),
+        ("2.10", "2.x"),
+    ],
 )
 def test_every_torch_format_loads_into_the_same_model(
     tmp_path: Path, version: str, layout: str
@@ -126,13 +158,20 @@ def test_pickle_and_json_of_the_same_real_dump_give_the_same_tables() -> None:
 
 def test_json_quirks_are_normalised(tmp_path: Path) -> None:
     """JSON: 0 for unobserved times -> null, strings in pg_status -> ints, no entries key."""
-    entry = make_entry(time_discovered_started_ns=0, time_discovered_completed_ns=0,
-                       process_group=["0", "default_pg"])
+    entry = make_entry(
+        time_discovered_started_ns=0,
+        time_discovered_completed_ns=0,
+        process_group=["0", "default_pg"],
+    )
     entry.pop("frames")
     payload = make_dump([entry])
-    payload["pg_status"] = {"0": {"last_enqueued_collective": "1",
-                                  "last_started_collective": "-1",
-                                  "last_completed_collective": "1"}}
+    payload["pg_status"] = {
+        "0": {
+            "last_enqueued_collective": "1",
+            "last_started_collective": "-1",
+            "last_completed_collective": "1",
+        }
+    }
     write_json(tmp_path / "rank_0.json", payload)
     empty = make_dump([])
     del empty["entries"]
@@ -155,8 +194,10 @@ def test_json_quirks_are_normalised(tmp_path: Path) -> None:
         ("nccl:recv 3<-?", ("nccl", "recv", None, 3)),
         ("nccl:coalesced", ("nccl", "coalesced", None, None)),
         ("nccl:ALLGATHER_coalesced", ("nccl", "ALLGATHER_coalesced", None, None)),
-        ("xccl:reduce_scatter_tensor_coalesced",
-         ("xccl", "reduce_scatter_tensor_coalesced", None, None)),
+        (
+            "xccl:reduce_scatter_tensor_coalesced",
+            ("xccl", "reduce_scatter_tensor_coalesced", None, None),
+        ),
         ("nccl2:brand_new_op extra words", ("nccl2", "brand_new_op", None, None)),
         ("no_backend_at_all", (None, "no_backend_at_all", None, None)),
     ],
@@ -170,8 +211,9 @@ def test_profiling_names_split_into_backend_op_and_local_peers(
 
 def test_unknown_op_names_load(tmp_path: Path) -> None:
     """An op no torch version knows is kept, never a crash."""
-    write_pickle(tmp_path / "rank_0",
-                 make_dump([make_entry(profiling_name="hccl:fancy_new_collective")]))
+    write_pickle(
+        tmp_path / "rank_0", make_dump([make_entry(profiling_name="hccl:fancy_new_collective")])
+    )
     assert load_dumps(tmp_path).entries.column("op").to_pylist() == ["fancy_new_collective"]
 
 
@@ -269,8 +311,11 @@ def test_stacks_are_interned_so_memory_does_not_grow_with_frames(tmp_path: Path)
     deep = [{"name": f"f{i}", "filename": "m.py", "line": i} for i in range(30)]
     other = [*deep[1:], {"name": "g", "filename": "m.py", "line": 99}]
     entries = [
-        make_entry(record_id=i, collective_seq_id=i + 1,
-                   frames=[dict(f) for f in (deep if i % 2 else other)])
+        make_entry(
+            record_id=i,
+            collective_seq_id=i + 1,
+            frames=[dict(f) for f in (deep if i % 2 else other)],
+        )
         for i in range(1000)
     ]
     write_pickle(tmp_path / "rank_0", make_dump(entries))

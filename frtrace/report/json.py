@@ -17,8 +17,12 @@ SCHEMA_VERSION = "1.0"
 def _group(g: GroupRef | None) -> dict[str, Any] | None:
     if g is None:
         return None
-    return {"name": g.name, "desc": g.desc, "members": list(g.members),
-            "membership_inferred": g.inferred}
+    return {
+        "name": g.name,
+        "desc": g.desc,
+        "members": list(g.members),
+        "membership_inferred": g.inferred,
+    }
 
 
 def _sig(s: OpSignature | None) -> dict[str, Any] | None:

@@ -18,14 +18,20 @@ def render_text(report: Report) -> str:
     lines.append(
         f"ranks: {len(report.ranks_loaded)} of {report.world_size} loaded"
         + (f", missing {format_ranks(report.ranks_missing)}" if report.ranks_missing else "")
-        + (f", unreadable {format_ranks(report.ranks_unreadable)}"
-           if report.ranks_unreadable else "")
+        + (
+            f", unreadable {format_ranks(report.ranks_unreadable)}"
+            if report.ranks_unreadable
+            else ""
+        )
     )
     lines.append("")
     for f in report.findings:
         lines.append(f"[{f.code} {f.severity.name}] {f.summary}")
-        lines.append(f"    confidence: {f.confidence} ({f.why})" if f.why else
-                     f"    confidence: {f.confidence}")
+        lines.append(
+            f"    confidence: {f.confidence} ({f.why})"
+            if f.why
+            else f"    confidence: {f.confidence}"
+        )
         for e in f.evidence:
             lines.append(f"    - {e}")
         if f.severity >= Severity.WARNING and f.expected and f.expected.stack:
@@ -35,11 +41,22 @@ def render_text(report: Report) -> str:
                 lines.append(f"    stack of rank {r}: " + " <- ".join(sig.stack[:6]))
         lines.append("")
     if report.stragglers:
-        rows = [(s.rank, s.collectives, f"{s.last_share:.0%}", f"{s.median_late_ms:.1f}",
-                 "yes" if s.corroborated else "no") for s in report.stragglers]
+        rows = [
+            (
+                s.rank,
+                s.collectives,
+                f"{s.last_share:.0%}",
+                f"{s.median_late_ms:.1f}",
+                "yes" if s.corroborated else "no",
+            )
+            for s in report.stragglers
+        ]
         lines.append("stragglers:")
-        lines.append(tabulate(rows, headers=("rank", "collectives", "last", "late ms (median)",
-                                             "corroborated")))
+        lines.append(
+            tabulate(
+                rows, headers=("rank", "collectives", "last", "late ms (median)", "corroborated")
+            )
+        )
         for s in report.stragglers:
             lines.append(f"  rank {s.rank}: {s.note}")
         lines.append("")
