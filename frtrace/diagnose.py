@@ -84,6 +84,7 @@ def diagnose(dumps: DumpSet) -> Report:
     else:
         verdict = Verdict.HEALTHY
     notes = _data_notes(dumps, membership, matched, waits, verdict)
+    victims = victims_of(waits, tuple(culprits)) | {r for f in errors for r in f.waiting_ranks}
     return Report(
         verdict=verdict,
         culprit_ranks=tuple(culprits),
@@ -97,6 +98,7 @@ def diagnose(dumps: DumpSet) -> Report:
         groups=membership.groups,
         wait_edges=tuple(sorted({(e.waiter, e.target, str(e.kind)) for e in waits.edges})),
         suspected_ranks=tuple(suspected),
+        victim_ranks=tuple(sorted(victims - set(culprits))),
     )
 
 

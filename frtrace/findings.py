@@ -184,6 +184,7 @@ class Report:
     groups: tuple[GroupRef, ...]
     wait_edges: tuple[tuple[int, int, str], ...]  # (waiter, waited-on, why), sorted
     suspected_ranks: tuple[int, ...] = ()  # culprits inferred only from missing dumps
+    victim_ranks: tuple[int, ...] = ()  # ranks blocked, directly or not, by the culprits
 
     @property
     def has_problems(self) -> bool:

@@ -78,6 +78,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         "verdict": str(report.verdict),
         "culprit_ranks": list(report.culprit_ranks),
         "suspected_ranks": list(report.suspected_ranks),
+        "victim_ranks": list(report.victim_ranks),
         "findings": [_finding(f) for f in report.findings],
         "stragglers": [_straggler(s) for s in report.stragglers],
         "world_size": report.world_size,

@@ -1,0 +1,62 @@
+"""Real Gloo dumps of real faults (scripts/make_fixtures.py): the right root cause, every time.
+
+The expected answers come from tests/fixtures/gloo/MANIFEST.json, written by the script from
+how each fault was constructed, never from frtrace's output.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from frtrace.findings import Verdict
+from frtrace.pipeline import analyze
+from tests.conftest import GLOO, GLOO_JSON
+
+MANIFEST: dict[str, dict[str, Any]] = json.loads((GLOO / "MANIFEST.json").read_text())
+SCENARIOS = sorted(MANIFEST)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("tree", [GLOO, GLOO_JSON], ids=["pickle", "json"])
+def test_culprits_and_victims_match_the_injected_fault(tree: Path, scenario: str) -> None:
+    """Culprit ranks are exactly the injected root cause; victims are the blocked ranks."""
+    truth = MANIFEST[scenario]
+    report = analyze(tree / scenario)
+    stragglers = [s.rank for s in report.stragglers]
+    if truth.get("kind") == "straggler" or scenario == "late_rank":
+        assert report.culprit_ranks == ()
+        assert stragglers == truth["culprit_ranks"]
+        assert report.verdict == Verdict.STRAGGLERS
+        return
+    assert list(report.culprit_ranks) == truth["culprit_ranks"], report.findings
+    assert list(report.victim_ranks) == truth["waiting_ranks"]
+    if truth["culprit_ranks"]:
+        assert report.verdict in (Verdict.HANG, Verdict.DESYNC)
+        assert report.has_problems
+    else:
+        assert report.verdict == Verdict.HEALTHY and not report.findings
+        assert stragglers == []
+
+
+@pytest.mark.parametrize("scenario", ["mesh_stall", "wrong_collective", "opposite_order"])
+def test_verdict_does_not_depend_on_file_order(tmp_path: Path, scenario: str) -> None:
+    """Renaming files so the directory lists them in another order changes nothing."""
+    base = analyze(GLOO / scenario)
+    files = sorted((GLOO / scenario).iterdir())
+    order = list(range(len(files)))
+    random.Random(7).shuffle(order)
+    for i, src in zip(order, files, strict=True):
+        # a different prefix per file changes the walk order but not the rank
+        dst = tmp_path / f"{'zyxwvutsrq'[i]}dir" / src.name
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, dst)
+    shuffled = analyze(tmp_path)
+    assert shuffled.culprit_ranks == base.culprit_ranks
+    assert [f.summary for f in shuffled.findings] == [f.summary for f in base.findings]
+    assert shuffled.victim_ranks == base.victim_ranks
