@@ -23,6 +23,7 @@ from frtrace.findings import (
     Confidence,
     Finding,
     FindingKind,
+    GroupProgress,
     Report,
     Severity,
     Verdict,
@@ -99,7 +100,33 @@ def diagnose(dumps: DumpSet) -> Report:
         wait_edges=tuple(sorted({(e.waiter, e.target, str(e.kind)) for e in waits.edges})),
         suspected_ranks=tuple(suspected),
         victim_ranks=tuple(sorted(victims - set(culprits))),
+        progress=_progress(membership, matched),
     )
+
+
+def _progress(membership: Membership, matched: MatchResult) -> tuple[GroupProgress, ...]:
+    """Per group and member: highest seq entered and highest seq finished (by anyone)."""
+    coll = matched.collectives.merge(
+        matched.consensus[["gid", "seq", "done_any"]], on=["gid", "seq"], how="left"
+    )
+    finished_rows = coll[coll["done_any"].astype(bool)]
+    top = finished_rows.groupby(["rank", "gid"])["seq"].max()
+    finished = {
+        (int(key[0]), int(key[1])): int(seq)
+        for key, seq in zip(top.index.tolist(), top.tolist(), strict=True)
+    }
+    out = []
+    for gid, group in enumerate(membership.groups):
+        out.append(
+            GroupProgress(
+                group=group,
+                entered=tuple(
+                    (matched.extent.get((m, gid)) or (None, None))[1] for m in group.members
+                ),
+                finished=tuple(finished.get((m, gid)) for m in group.members),
+            )
+        )
+    return tuple(out)
 
 
 def _unexplained(matched: MatchResult, waits: WaitGraph) -> list[int]:

@@ -33,6 +33,7 @@ __all__ = [
     "Confidence",
     "Finding",
     "FindingKind",
+    "GroupProgress",
     "GroupRef",
     "OpSignature",
     "Report",
@@ -169,6 +170,17 @@ class Straggler:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class GroupProgress:
+    """How far each member of one group got, for pictures and side-by-side views."""
+
+    group: GroupRef
+    # Per member, in ``group.members`` order: the highest collective seq it entered and the
+    # highest it finished (None: no dump, or no collective of this group in its buffer).
+    entered: tuple[int | None, ...]
+    finished: tuple[int | None, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Report:
     """Everything one analysis concluded, deterministic for the same input."""
 
@@ -185,6 +197,7 @@ class Report:
     wait_edges: tuple[tuple[int, int, str], ...]  # (waiter, waited-on, why), sorted
     suspected_ranks: tuple[int, ...] = ()  # culprits inferred only from missing dumps
     victim_ranks: tuple[int, ...] = ()  # ranks blocked, directly or not, by the culprits
+    progress: tuple[GroupProgress, ...] = ()  # one per group, same order as ``groups``
 
     @property
     def has_problems(self) -> bool:
