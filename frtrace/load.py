@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from frtrace import schema
@@ -52,6 +53,9 @@ KNOWN_VERSION = (2, 10)
 MAX_DUMP_BYTES = 1 << 30
 # At most this many per-field problems are spelled out per file; the rest are counted.
 _MAX_DETAILS = 3
+
+# Arrow types whose columns numpy can build in one C loop when no value is missing.
+_NUMPY_TYPES = {pa.int64(): np.int64, pa.float64(): np.float64}
 
 Frame = tuple[str, str, int]
 Stack = tuple[Frame, ...]
@@ -232,10 +236,66 @@ class _Columns:
         return self.convert(key, values, type_)
 
     def convert(self, key: str, values: list[Any], type_: pa.DataType) -> pa.Array:
+        fast = _NUMPY_TYPES.get(type_)
+        # the common case: every value present and a number (numpy reads None as NaN: skip)
+        if fast is not None and None not in values:
+            try:
+                return pa.array(np.fromiter(values, dtype=fast, count=len(values)))
+            except (TypeError, ValueError, OverflowError):
+                pass
+        if pa.types.is_list(type_):
+            return self.convert_repeated(key, values, type_)[0]
         try:
             return pa.array(values, type=type_)
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
             pass
+        return self.convert_slowly(key, values, type_)
+
+    def take_repeated(self, key: str, type_: pa.DataType) -> tuple[pa.Array, np.ndarray]:
+        """A list column and its per-entry fingerprints (0 where missing)."""
+        return self.convert_repeated(key, [e.get(key) for e in self.entries], type_)
+
+    def convert_repeated(
+        self, key: str, values: list[Any], type_: pa.DataType
+    ) -> tuple[pa.Array, np.ndarray]:
+        """Sizes and dtypes repeat a lot: convert each distinct value once, then gather.
+
+        Arrow converts nested Python lists slowly (~10 us per entry); distinct values are few.
+        Returns the column and a fingerprint per entry: CRC-32 of the value's repr, equal
+        exactly when the values are equal, deterministic across processes.
+        """
+        index: dict[Any, int] = {}
+        distinct: list[Any] = []
+        picks: list[int | None] = []
+        nested = pa.types.is_list(type_.value_type)
+        for value in values:
+            if value is None:
+                picks.append(None)
+                continue
+            twin: Any
+            try:  # a hashable twin of the value; repr() is the slow fallback
+                twin = tuple(map(tuple, value)) if nested else tuple(value)
+            except TypeError:
+                twin = repr(value)
+            at = index.get(twin)
+            if at is None:
+                at = index[twin] = len(distinct)
+                distinct.append(value)
+            picks.append(at)
+        crcs = np.fromiter(
+            (zlib.crc32(repr(v).encode()) for v in distinct), dtype=np.int64, count=len(distinct)
+        )
+        valid = np.fromiter((p is not None for p in picks), dtype=bool, count=len(picks))
+        where = np.fromiter((p or 0 for p in picks), dtype=np.int64, count=len(picks))
+        sig = np.where(valid, crcs[where] if len(crcs) else 0, 0)
+        try:
+            table = pa.array(distinct, type=type_)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+            return self.convert_slowly(key, values, type_), sig
+        return table.take(pa.array(picks, type=pa.int32())), sig
+
+    def convert_slowly(self, key: str, values: list[Any], type_: pa.DataType) -> pa.Array:
+        """Value by value: the bad ones become null and are reported."""
         bad: list[int] = []
         fixed: list[Any] = []
         for i, value in enumerate(values):
@@ -317,10 +377,12 @@ def _entries_batch(
         completed = [None if v == 0 else v for v in completed]
 
     stack_ids, stacks = _intern_stacks(entries, cols.problems)
-    in_sizes = cols.take("input_sizes", schema.SIZES)
-    out_sizes = cols.take("output_sizes", schema.SIZES)
-    in_dtypes = cols.take("input_dtypes", schema.DTYPES)
-    out_dtypes = cols.take("output_dtypes", schema.DTYPES)
+    in_sizes, in_sig = cols.take_repeated("input_sizes", schema.SIZES)
+    out_sizes, out_sig = cols.take_repeated("output_sizes", schema.SIZES)
+    in_dtypes, in_dt_sig = cols.take_repeated("input_dtypes", schema.DTYPES)
+    out_dtypes, out_dt_sig = cols.take_repeated("output_dtypes", schema.DTYPES)
+    with np.errstate(over="ignore"):
+        dtype_sig = (in_dt_sig * 1_000_003) ^ out_dt_sig
 
     arrays = [
         pa.array([rank] * n, type=pa.int32()),
@@ -354,28 +416,12 @@ def _entries_batch(
         cols.take("thread_id", pa.string()),
         cols.take("thread_name", pa.string()),
         pa.array(stack_ids, type=pa.int32()),
-        _fingerprints(in_sizes.to_pylist()),
-        _fingerprints(out_sizes.to_pylist()),
-        _fingerprints(list(zip(in_dtypes.to_pylist(), out_dtypes.to_pylist(), strict=True))),
+        pa.array(in_sig, mask=in_sizes.is_null().to_numpy(zero_copy_only=False)),
+        pa.array(out_sig, mask=out_sizes.is_null().to_numpy(zero_copy_only=False)),
+        pa.array(dtype_sig),
     ]
     batch = pa.RecordBatch.from_arrays(arrays, schema=schema.ENTRIES)
     return batch, stacks, cols.problems
-
-
-def _fingerprints(values: list[Any]) -> pa.Array:
-    """CRC-32 of each value's repr (deterministic across processes, unlike hash())."""
-    cache: dict[str, int] = {}
-    out: list[int | None] = []
-    for value in values:
-        if value is None:
-            out.append(None)
-            continue
-        text = repr(value)
-        sig = cache.get(text)
-        if sig is None:
-            sig = cache[text] = zlib.crc32(text.encode())
-        out.append(sig)
-    return pa.array(out, type=pa.int64())
 
 
 def _us_to_ns(value: Any) -> Any:
@@ -398,7 +444,7 @@ def _intern_stacks(
             ids.append(None)
             continue
         try:  # cheap identity of a stack: its frames' values in recorded order
-            key = tuple(tuple(f.values()) for f in frames)
+            key = tuple(map(tuple, map(dict.values, frames)))
             sid = seen[key]
         except KeyError:
             stack = _convert_stack(frames)
