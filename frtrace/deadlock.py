@@ -1,23 +1,33 @@
-"""Cross-group deadlocks: ranks that wait on each other in a cycle.
+"""Cross-group deadlocks: ranks that wait on each other, and on no one else.
 
 Rank 0 blocked in group A waiting for rank 1, rank 1 blocked in group B waiting for rank 0:
-each entered the groups in a different order. The cycle itself is symmetric, but history
-usually is not: a rank whose buffer shows it entered the same two groups in the *other* order
-at the previous step changed its order, and is named as the culprit; the ranks that kept their
-order are victims. Without such history every rank of the cycle is named.
+they entered A and B in different orders. Which rank is wrong is decided, in this order, by:
+
+1. the majority: for two groups whose ops block ranks of the deadlock, every member of both
+   that is blocked in one of the two ops "votes" for the order it used; the smaller side
+   changed the order (with async NCCL, one rank that enqueued the default group's all_reduce
+   early holds up a whole mesh of ranks that all kept the usual order);
+2. history, when the vote is a tie (two ranks): a rank whose buffer shows it entered the same
+   two groups in the other order at the previous step is the one that changed;
+3. otherwise every rank of the deadlock is named, with medium confidence.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
+from itertools import combinations
+
 from frtrace.findings import Confidence, Finding, FindingKind, Severity
 from frtrace.groups import Membership
-from frtrace.match import MatchResult
+from frtrace.match import COLLECTIVE, MatchResult, OpRef
 from frtrace.ranges import format_ranks
 from frtrace.signatures import signature_at
 from frtrace.tables import DumpSet
 from frtrace.waitgraph import EdgeKind, WaitGraph, victims_of
 
 __all__ = ["find_deadlocks"]
+
+OpKey = tuple[int, int]  # (gid, seq)
 
 
 def _pairs(cycle: tuple[int, ...]) -> list[tuple[int, int]]:
@@ -30,33 +40,86 @@ def _row_of(matched: MatchResult, rank: int, gid: int, seq: int) -> int | None:
     return None if hit.empty else int(hit["row"].iloc[0])
 
 
-def _changed_order(
-    matched: MatchResult, rank: int, mine: tuple[int, int], needed: tuple[int, int]
-) -> bool | None:
-    """Did ``rank`` enter ``needed``'s group before ``mine``'s group at the previous step?
+def _changed_order(matched: MatchResult, rank: int, mine: OpKey, other: OpKey) -> bool | None:
+    """Did ``rank`` enter ``other`` before ``mine`` at the previous step (seq - 1 of each)?
 
-    ``mine`` = (gid, seq) the rank is blocked in; ``needed`` = (gid, seq) a peer waits for it
-    to join. True: last time it entered them in the other order (it changed); False: same
-    order as before; None: no history to tell.
+    True: last time it used the other order (it changed now); False: the same order as now;
+    None: its buffer does not hold both.
     """
     prev_mine = _row_of(matched, rank, mine[0], mine[1] - 1)
-    prev_needed = _row_of(matched, rank, needed[0], needed[1] - 1)
-    if prev_mine is None or prev_needed is None:
+    prev_other = _row_of(matched, rank, other[0], other[1] - 1)
+    if prev_mine is None or prev_other is None:
         return None
-    return prev_needed < prev_mine
+    return prev_other < prev_mine
+
+
+def _key(op: OpRef) -> OpKey | None:
+    return (op.gid, op.seq) if op.kind == COLLECTIVE and op.seq is not None else None
+
+
+def _order_conflicts(
+    membership: Membership, matched: MatchResult, component: tuple[int, ...]
+) -> list[tuple[OpKey, OpKey, list[int], list[int]]]:
+    """(X, Y, ranks blocked in X that are members of Y's group, and vice versa)."""
+    blocked_in: dict[OpKey, list[int]] = defaultdict(list)
+    for rank, op in matched.blocked.items():
+        key = _key(op)
+        if key is not None:
+            blocked_in[key].append(rank)
+    involved = {k for r in component if (k := _key(matched.blocked[r])) is not None}
+    out = []
+    for x, y in combinations(sorted(involved), 2):
+        if x[0] == y[0]:
+            continue
+        in_x = set(membership.groups[x[0]].members)
+        in_y = set(membership.groups[y[0]].members)
+        x_first = sorted(r for r in blocked_in[x] if r in in_y)
+        y_first = sorted(r for r in blocked_in[y] if r in in_x)
+        if x_first and y_first:
+            out.append((x, y, x_first, y_first))
+    return out
+
+
+def _deviators(
+    membership: Membership, matched: MatchResult, component: tuple[int, ...]
+) -> tuple[tuple[int, ...], str, list[str]]:
+    """Ranks that changed the order, why, and the conflicts in words."""
+    culprits: set[int] = set()
+    reasons: list[str] = []
+    words: list[str] = []
+    for x, y, x_first, y_first in _order_conflicts(membership, matched, component):
+        gx, gy = membership.groups[x[0]], membership.groups[y[0]]
+        words.append(
+            f"ranks {format_ranks(x_first)} entered #{x[1]} of {gx.label} first, ranks "
+            f"{format_ranks(y_first)} entered #{y[1]} of {gy.label} first"
+        )
+        if len(x_first) != len(y_first):
+            fewer = x_first if len(x_first) < len(y_first) else y_first
+            culprits.update(fewer)
+            reasons.append(f"{len(fewer)} against {len(x_first) + len(y_first) - len(fewer)}")
+            continue
+        changed = {r: _changed_order(matched, r, x, y) for r in x_first}
+        changed |= {r: _changed_order(matched, r, y, x) for r in y_first}
+        moved = [r for r, c in changed.items() if c]
+        kept = [r for r, c in changed.items() if c is False]
+        if moved and kept:
+            culprits.update(moved)
+            reasons.append("their order at the previous step")
+    if not culprits:
+        return (), "", words
+    return tuple(sorted(culprits)), "decided by " + " and ".join(sorted(set(reasons))), words
 
 
 def find_deadlocks(
     dumps: DumpSet, membership: Membership, matched: MatchResult, waits: WaitGraph
 ) -> list[Finding]:
-    """One finding per cycle of the wait graph (mismatch-only cycles excluded)."""
+    """One finding per deadlock (a set of ranks waiting on each other and no one else)."""
     findings = []
-    for cycle in waits.cycles:
+    for component, cycle in zip(waits.sink_components, waits.cycles, strict=True):
         edges = {(a, b): waits.graph.edges[a, b] for a, b in _pairs(cycle)}
         if {d["kind"] for d in edges.values()} == {str(EdgeKind.MISMATCH)}:
             continue  # two sides of a mismatch without a majority: the mismatch finding tells
         steps: list[str] = []
-        changed: dict[int, bool | None] = {}
         for a, b in _pairs(cycle):
             data = edges[(a, b)]
             group = membership.groups[data["gid"]]
@@ -64,51 +127,40 @@ def find_deadlocks(
             op = signature_at(dumps, blocked.row).op if blocked is not None else "?"
             seq = f" #{data['seq']}" if data["seq"] is not None else ""
             steps.append(f"rank {a} is in {op}{seq} of {group.label}, waiting for rank {b}")
-            # b must join a's op; b is blocked in its own op: did b swap the two?
-            b_blocked = matched.blocked.get(b)
-            if data["seq"] is not None and b_blocked is not None and b_blocked.seq is not None:
-                changed[b] = _changed_order(
-                    matched, b, (b_blocked.gid, b_blocked.seq), (data["gid"], data["seq"])
-                )
-        sink = all(r in waits.roots for r in cycle)
-        deviators = tuple(sorted(r for r, c in changed.items() if c))
-        keepers = [r for r, c in changed.items() if c is False]
-        if deviators and keepers:
-            culprits = deviators
-            why = (
-                f"rank(s) {format_ranks(deviators)} entered these groups in the other order "
-                "at the previous step; the others kept their order"
+        deviators, why, conflicts = _deviators(membership, matched, component)
+        if deviators:
+            culprits, confidence = deviators, Confidence.HIGH
+            lead = (
+                f"rank{'s' if len(deviators) > 1 else ''} {format_ranks(deviators)} entered "
+                "shared groups in a different order than the other ranks: "
             )
-            confidence = Confidence.HIGH
         else:
-            culprits = tuple(sorted(cycle))
-            why = "the buffers do not show which rank changed its order: all are named"
-            confidence = Confidence.MEDIUM
-        victims = victims_of(waits, cycle) | (set(cycle) - set(culprits))
-        who = f"rank{'s' if len(culprits) > 1 else ''} {format_ranks(culprits)}"
-        lead = (
-            f"{who} entered the groups in a different order than before: "
-            if deviators and keepers
-            else ""
+            culprits, confidence = component, Confidence.MEDIUM
+            why = "the dumps do not show which rank changed the order: every rank is named"
+            lead = ""
+        held = victims_of(waits, component)
+        victims = held | (set(component) - set(culprits))
+        size = (
+            f"ranks {format_ranks(component)}" if len(component) <= 8 else f"{len(component)} ranks"
         )
         findings.append(
             Finding(
                 kind=FindingKind.DEADLOCK,
                 severity=Severity.ERROR,
                 summary=(
-                    f"cross-group deadlock: {lead}ranks {format_ranks(cycle)} wait on each "
-                    f"other ({'; '.join(steps)})"
-                    + (
-                        f"; {len(victims_of(waits, cycle))} more ranks wait on them"
-                        if victims_of(waits, cycle)
-                        else ""
-                    )
+                    f"cross-group deadlock: {lead}{size} wait on each other "
+                    f"({'; '.join(steps)})"
+                    + (f"; {len(held)} more ranks wait on them" if held else "")
                 ),
-                culprit_ranks=culprits if sink else (),
+                culprit_ranks=tuple(culprits),
                 waiting_ranks=tuple(sorted(victims)),
                 confidence=confidence,
                 why=why,
-                evidence=(*steps, "every rank must enter shared groups in the same order"),
+                evidence=(
+                    *conflicts,
+                    *steps,
+                    "every rank must enter shared groups in the same order",
+                ),
                 cycle=cycle,
             )
         )

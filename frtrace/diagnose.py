@@ -142,11 +142,7 @@ def _unexplained(matched: MatchResult, waits: WaitGraph) -> list[int]:
 
 
 def _in_sink_cycle(waits: WaitGraph) -> set[int]:
-    cyc: set[int] = set()
-    for cycle in waits.cycles:
-        if all(r in waits.roots for r in cycle):
-            cyc.update(cycle)
-    return cyc
+    return {r for component in waits.sink_components for r in component}
 
 
 def _hang_findings(

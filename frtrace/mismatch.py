@@ -3,7 +3,9 @@
 For every (group, seq) whose members' signatures differ (see ``match``), the majority defines
 what the op should have been; the minority are the culprits. The kind is the first thing that
 differs: op name, then sizes (under each op family's rules), then dtypes. A tie at the top
-means there is no majority: every side is named and the confidence is low.
+(two-rank groups are common: pipeline pairs, tp=2) is broken by the sibling groups of the same
+kind, which in SPMD training run the same op at the same seq; failing that, every side is
+named and the confidence is low.
 
 A rank that skipped or added a collective disagrees with its group at every later seq. When its
 later ops line up with the majority's shifted by a few positions, that is reported once as a
@@ -13,6 +15,7 @@ sequence shift at the first disagreement instead of a cascade of mismatches.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pandas as pd
@@ -40,6 +43,7 @@ class _Disagreement:
     kind: FindingKind
     rows: dict[int, int]  # rank -> entries row
     ops: dict[int, str]
+    sibling_backers: int = 0  # >0: the majority was decided by sibling groups (a tie inside)
 
 
 def _classify(a: OpSignature, b: OpSignature) -> FindingKind:
@@ -57,9 +61,10 @@ def find_mismatches(dumps: DumpSet, membership: Membership, match: MatchResult) 
         return []
     rows = match.collectives.merge(bad, on=["gid", "seq"], how="inner")
     by_group: dict[int, list[_Disagreement]] = defaultdict(list)
+    siblings = _Siblings(membership, match)
     for _, part in rows.groupby(["gid", "seq"], sort=True):
         gid, seq = int(part["gid"].iloc[0]), int(part["seq"].iloc[0])
-        d = _disagreement(seq, part)
+        d = _disagreement(seq, part, lambda g=gid, q=seq: siblings.votes(g, q))
         if d is not None:
             by_group[gid].append(d)
     findings: list[Finding] = []
@@ -76,7 +81,63 @@ def find_mismatches(dumps: DumpSet, membership: Membership, match: MatchResult) 
     return findings
 
 
-def _disagreement(seq: int, part: pd.DataFrame) -> _Disagreement | None:
+class _Siblings:
+    """Groups of the same kind (same description and size: every tp group, every dp group).
+
+    In SPMD training they run the same collectives at the same seq, so when the two members of
+    a 2-rank group disagree, the sibling groups say which side did the expected thing.
+    """
+
+    def __init__(self, membership: Membership, match: MatchResult) -> None:
+        self.membership = membership
+        self.match = match
+        kinds: dict[tuple[str | None, int], list[int]] = defaultdict(list)
+        for gid, g in enumerate(membership.groups):
+            desc = g.desc if g.desc not in (None, "", "undefined") else None
+            kinds[(desc, len(g.members))].append(gid)
+        self.of: dict[int, list[int]] = {
+            gid: [o for o in gids if o != gid] for gids in kinds.values() for gid in gids
+        }
+        self._by_gid: dict[int, pd.DataFrame] | None = None
+
+    def votes(self, gid: int, seq: int) -> dict[tuple[str, int], int]:
+        """(op, sig) -> how many members of sibling groups recorded it at ``seq``."""
+        if self._by_gid is None:
+            coll = self.match.collectives
+            self._by_gid = {
+                int(part["gid"].iloc[0]): part.set_index("seq") for _, part in coll.groupby("gid")
+            }
+        out: dict[tuple[str, int], int] = defaultdict(int)
+        for other in self.of.get(gid, []):
+            part = self._by_gid.get(other)
+            if part is None or seq not in part.index:
+                continue
+            at = part.loc[[seq]]
+            for op, sig in zip(at["op"].tolist(), at["sig"].tolist(), strict=True):
+                out[(str(op), int(sig))] += 1
+        return out
+
+
+def _tie_break(
+    sides: dict[tuple[str, int], list[int]], votes: dict[tuple[str, int], int]
+) -> tuple[list[int], int] | None:
+    """The side the sibling groups agree with, and how many sibling members back it."""
+    ops_differ = len({op for op, _ in sides}) > 1
+    scores: dict[tuple[str, int], int] = {}
+    for key in sides:
+        if ops_differ:  # siblings may pass other sizes (pipeline stages): compare ops only
+            scores[key] = sum(n for (op, _), n in votes.items() if op == key[0])
+        else:
+            scores[key] = votes.get(key, 0)
+    ranked = sorted(scores.items(), key=lambda kv: -kv[1])
+    if not ranked or ranked[0][1] == 0 or (len(ranked) > 1 and ranked[0][1] == ranked[1][1]):
+        return None
+    return sides[ranked[0][0]], ranked[0][1]
+
+
+def _disagreement(
+    seq: int, part: pd.DataFrame, sibling_votes: Callable[..., dict[tuple[str, int], int]]
+) -> _Disagreement | None:
     sides: dict[tuple[str, int], list[int]] = defaultdict(list)
     rows: dict[int, int] = {}
     ops: dict[int, str] = {}
@@ -93,15 +154,17 @@ def _disagreement(seq: int, part: pd.DataFrame) -> _Disagreement | None:
     if len(sides) < 2:
         return None
     ranked = sorted(sides.values(), key=lambda ranks: (-len(ranks), min(ranks)))
-    if len(ranked[0]) == len(ranked[1]):
-        majority: frozenset[int] = frozenset()
-        culprits = frozenset(rows)
-    else:
+    backers = 0
+    majority: frozenset[int] = frozenset()
+    if len(ranked[0]) > len(ranked[1]):
         majority = frozenset(ranked[0])
-        culprits = frozenset(rows) - majority
-    kinds = {FindingKind.OP_MISMATCH if len({ops[r] for r in rows}) > 1 else None}
-    kind = FindingKind.OP_MISMATCH if None not in kinds else FindingKind.SIZE_MISMATCH
-    return _Disagreement(seq, culprits, majority, kind, rows, ops)
+    else:
+        broken = _tie_break(sides, sibling_votes())
+        if broken is not None:
+            majority, backers = frozenset(broken[0]), broken[1]
+    culprits = frozenset(rows) - majority if majority else frozenset(rows)
+    kind = FindingKind.OP_MISMATCH if len(set(ops.values())) > 1 else FindingKind.SIZE_MISMATCH
+    return _Disagreement(seq, culprits, majority, kind, rows, ops, backers)
 
 
 def _finding(
@@ -137,11 +200,17 @@ def _finding(
             Confidence.HIGH,
             (f"{len(waiting)} of {len(d.rows)} members that recorded #{d.seq} agree"),
         )
+        if d.sibling_backers:
+            confidence, why = (
+                Confidence.MEDIUM,
+                f"the group's members are split evenly; {d.sibling_backers} members of other "
+                f"groups like {group.label} did what ranks {format_ranks(waiting)} did at "
+                f"#{d.seq}",
+            )
     else:
         summary = f"members of {group.label} disagree at #{d.seq} with no majority: " + "; ".join(
             f"rank {r}: {_describe(s, kind)}"
-            for r, s in [(ref_rank, expected), *actual.items()]
-            if r in d.rows
+            for r, s in sorted({ref_rank: expected, **actual}.items())
         )
         confidence, why = Confidence.LOW, "no majority: any side may be the wrong one"
     evidence = [

@@ -62,8 +62,11 @@ class WaitGraph:
 
     graph: nx.DiGraph[int]
     edges: tuple[Edge, ...]
-    roots: tuple[int, ...]  # sinks that others wait on, and members of sink cycles
-    cycles: tuple[tuple[int, ...], ...]  # each in wait order, starting at its lowest rank
+    roots: tuple[int, ...]  # sinks that others wait on, and members of sink components
+    # Deadlocks: sets of ranks that wait on each other and on no one outside (sorted), and
+    # one shortest cycle through each (in wait order, from its lowest rank), same order.
+    sink_components: tuple[tuple[int, ...], ...]
+    cycles: tuple[tuple[int, ...], ...]
     co_waiting: dict[tuple[int, int], tuple[int, ...]]  # (gid, seq) -> ranks all inside it
 
 
@@ -234,20 +237,21 @@ def _analyse(edges: list[Edge], co_waiting: dict[tuple[int, int], tuple[int, ...
         n for n in graph.nodes if graph.out_degree(n) == 0 and graph.in_degree(n) > 0
     }
     cycles: list[tuple[int, ...]] = []
+    sinks: list[tuple[int, ...]] = []
     for scc in nx.strongly_connected_components(graph):
         if len(scc) < 2:
             continue
-        sub = graph.subgraph(scc)
-        cycle = _one_cycle(sub)
-        cycles.append(cycle)
         leaves_scc = any(t not in scc for n in scc for t in graph.successors(n))
-        if not leaves_scc:
+        if not leaves_scc:  # a deadlock: they wait on each other and on no one else
             roots.update(scc)
+            sinks.append(tuple(sorted(scc)))
+            cycles.append(_one_cycle(graph.subgraph(scc)))
     return WaitGraph(
         graph=graph,
         edges=tuple(kept),
         roots=tuple(sorted(roots)),
         cycles=tuple(sorted(cycles)),
+        sink_components=tuple(sorted(sinks)),
         co_waiting=co_waiting,
     )
 
