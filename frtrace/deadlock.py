@@ -9,7 +9,9 @@ they entered A and B in different orders. Which rank is wrong is decided, in thi
    early holds up a whole mesh of ranks that all kept the usual order);
 2. history, when the vote is a tie (two ranks): a rank whose buffer shows it entered the same
    two groups in the other order at the previous step is the one that changed;
-3. otherwise every rank of the deadlock is named, with medium confidence.
+3. for ranks blocked in send/recv with each other (a pipeline where one rank skipped a recv),
+   the rank whose pending op breaks the pattern it repeated with that peer every step;
+4. otherwise every rank of the deadlock is named, with medium confidence.
 """
 
 from __future__ import annotations
@@ -110,6 +112,81 @@ def _deviators(
     return tuple(sorted(culprits)), "decided by " + " and ".join(sorted(set(reasons))), words
 
 
+# A pipeline's op pattern between two ranks repeats every step: up to this many ops long.
+MAX_P2P_PERIOD = 16
+
+
+def _broke_p2p_pattern(matched: MatchResult, op: OpRef) -> bool | None:
+    """Does this pending send/recv break the rank's own repeating pattern with that peer?
+
+    Pipeline schedules repeat per step (stage 0: send, send, recv, recv; stage 1 the mirror).
+    A rank that skipped a recv posts a send where its history says a recv comes next.
+    None when the history is too short to show a period.
+    """
+    p2p = matched.p2p
+    mine = p2p[(p2p["rank"] == op.rank) & (p2p["gid"] == op.gid) & (p2p["peer"] == op.peer)]
+    kinds = mine.sort_values("row")["kind"].tolist()
+    rows = mine.sort_values("row")["row"].tolist()
+    if op.row not in rows:
+        return None
+    n = rows.index(op.row)
+    for period in range(1, min(MAX_P2P_PERIOD, n // 2) + 1):
+        window = range(max(period, n - 3 * period), n)
+        if all(kinds[i] == kinds[i - period] for i in window):
+            return bool(kinds[n] != kinds[n - period])
+    return None
+
+
+def _p2p_deviators(matched: MatchResult, component: tuple[int, ...]) -> tuple[int, ...]:
+    """Ranks of the deadlock whose pending p2p op breaks their own pattern, if others don't."""
+    verdicts = {
+        r: _broke_p2p_pattern(matched, op)
+        for r in component
+        if (op := matched.blocked[r]).kind != COLLECTIVE and op.peer in component
+    }
+    broke = tuple(sorted(r for r, v in verdicts.items() if v))
+    kept = [r for r, v in verdicts.items() if v is False]
+    return broke if broke and kept else ()
+
+
+def _p2p_finding(
+    membership: Membership,
+    matched: MatchResult,
+    waits: WaitGraph,
+    component: tuple[int, ...],
+    culprits: tuple[int, ...],
+) -> Finding:
+    """A send/recv cycle where the culprits posted the wrong direction of their pattern."""
+    parts = []
+    for r in culprits:
+        op = matched.blocked[r]
+        want = "recv" if op.op == "send" else "send"
+        parts.append(
+            f"rank {r} never posted the {want} matching rank {op.peer}'s "
+            f"{'send' if want == 'recv' else 'recv'} in {membership.groups[op.gid].label}: it "
+            f"posted a {op.op} instead, breaking the pattern it repeated every step"
+        )
+    held = victims_of(waits, component)
+    first = matched.blocked[culprits[0]]
+    return Finding(
+        kind=FindingKind.P2P_UNMATCHED,
+        severity=Severity.ERROR,
+        summary="; ".join(parts)
+        + f"; ranks {format_ranks(component)} wait on each other"
+        + (f"; {len(held)} more ranks wait on them" if held else ""),
+        culprit_ranks=culprits,
+        waiting_ranks=tuple(sorted(held | (set(component) - set(culprits)))),
+        group=membership.groups[first.gid],
+        op=first.op,
+        confidence=Confidence.MEDIUM,
+        why="decided by each rank's repeating send/recv pattern with its peer",
+        evidence=tuple(
+            f"rank {r} is blocked in {matched.blocked[r].op} with rank {matched.blocked[r].peer}"
+            for r in component
+        ),
+    )
+
+
 def find_deadlocks(
     dumps: DumpSet, membership: Membership, matched: MatchResult, waits: WaitGraph
 ) -> list[Finding]:
@@ -128,6 +205,11 @@ def find_deadlocks(
             seq = f" #{data['seq']}" if data["seq"] is not None else ""
             steps.append(f"rank {a} is in {op}{seq} of {group.label}, waiting for rank {b}")
         deviators, why, conflicts = _deviators(membership, matched, component)
+        if not deviators:
+            p2p_culprits = _p2p_deviators(matched, component)
+            if p2p_culprits:
+                findings.append(_p2p_finding(membership, matched, waits, component, p2p_culprits))
+                continue
         if deviators:
             culprits, confidence = deviators, Confidence.HIGH
             lead = (

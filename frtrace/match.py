@@ -189,7 +189,7 @@ def match(dumps: DumpSet, membership: Membership) -> MatchResult:
     _mark_p2p_batches(frame)
 
     coll = frame[~frame["is_p2p"] & frame["seq"].notna() & (frame["gid"] >= 0)]
-    collectives = _logical_collectives(coll)
+    collectives = _drop_truncated_runs(dumps, frame, _logical_collectives(coll))
     consensus = _consensus(collectives)
     spans = collectives.groupby(["rank", "gid"], sort=True)["seq"].agg(["min", "max"])
     extent = {
@@ -269,6 +269,34 @@ def _logical_collectives(coll: pd.DataFrame) -> pd.DataFrame:
         "n_entries",
     ]
     return out[cols].sort_values(["gid", "seq", "rank"], kind="stable").reset_index(drop=True)
+
+
+def _drop_truncated_runs(
+    dumps: DumpSet, frame: pd.DataFrame, collectives: pd.DataFrame
+) -> pd.DataFrame:
+    """Forget a coalesced run cut in half by the ring buffer.
+
+    When a buffer wraps inside a coalesced run, the oldest surviving entries are its tail
+    (often just the closing ``*_coalesced`` marker, with no sizes): comparing that with a
+    peer's whole run would be a false mismatch. Only a wrapped rank's oldest op can be cut.
+    """
+    files = dumps.files
+    wrapped = [
+        r
+        for r, w in zip(
+            files.column("rank").to_pylist(), files.column("wrapped").to_pylist(), strict=True
+        )
+        if w
+    ]
+    if not wrapped:
+        return collectives
+    first_row = frame[frame["rank"].isin(wrapped)].groupby("rank")["row"].min()
+    oldest = collectives["rank"].map(first_row)
+    coalesced = (collectives["n_entries"] > 1) | collectives["op"].str.contains(
+        "coalesced", case=False, regex=False
+    )
+    cut = (collectives["row"] == oldest) & coalesced
+    return collectives[~cut].reset_index(drop=True)
 
 
 def _consensus(collectives: pd.DataFrame) -> pd.DataFrame:
