@@ -1,10 +1,9 @@
 """Stragglers: ranks that arrive last at the collectives they finish, by a wide margin, often.
 
 Arrival is ``time_created_ns`` (when the rank enqueued the op). For every finished collective
-that every member recorded, each member's lateness is its arrival minus the median arrival of
-the members. A rank is a straggler when, over all such collectives of all its groups, it
-arrived last in most of them and its median lateness is large against both an absolute floor
-and the spread of the other ranks.
+that every member recorded, the rank that arrived last by a clear margin over the next one
+is noted. A rank is a straggler when it is that clear last arrival again and again, and holds
+most of the clear last arrivals of its groups.
 
 Clocks: arrivals on different hosts are compared across clocks, and a constant clock offset
 between hosts looks exactly like a constant lateness. Two host-local measurements do not have
@@ -26,81 +25,75 @@ from frtrace.tables import DumpSet
 
 __all__ = ["find_stragglers"]
 
-# Fewer collectives than this is anecdote: one late arrival can be a GC pause or page fault.
-MIN_COLLECTIVES = 5
-# Last in 3 of 4 collectives is far above the 1/group_size (at most 1/2) a healthy rank gets.
-MIN_LAST_SHARE = 0.75
-# Below 5 ms, launch jitter and Python overhead dominate; nobody chases that as a straggler.
-MIN_LATE_MS = 5.0
-# ...and it must stand out against the other ranks' own spread by this factor.
-MIN_LATE_OVER_SPREAD = 4.0
+# A rank must be the clear last arrival in at least this many collectives: one or two late
+# arrivals are anecdote (a GC pause, a page fault).
+MIN_EVENTS = 3
+# ...and hold this share of all clear last arrivals in its groups: a healthy job spreads the
+# few it has across ranks, a straggler owns them (3 of 4 is far above 1/group size).
+MIN_SHARE = 0.75
+# "Clear" means it arrived this much after the second-to-last member. Below 5 ms, launch
+# jitter and Python overhead dominate, and nobody chases that as a straggler.
+MIN_MARGIN_MS = 5.0
 
 
 def find_stragglers(
     dumps: DumpSet, membership: Membership, match: MatchResult
 ) -> tuple[Straggler, ...]:
-    """Ranks consistently late to finished collectives; see the module docstring."""
+    """Ranks that are the clear last arrival at finished collectives, again and again.
+
+    Only the collectives where one rank arrives clearly last count (an "event"): with async
+    NCCL a slow host is late at the first collectives of each step and in lockstep after,
+    so an average over all collectives would hide it.
+    """
     coll = match.collectives
     if coll.empty:
         return ()
-    size = pd.Series(
-        {gid: len(g.members) for gid, g in enumerate(membership.groups)}, dtype="int64"
-    )
+    size = {gid: len(g.members) for gid, g in enumerate(membership.groups)}
     done = match.consensus[match.consensus["done_any"].astype(bool)]
-    done = done.assign(group_size=done["gid"].map(size))
-    full = done[(done["n_present"] == done["group_size"]) & (done["group_size"] >= 2)]
+    full = done[(done["n_present"] == done["gid"].map(size)) & (done["gid"].map(size) >= 2)]
     rows = coll.merge(full[["gid", "seq"]], on=["gid", "seq"], how="inner")
     rows = rows[rows["created_ns"].notna()]
     if rows.empty:
         return ()
-    created = rows["created_ns"].astype("float64")
+    rows = rows.assign(t=rows["created_ns"].astype("float64"))
     keys = [rows["gid"], rows["seq"]]
-    median = created.groupby(keys).transform("median")
-    latest = created.groupby(keys).transform("max")
-    n_latest = (created == latest).groupby(keys).transform("sum")
-    frame = pd.DataFrame(
-        {
-            "rank": rows["rank"].to_numpy(),
-            "gid": rows["gid"].to_numpy(),
-            "late_ms": ((created - median) / 1e6).to_numpy(),
-            "last": ((created == latest) & (n_latest == 1)).to_numpy(),
-            "row": rows["row"].to_numpy(),
-        }
+    latest = rows.groupby(keys)["t"].transform("max")
+    second = rows.groupby(keys)["t"].transform(lambda t: t.nlargest(2).iloc[-1])
+    median = rows.groupby(keys)["t"].transform("median")
+    is_last = (rows["t"] == latest) & ((latest - second) / 1e6 >= MIN_MARGIN_MS)
+    events = rows[is_last].assign(
+        margin_ms=((latest - second) / 1e6)[is_last],
+        late_ms=((rows["t"] - median) / 1e6)[is_last],
     )
-    per_rank = frame.groupby("rank").agg(
-        n=("last", "size"), last=("last", "sum"), late_ms=("late_ms", "median")
-    )
-    per_rank["share"] = per_rank["last"] / per_rank["n"]
-    candidates = per_rank[
-        (per_rank["n"] >= MIN_COLLECTIVES)
-        & (per_rank["share"] >= MIN_LAST_SHARE)
-        & (per_rank["late_ms"] >= MIN_LATE_MS)
-    ]
-    if candidates.empty:
+    if events.empty:
         return ()
-    others = frame[~frame["rank"].isin(candidates.index)]
-    spread = float(np.median(np.abs(others["late_ms"]))) if not others.empty else 0.0
-    local = _local_wait_ms(dumps, frame)
+    per_rank = events.groupby("rank").agg(
+        n=("seq", "size"), late_ms=("late_ms", "median"), margin_ms=("margin_ms", "median")
+    )
+    done_per_rank = rows.groupby("rank").size()
+    local = _local_wait_ms(dumps, rows)
     out: list[Straggler] = []
-    for rank, n, share, late_ms in zip(
-        candidates.index.tolist(),
-        candidates["n"].tolist(),
-        candidates["share"].tolist(),
-        candidates["late_ms"].tolist(),
+    for rank, n, late_ms in zip(
+        per_rank.index.tolist(),
+        per_rank["n"].tolist(),
+        per_rank["late_ms"].tolist(),
         strict=True,
     ):
-        if late_ms < MIN_LATE_OVER_SPREAD * spread:
+        if n < MIN_EVENTS:
             continue
-        mine = frame[frame["rank"] == rank]
-        late_groups = sorted(
-            {membership.groups[int(g)].name for g in mine.loc[mine["last"], "gid"].tolist()}
-        )
-        corroborated, note = _corroborate(int(rank), local, float(late_ms))
+        mine = events[events["rank"] == rank]
+        gids = set(mine["gid"].tolist())
+        in_groups = events[events["gid"].isin(gids)]
+        share = n / len(in_groups)
+        if share < MIN_SHARE:
+            continue
+        late_groups = sorted({membership.groups[int(g)].name for g in gids})
+        corroborated, note = _corroborate(int(rank), mine, local)
         out.append(
             Straggler(
                 rank=int(rank),
-                collectives=int(n),
-                last_share=round(float(share), 3),
+                collectives=int(done_per_rank.get(rank, n)),
+                last_share=round(float(n) / float(done_per_rank.get(rank, n)), 3),
                 median_late_ms=round(float(late_ms), 3),
                 groups=tuple(late_groups),
                 corroborated=corroborated,
@@ -110,36 +103,51 @@ def find_stragglers(
     return tuple(sorted(out, key=lambda s: s.rank))
 
 
-def _local_wait_ms(dumps: DumpSet, frame: pd.DataFrame) -> pd.DataFrame:
-    """Host-local time each rank spent in each collective, where the dump records it."""
-    rows = frame["row"].to_numpy()
+def _local_wait_ms(dumps: DumpSet, rows: pd.DataFrame) -> pd.DataFrame:
+    """Host-local time each rank spent in each collective (gid, seq, rank, wait_ms)."""
+    take = rows["row"].to_numpy()
     entries = dumps.entries
-    duration = entries.column("duration_ms").take(rows).to_numpy(zero_copy_only=False)
-    created = entries.column("time_created_ns").take(rows).to_numpy(zero_copy_only=False)
-    completed = entries.column("time_discovered_completed_ns").take(rows)
+    duration = entries.column("duration_ms").take(take).to_numpy(zero_copy_only=False)
+    created = entries.column("time_created_ns").take(take).to_numpy(zero_copy_only=False)
+    completed = entries.column("time_discovered_completed_ns").take(take)
     completed_np = completed.to_numpy(zero_copy_only=False)
     with np.errstate(invalid="ignore"):
         discovered_ms = (completed_np.astype("float64") - created.astype("float64")) / 1e6
     wait = np.where(~pd.isna(duration), duration.astype("float64"), discovered_ms)
-    return pd.DataFrame({"rank": frame["rank"].to_numpy(), "wait_ms": wait}).dropna()
+    frame = pd.DataFrame(
+        {
+            "gid": rows["gid"].to_numpy(),
+            "seq": rows["seq"].to_numpy(),
+            "rank": rows["rank"].to_numpy(),
+            "wait_ms": wait,
+        }
+    )
+    return frame.dropna()
 
 
-def _corroborate(rank: int, local: pd.DataFrame, late_ms: float) -> tuple[bool, str]:
+def _corroborate(rank: int, events: pd.DataFrame, local: pd.DataFrame) -> tuple[bool, str]:
+    """Did the rank wait less inside the collectives where it arrived last (as it must)?"""
     if local.empty:
         return False, (
             "from enqueue times only (no duration_ms or completion times in the dumps): a "
             "constant clock offset between hosts would look the same; ranks on one host share "
             "a clock. Enable TORCH_NCCL_ENABLE_TIMING=1 to confirm."
         )
-    mine = local.loc[local["rank"] == rank, "wait_ms"]
-    theirs = local.loc[local["rank"] != rank, "wait_ms"]
-    if mine.empty or theirs.empty:
-        return False, "host-local timing missing for this rank; not corroborated"
-    gap = float(theirs.median() - mine.median())
-    if gap >= 0.5 * late_ms:
+    at = local.merge(events[["gid", "seq"]], on=["gid", "seq"], how="inner")
+    if at.empty or not (at["rank"] == rank).any():
+        return False, "host-local timing missing for these collectives; not corroborated"
+    theirs = at[at["rank"] != rank].groupby(["gid", "seq"])["wait_ms"].median()
+    mine = at[at["rank"] == rank].set_index(["gid", "seq"])["wait_ms"]
+    both = pd.concat([mine.rename("mine"), theirs.rename("theirs")], axis=1).dropna()
+    if both.empty:
+        return False, "host-local timing missing for these collectives; not corroborated"
+    shorter = float((both["mine"] < both["theirs"]).mean())
+    gap = float((both["theirs"] - both["mine"]).median())
+    if shorter >= MIN_SHARE:
         return True, (
-            f"corroborated by host-local timing: it waits {gap:.1f} ms less inside the "
-            "collectives than its peers, as a last arrival does (clock skew cannot cause that)"
+            f"corroborated by host-local timing: where it arrived last it waited {gap:.1f} ms "
+            "less inside the collective than its peers, as a last arrival does (clock skew "
+            "cannot cause that)"
         )
     return False, (
         "host-local timing does not show the shorter wait a last arrival has: possibly a "
