@@ -10,7 +10,8 @@ they entered A and B in different orders. Which rank is wrong is decided, in thi
 2. history, when the vote is a tie (two ranks): a rank whose buffer shows it entered the same
    two groups in the other order at the previous step is the one that changed;
 3. for ranks blocked in send/recv with each other (a pipeline where one rank skipped a recv),
-   the rank whose pending op breaks the pattern it repeated with that peer every step;
+   the rank whose pending op breaks the pattern it repeated with that peer every step, or,
+   without enough history, differs from what the same stage of the other pipelines did;
 4. otherwise every rank of the deadlock is named, with medium confidence.
 """
 
@@ -137,13 +138,46 @@ def _broke_p2p_pattern(matched: MatchResult, op: OpRef) -> bool | None:
     return None
 
 
-def _p2p_deviators(matched: MatchResult, component: tuple[int, ...]) -> tuple[int, ...]:
+def _differs_from_siblings(membership: Membership, matched: MatchResult, op: OpRef) -> bool | None:
+    """Did the same position in sibling groups (other pipeline pairs) post the other kind?
+
+    In a two-rank group ``p2p_seq_id`` counts a rank's ops with its one peer, so it lines up
+    across sibling pairs running the same schedule.
+    """
+    members = membership.groups[op.gid].members
+    if op.rank not in members or op.p2p_seq is None:
+        return None
+    position = members.index(op.rank)
+    p2p = matched.p2p
+    votes: dict[str, int] = defaultdict(int)
+    for other in membership.siblings(op.gid):
+        peer_rank = membership.groups[other].members[position]
+        same = p2p[
+            (p2p["gid"] == other) & (p2p["rank"] == peer_rank) & (p2p["p2p_seq"] == op.p2p_seq)
+        ]
+        for kind in set(same["kind"].tolist()):
+            votes[str(kind)] += 1
+    if not votes:
+        return None
+    ranked = sorted(votes.items(), key=lambda kv: -kv[1])
+    if len(ranked) > 1 and ranked[0][1] == ranked[1][1]:
+        return None
+    return ranked[0][0] != op.op
+
+
+def _p2p_deviators(
+    membership: Membership, matched: MatchResult, component: tuple[int, ...]
+) -> tuple[int, ...]:
     """Ranks of the deadlock whose pending p2p op breaks their own pattern, if others don't."""
-    verdicts = {
-        r: _broke_p2p_pattern(matched, op)
-        for r in component
-        if (op := matched.blocked[r]).kind != COLLECTIVE and op.peer in component
-    }
+    verdicts: dict[int, bool | None] = {}
+    for r in component:
+        op = matched.blocked[r]
+        if op.kind == COLLECTIVE or op.peer not in component:
+            continue
+        verdict = _broke_p2p_pattern(matched, op)
+        if verdict is None:
+            verdict = _differs_from_siblings(membership, matched, op)
+        verdicts[r] = verdict
     broke = tuple(sorted(r for r, v in verdicts.items() if v))
     kept = [r for r, v in verdicts.items() if v is False]
     return broke if broke and kept else ()
@@ -206,7 +240,7 @@ def find_deadlocks(
             steps.append(f"rank {a} is in {op}{seq} of {group.label}, waiting for rank {b}")
         deviators, why, conflicts = _deviators(membership, matched, component)
         if not deviators:
-            p2p_culprits = _p2p_deviators(matched, component)
+            p2p_culprits = _p2p_deviators(membership, matched, component)
             if p2p_culprits:
                 findings.append(_p2p_finding(membership, matched, waits, component, p2p_culprits))
                 continue

@@ -35,6 +35,21 @@ class Membership:
     of_rank: dict[tuple[int, str], int]  # (global rank, group name) -> index into groups
     notes: tuple[str, ...]  # what was inferred and why
 
+    def siblings(self, gid: int) -> list[int]:
+        """Other groups of the same kind: same description (when it says something) and size.
+
+        In SPMD training siblings (every tp group, every pp pair) run the same ops at the same
+        sequence numbers, which breaks ties inside two-rank groups.
+        """
+        me = self.groups[gid]
+        kind = (me.desc if me.desc not in (None, "", "undefined") else None, len(me.members))
+        return [
+            other
+            for other, g in enumerate(self.groups)
+            if other != gid
+            and (g.desc if g.desc not in (None, "", "undefined") else None, len(g.members)) == kind
+        ]
+
     def group_of(self, rank: int, name: str) -> GroupRef | None:
         """The group a rank meant by ``name``."""
         gid = self.of_rank.get((rank, name))

@@ -91,13 +91,7 @@ class _Siblings:
     def __init__(self, membership: Membership, match: MatchResult) -> None:
         self.membership = membership
         self.match = match
-        kinds: dict[tuple[str | None, int], list[int]] = defaultdict(list)
-        for gid, g in enumerate(membership.groups):
-            desc = g.desc if g.desc not in (None, "", "undefined") else None
-            kinds[(desc, len(g.members))].append(gid)
-        self.of: dict[int, list[int]] = {
-            gid: [o for o in gids if o != gid] for gids in kinds.values() for gid in gids
-        }
+        self.of = {gid: membership.siblings(gid) for gid in range(len(membership.groups))}
         self._by_gid: dict[int, pd.DataFrame] | None = None
 
     def votes(self, gid: int, seq: int) -> dict[tuple[str, int], int]:
