@@ -57,8 +57,11 @@ CONTEXT: dict[str, tuple[Frame, ...]] = {
         ("train_step", _TRAINER, 290),
         *_OUTER,
     ),
-    "param_gather": (("unshard", f"{APP}/parallel/fsdp.py", 96), ("train_step", _TRAINER, 294))
-    + _OUTER,
+    "param_gather": (
+        ("unshard", f"{APP}/parallel/fsdp.py", 96),
+        ("train_step", _TRAINER, 294),
+        *_OUTER,
+    ),
     "layer_fwd": (
         ("forward", _LAYERS, 212),
         ("_call_impl", _MODULE, 1789),
@@ -104,10 +107,16 @@ CONTEXT: dict[str, tuple[Frame, ...]] = {
         ("train_step", _TRAINER, 324),
         *_OUTER,
     ),
-    "grad_sync": (("finalize_grads", f"{APP}/parallel/fsdp.py", 171), ("train_step", _TRAINER, 320))
-    + _OUTER,
-    "grad_norm": (("clip_grad_norm", f"{APP}/optim/clip.py", 44), ("train_step", _TRAINER, 327))
-    + _OUTER,
+    "grad_sync": (
+        ("finalize_grads", f"{APP}/parallel/fsdp.py", 171),
+        ("train_step", _TRAINER, 320),
+        *_OUTER,
+    ),
+    "grad_norm": (
+        ("clip_grad_norm", f"{APP}/optim/clip.py", 44),
+        ("train_step", _TRAINER, 327),
+        *_OUTER,
+    ),
 }
 
 # Contexts that run on the autograd device thread.
@@ -124,13 +133,11 @@ def stack(api: str, context: str, depth: int) -> tuple[Frame, ...]:
     """The frames of a call to c10d `api` from `context`, `depth` frames for main-thread
     stacks (autograd-thread stacks keep their natural, shorter length up to `depth`)."""
     frames = API[api] + CONTEXT[context]
-    if context not in AUTOGRAD_CONTEXTS:
-        inner, outer = list(frames[:-4]), list(frames[-4:])
-        i = 0
-        while len(inner) + len(outer) < depth:
-            inner.append(_PADDING[i % len(_PADDING)])
-            i += 1
-        frames = tuple(inner + outer)
+    if context not in AUTOGRAD_CONTEXTS and len(frames) < depth:
+        # nested module calls between the innermost user frame and the rest of the stack
+        cut = len(API[api]) + 1
+        pad = tuple(_PADDING[i % len(_PADDING)] for i in range(depth - len(frames)))
+        frames = frames[:cut] + pad + frames[cut:]
     if len(frames) > depth:
         keep_outer = 2 if depth >= 4 else 0
         frames = frames[: depth - keep_outer] + (frames[len(frames) - keep_outer :])

@@ -41,8 +41,9 @@ class Mesh:
     def __init__(self, spec: JobSpec) -> None:
         self.world = spec.world_size
         self.tp, self.pp, self.dp = spec.tp, spec.pp, spec.dp_size
-        self.axes: tuple[str, ...] = ("world",) + tuple(
-            d for d in MESH_DIMS if spec.axis_size(d) > 1
+        self.axes: tuple[str, ...] = (
+            "world",
+            *tuple(d for d in MESH_DIMS if spec.axis_size(d) > 1),
         )
         grid = np.arange(self.world).reshape(self.pp, self.dp, self.tp)
         groups = [Group(0, "world", "0", "default_pg", tuple(range(self.world)))]

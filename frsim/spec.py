@@ -203,6 +203,6 @@ class JobSpec:
                 raise ValueError(f"Fault.peer {fault.peer} is outside the world")
             if fault.peer == fault.rank:
                 raise ValueError("OPPOSITE_ORDER: Fault.peer must differ from Fault.rank")
-        if fault.kind in (FaultKind.WRONG_OP, FaultKind.WRONG_SIZE, FaultKind.WRONG_DTYPE):
-            if fault.axis is None and self.world_size < 2:
-                raise ValueError(f"{fault.kind} needs at least 2 ranks")
+        mismatch = (FaultKind.WRONG_OP, FaultKind.WRONG_SIZE, FaultKind.WRONG_DTYPE)
+        if fault.kind in mismatch and fault.axis is None and self.world_size < 2:
+            raise ValueError(f"{fault.kind} needs at least 2 ranks")

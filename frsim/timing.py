@@ -20,8 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from frsim.program import EPILOGUE, PROLOGUE, Programs, Unit, UnitKind
+from frsim.program import EPILOGUE, PROLOGUE, Programs
 from frsim.spec import FaultKind
+from frsim.units import Unit, UnitKind
 
 FloatArray = NDArray[np.float64]
 HOST_NOISE, GPU_NOISE, COST_NOISE = 0.15, 0.05, 0.05

@@ -381,8 +381,6 @@ def _entries_batch(
     out_sizes, out_sig = cols.take_repeated("output_sizes", schema.SIZES)
     in_dtypes, in_dt_sig = cols.take_repeated("input_dtypes", schema.DTYPES)
     out_dtypes, out_dt_sig = cols.take_repeated("output_dtypes", schema.DTYPES)
-    with np.errstate(over="ignore"):
-        dtype_sig = (in_dt_sig * 1_000_003) ^ out_dt_sig
 
     arrays = [
         pa.array([rank] * n, type=pa.int32()),
@@ -418,7 +416,8 @@ def _entries_batch(
         pa.array(stack_ids, type=pa.int32()),
         pa.array(in_sig, mask=in_sizes.is_null().to_numpy(zero_copy_only=False)),
         pa.array(out_sig, mask=out_sizes.is_null().to_numpy(zero_copy_only=False)),
-        pa.array(dtype_sig),
+        pa.array(in_dt_sig, mask=in_dtypes.is_null().to_numpy(zero_copy_only=False)),
+        pa.array(out_dt_sig, mask=out_dtypes.is_null().to_numpy(zero_copy_only=False)),
     ]
     batch = pa.RecordBatch.from_arrays(arrays, schema=schema.ENTRIES)
     return batch, stacks, cols.problems

@@ -133,16 +133,18 @@ def _sig_columns(entries: pa.Table, op: np.ndarray) -> tuple[np.ndarray, np.ndar
     """One int64 per entry that is equal across ranks exactly when the op's rules say so."""
     sig_in = entries.column("input_sig").fill_null(0).to_numpy().astype(np.uint64)
     sig_out = entries.column("output_sig").fill_null(0).to_numpy().astype(np.uint64)
-    sig_dt = entries.column("dtype_sig").fill_null(0).to_numpy().astype(np.uint64)
+    dt_in = entries.column("input_dtype_sig").fill_null(0).to_numpy().astype(np.uint64)
+    dt_out = entries.column("output_dtype_sig").fill_null(0).to_numpy().astype(np.uint64)
     uneven = np.isin(op, list(UNEVEN_OPS))
-    sig_in = np.where(uneven | np.isin(op, list(COMPARE_OUTPUT_ONLY)), 0, sig_in)
-    sig_out = np.where(uneven | np.isin(op, list(COMPARE_INPUT_ONLY)), 0, sig_out)
-    if uneven.any() or np.isin(op, list(COMPARE_INPUT_ONLY | COMPARE_OUTPUT_ONLY)).any():
-        # dtypes of the root-only side are empty on non-roots: compare the shared side only
-        dt_in = _dtype_side(entries, "input_dtypes")
-        dt_out = _dtype_side(entries, "output_dtypes")
-        sig_dt = np.where(np.isin(op, list(COMPARE_INPUT_ONLY)), dt_in, sig_dt)
-        sig_dt = np.where(np.isin(op, list(COMPARE_OUTPUT_ONLY)), dt_out, sig_dt)
+    input_only = np.isin(op, list(COMPARE_INPUT_ONLY))
+    output_only = np.isin(op, list(COMPARE_OUTPUT_ONLY))
+    # the root-only side is empty on non-roots (gather: output, scatter: input): skip it
+    sig_in = np.where(uneven | output_only, 0, sig_in)
+    sig_out = np.where(uneven | input_only, 0, sig_out)
+    dt_in = np.where(output_only, 0, dt_in)
+    dt_out = np.where(input_only, 0, dt_out)
+    with np.errstate(over="ignore"):
+        sig_dt = dt_in * np.uint64(0x27D4EB2F165667C5) ^ dt_out
     op_codes = pd.factorize(pd.Series(op))[0].astype(np.uint64)
     with np.errstate(over="ignore"):
         mixed = (
@@ -151,12 +153,6 @@ def _sig_columns(entries: pa.Table, op: np.ndarray) -> tuple[np.ndarray, np.ndar
             ^ sig_dt * np.uint64(0x165667B19E3779F9)
         )
     return mixed.view(np.int64), op_codes
-
-
-def _dtype_side(entries: pa.Table, column: str) -> np.ndarray:
-    values = entries.column(column).to_pylist()
-    codes = pd.factorize(pd.Series([repr(v) for v in values]))[0]
-    return codes.astype(np.uint64) + np.uint64(1)
 
 
 def match(dumps: DumpSet, membership: Membership) -> MatchResult:

@@ -59,7 +59,8 @@ ENTRIES = pa.schema(
         # sizes give equal fingerprints; null where the value is missing.
         pa.field("input_sig", pa.int64()),
         pa.field("output_sig", pa.int64()),
-        pa.field("dtype_sig", pa.int64()),  # of (input_dtypes, output_dtypes)
+        pa.field("input_dtype_sig", pa.int64()),
+        pa.field("output_dtype_sig", pa.int64()),
     ]
 )
 

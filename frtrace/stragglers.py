@@ -56,14 +56,17 @@ def find_stragglers(
     if rows.empty:
         return ()
     rows = rows.assign(t=rows["created_ns"].astype("float64"))
-    keys = [rows["gid"], rows["seq"]]
-    latest = rows.groupby(keys)["t"].transform("max")
-    second = rows.groupby(keys)["t"].transform(lambda t: t.nlargest(2).iloc[-1])
-    median = rows.groupby(keys)["t"].transform("median")
-    is_last = (rows["t"] == latest) & ((latest - second) / 1e6 >= MIN_MARGIN_MS)
-    events = rows[is_last].assign(
-        margin_ms=((latest - second) / 1e6)[is_last],
-        late_ms=((rows["t"] - median) / 1e6)[is_last],
+    ordered = rows.sort_values(["gid", "seq", "t"], kind="stable")
+    by_op = ordered.groupby(["gid", "seq"], sort=False)
+    ordered = ordered.assign(
+        prev=by_op["t"].shift(1),
+        median=by_op["t"].transform("median"),
+        n=by_op["t"].transform("size"),
+    )
+    last = ordered.groupby(["gid", "seq"], sort=False).tail(1)
+    margin_ms = (last["t"] - last["prev"]) / 1e6
+    events = last[margin_ms >= MIN_MARGIN_MS].assign(
+        margin_ms=margin_ms, late_ms=(last["t"] - last["median"]) / 1e6
     )
     if events.empty:
         return ()

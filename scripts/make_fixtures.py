@@ -31,25 +31,26 @@ import os
 import pickle
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-# Launch workers with a repo-relative script path so that the ``frames`` recorded in the dumps
-# name ``scripts/make_fixtures.py`` rather than this machine's checkout location.
-SCRIPT_REL = Path(__file__).resolve().relative_to(REPO_ROOT).as_posix()
+SCRIPT = Path(__file__).resolve()
+REPO_ROOT = SCRIPT.parent.parent
 
 PG_TIMEOUT_S = 60  # long enough that nothing times out before the dump
 DUMP_DELAY_S = 3.0  # from the fault point to the dump
+SETTLE_S = 0.5  # end-of-job dumps wait this long after the last collective returned
 SCENARIO_TIMEOUT_S = 120.0  # harness gives up on a scenario after this
 RELEASE_WAIT_S = 60.0  # a dumped worker waits this long for the release signal
 DEFAULT_BUFFER = 256  # TORCH_FR_BUFFER_SIZE unless a scenario says otherwise
@@ -63,7 +64,7 @@ T_START = time.monotonic()
 
 
 class SimulatedCrash(RuntimeError):
-    """Raised by a scenario program to make its rank die without writing a dump."""
+    """Makes a rank die without writing a dump (fallback if Gloo does not kill it first)."""
 
 
 class Rank:
@@ -85,7 +86,6 @@ class Rank:
         self.delay_before_collective = 0.0
         self.groups: dict[str, Any] = {"world": None}
         self.group_ranks: dict[str, list[int]] = {"world": list(range(world_size))}
-        self.group_names: dict[str, str] = {}
         self._dump_lock = threading.Lock()
         self.armed = False
 
@@ -119,6 +119,8 @@ class Rank:
             self.state = f"host code before {op}[{label}] step {self.step}"
             time.sleep(self.delay_before_collective)
         self.state = f"in {op}[{label}] step {self.step}"
+        if self.armed:  # after the fault point, log every call (a crash leaves no other trace)
+            print(f"rank {self.rank}: {self.state}", flush=True)
         fn(self.groups[label])
         self.state = f"host code after {op}[{label}] step {self.step}"
 
@@ -177,9 +179,20 @@ class Rank:
 
     def dump_and_exit(self) -> None:
         """Write both dumps (same moment), report, wait for the harness's release, exit."""
+        try:
+            self._dump()
+        except BaseException:
+            traceback.print_exc()
+            sys.stdout.flush()
+            os._exit(3)
+        deadline = time.monotonic() + RELEASE_WAIT_S
+        while not (self.scratch / "release").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os._exit(0)
+
+    def _dump(self) -> None:
         with self._dump_lock:
             c10d = self.torch._C._distributed_c10d
-            print(f"rank {self.rank}: dumping at {time.monotonic() - T_START:.1f}s", flush=True)
             state = self.state
             pkl: bytes = c10d._dump_fr_trace(
                 includeCollectives=True, includeStackTraces=True, onlyActive=False
@@ -189,10 +202,6 @@ class Rank:
             _write_atomic(self.json_path, js)
             self.report("dumped", state)
             print(f"rank {self.rank}: dumped at {time.monotonic() - T_START:.1f}s", flush=True)
-            deadline = time.monotonic() + RELEASE_WAIT_S
-            while not (self.scratch / "release").exists() and time.monotonic() < deadline:
-                time.sleep(0.05)
-            os._exit(0)
 
     def report(self, outcome: str, state: str) -> None:
         names = {
@@ -201,6 +210,7 @@ class Rank:
             if self.member(label)
         }
         result = {"outcome": outcome, "state_at_dump": state, "group_names": names}
+        result["torch_version"] = self.torch.__version__
         result["group_ranks"] = self.group_ranks
         _write_atomic(self.scratch / f"result_{self.rank}.json", json.dumps(result).encode())
 
@@ -278,6 +288,7 @@ def prog_healthy(r: Rank) -> None:
             r.all_reduce("pair01", 32)
     r.all_to_all("world", 4)
     r.barrier()
+    time.sleep(SETTLE_S)  # Gloo retires an entry shortly *after* wait() returns
     r.dump_and_exit()
 
 
@@ -303,35 +314,34 @@ def prog_wrong_collective(r: Rank) -> None:
             train_step(r)
 
 
-def _size_mismatch(r: Rank, crash: bool) -> None:
+def prog_size_mismatch(r: Rank) -> None:
+    # Tiny buffers (<= 32 bytes): Gloo does not notice the mismatch; the smaller side completes.
+    for step in r.steps(FAULT_STEP + 1):  # only rank 3 gets to step 6
+        if step == FAULT_STEP:
+            r.arm()
+        train_step(r)
+        r.all_reduce("world", 4 if step == FAULT_STEP and r.rank == 3 else 8)  # metrics
+
+
+def prog_size_mismatch_crashed(r: Rank) -> None:
+    # Larger buffers: rank 3 receives more bytes than it expects and Gloo aborts the process.
     for step in r.steps(FAULT_STEP):
         if step == FAULT_STEP:
             r.arm()
             if r.rank == 3:
                 r.all_reduce("world", 32)  # the others reduce 64 elements
-                if crash:
-                    raise SimulatedCrash("shape check failed after all_reduce")
-            else:
-                r.all_reduce("world", 64)
-            train_step(r, grads=False)
-        else:
-            train_step(r)
-
-
-def prog_size_mismatch(r: Rank) -> None:
-    _size_mismatch(r, crash=False)
-
-
-def prog_size_mismatch_crashed(r: Rank) -> None:
-    _size_mismatch(r, crash=True)
+                raise SimulatedCrash("all_reduce returned; crash by hand")  # not seen in 2.13
+        train_step(r)
 
 
 def prog_opposite_order(r: Rank) -> None:
     r.new_group("A", [0, 1])
     r.new_group("B", [0, 1])
+    # 0 and 1 deadlock in step 5; 2 and 3 then block in step 6's all_reduce.
+    arm_at = FAULT_STEP if r.member("A") else FAULT_STEP + 1
     for step in r.steps(FAULT_STEP + 1):
-        if step >= FAULT_STEP and (step == FAULT_STEP) == r.member("A"):
-            r.arm()  # 0 and 1 at step 5, 2 and 3 at step 6
+        if step == arm_at:
+            r.arm()
         r.all_reduce("world", 64)
         if r.member("A"):
             order = ["B", "A"] if step == FAULT_STEP and r.rank == 1 else ["A", "B"]
@@ -383,14 +393,17 @@ def prog_late_rank(r: Rank) -> None:
         train_step(r)
     r.delay_before_collective = 0.0
     r.barrier()
+    time.sleep(SETTLE_S)
     r.dump_and_exit()
 
 
 def prog_disjoint_subgroups(r: Rank) -> None:
     sub = r.new_subgroups(2)  # [0, 1] and [2, 3]: same pg_id on every rank, different names
+    # 2 and 3 stop in step 5's subgroup ops; 0 and 1 then block in step 6's all_reduce.
+    arm_at = FAULT_STEP if sub == "sub23" else FAULT_STEP + 1
     for step in r.steps(FAULT_STEP + 1):
-        if step >= FAULT_STEP and (step == FAULT_STEP) == (r.rank in (2, 3)):
-            r.arm()  # 2 and 3 at step 5, 0 and 1 at step 6
+        if step == arm_at:
+            r.arm()
         r.all_reduce("world", 64)
         if step == FAULT_STEP and r.rank == 3:
             r.stall("stalled in host code before the subgroup all_reduce")
@@ -438,7 +451,21 @@ SCENARIO_LIST: list[Scenario] = [
         waiting_ranks=[],
         fault_group_ranks=[],
         fault_op=None,
-        notes="",
+        notes=(
+            "All entries retired=True, state 'scheduled', no duration_ms. Subgroup [0, 1] is "
+            "pg_id 1, process_group ('1', 'undefined'), timeout_ms 1800000 (new_group does not "
+            "inherit the 60 s init timeout of default_pg). pg_config is {'': ranks '[]'} on ranks "
+            "0 and 1 (the last Gloo PG they created is the subgroup) and {'': ranks '[0, 1, 2, "
+            "3]'} on ranks 2 and 3. reduce_scatter_single is recorded as gloo:all_reduce with "
+            "input and output [[32]] (its 8-element output is not recorded); all_gather_single "
+            "as gloo:all_gather with output [[4, 16]]; all_to_all_single as gloo:all_to_all; "
+            "barrier as gloo:barrier with [] sizes. Dumped 0.5 s after the barrier: Gloo retires "
+            "an entry on its worker thread after wait() has returned, so an immediate dump can "
+            "show the last collective retired=False (seen once, with pickle and JSON taken ms "
+            "apart disagreeing on pg_status). pg_status last_completed_collective can lag the "
+            "highest retired seq by 1-2: it is the seq retired *last in time*, and Gloo's two "
+            "worker threads retire out of order."
+        ),
     ),
     Scenario(
         name="never_joins",
@@ -452,7 +479,12 @@ SCENARIO_LIST: list[Scenario] = [
         fault_group_ranks=[0, 1, 2, 3],
         fault_op="all_reduce",
         blocked_ranks=[0, 1, 3],
-        notes="",
+        notes=(
+            "Ranks 0, 1, 3: last entry collective_seq_id 12, gloo:all_reduce [[64]], "
+            "retired=False, pg_status last_enqueued 12 / last_completed 11. Rank 2: last entry "
+            "seq 11, all retired, last_enqueued 11. Gloo raises nothing within the dump window "
+            "(PG timeout 60 s); rank 2's main thread is in time.sleep, so its dump is current."
+        ),
     ),
     Scenario(
         name="wrong_collective",
@@ -467,14 +499,21 @@ SCENARIO_LIST: list[Scenario] = [
         fault_op="all_reduce",
         blocked_ranks=[0, 1, 2, 3],
         extra={"culprit_op": "broadcast"},
-        notes="",
+        notes=(
+            "Gloo neither errors nor completes: all four ranks hang at collective_seq_id 12, "
+            "retired=False everywhere. Rank 1's entry is gloo:broadcast [[64]], the others "
+            "gloo:all_reduce [[64]]: same seq, same sizes, only profiling_name differs. The "
+            "culprit is blocked too (in its broadcast)."
+        ),
     ),
     Scenario(
         name="size_mismatch_crashed",
         program=prog_size_mismatch_crashed,
         description=(
-            f"At step {FAULT_STEP} rank 3 calls all_reduce with 32 elements while the others use "
-            "64; rank 3 then raises in host code and exits without a dump. Dumps of ranks 0-2."
+            f"At step {FAULT_STEP} rank 3 calls the gradient all_reduce with 32 elements while "
+            "the others use 64. Gloo's transport on rank 3 receives more bytes than it expects "
+            "and aborts the process (SIGABRT) before any dump: rank 3 has no files. Ranks 0-2 "
+            "are left in that all_reduce (some see a connection error); dumps of ranks 0-2."
         ),
         culprit_ranks=[3],
         waiting_ranks=[0, 1, 2],
@@ -482,22 +521,44 @@ SCENARIO_LIST: list[Scenario] = [
         fault_op="all_reduce",
         crashed_ranks=[3],
         extra={"culprit_input_sizes": [[32]], "expected_input_sizes": [[64]]},
-        notes="",
+        notes=(
+            "Rank 3 is killed by std::terminate on a Gloo transport thread (gloo::EnforceNotMet "
+            "'op.preamble.length <= op.nbytes. 32 vs 16. Received data size doesn't match "
+            "expected size'): a C++ abort (SIGABRT), not a Python exception, so nothing in the "
+            "process could have dumped. Its ring neighbours 0 and 2 then get RuntimeError "
+            "('Read error: Connection reset by peer' or 'Connection closed by peer') and their "
+            "seq-12 all_reduce entry is retired=True and counted in pg_status "
+            "last_completed_collective=12: an op that failed looks exactly like one that "
+            "completed. Rank 1 is still blocked: seq 12 retired=False, last_completed 11. Probe "
+            "runs: the rank that receives more bytes than it expects aborts, so a larger tensor "
+            "on rank 3 kills a peer instead."
+        ),
     ),
     Scenario(
         name="size_mismatch",
         program=prog_size_mismatch,
         description=(
-            f"At step {FAULT_STEP} rank 3 calls all_reduce with 32 elements while the others use "
-            "64; nobody crashes. All four ranks dump."
+            "Each step ends with a small 'metrics' all_reduce of 8 elements; at step "
+            f"{FAULT_STEP} rank 3 passes 4 elements. With buffers this small Gloo does not "
+            "detect the mismatch: rank 3's all_reduce returns (garbage) and rank 3 blocks in "
+            f"step {FAULT_STEP + 1}'s all_reduce, while ranks 0-2 stay blocked in the metrics "
+            "all_reduce. Nobody crashes; all four ranks dump."
         ),
         culprit_ranks=[3],
         waiting_ranks=[0, 1, 2],
         fault_group_ranks=[0, 1, 2, 3],
         fault_op="all_reduce",
         blocked_ranks=[0, 1, 2, 3],
-        extra={"culprit_input_sizes": [[32]], "expected_input_sizes": [[64]]},
-        notes="",
+        extra={"culprit_input_sizes": [[4]], "expected_input_sizes": [[8]]},
+        notes=(
+            "With tiny tensors (8 vs 4 float32) Gloo does not notice: rank 3's metrics all_reduce "
+            "(seq 18, input [[4]]) returns garbage and is retired; rank 3 then blocks in step 6's "
+            "gradient all_reduce (seq 19, [[64]], retired=False). Ranks 0-2 stay blocked at seq "
+            "18 ([[8]], retired=False). The culprit is the only rank that got *ahead*. Probe "
+            "runs: with 16 or more elements on the larger side the rank that receives more bytes "
+            "than expected aborts (see size_mismatch_crashed); 8 vs 4, 8 vs 2, 4 vs 2 and 4 vs 8 "
+            "were silent, the smaller side completing."
+        ),
     ),
     Scenario(
         name="opposite_order",
@@ -515,7 +576,15 @@ SCENARIO_LIST: list[Scenario] = [
         fault_op="all_reduce",
         blocked_ranks=[0, 1, 2, 3],
         extra={"deadlock_cycle": [0, 1]},
-        notes="",
+        notes=(
+            "A is pg_id 1 / name '1', B is pg_id 2 / name '2' on ranks 0 and 1; both have ranks "
+            "[0, 1], so only the name (or pg_id) tells them apart. Rank 0: A seq 5 retired=False, "
+            "last B entry seq 4. Rank 1: B seq 5 retired=False, last A entry seq 4. Both finished "
+            "default-group seq 5; ranks 2 and 3 have default seq 6 retired=False. The cycle is "
+            "symmetric in the final state; rank 1's record order (A before B in steps 1-4, B "
+            "first in step 5) shows it is the one that deviated. pg_config "
+            "is {'': ranks '[]'} on ranks 0 and 1."
+        ),
     ),
     Scenario(
         name="mesh_stall",
@@ -533,7 +602,15 @@ SCENARIO_LIST: list[Scenario] = [
         fault_group_ranks=[4, 5, 6, 7],
         fault_op="all_reduce",
         blocked_ranks=[0, 1, 2, 3, 4, 6, 7],
-        notes="",
+        notes=(
+            "pg_id is a per-process index over the groups the rank belongs to: pg_id 1 is the "
+            "tp group on every rank (name '1' on 0-3, '2' on 4-7) and pg_id 2 the dp group "
+            "(names '3'-'6'), so pg_id is not a group identity across ranks; the name is. The "
+            "default PG never runs a collective: no entry has pg_id 0 and pg_status has no '0' "
+            "key. pg_config is {'': ranks '[]'} on every rank. Ranks 4, 6, 7: tp seq 7 "
+            "retired=False, dp last seq 3; rank 5: tp last seq 6, dp last seq 3; ranks 0-3: tp "
+            "seq 8 retired, dp seq 4 retired=False."
+        ),
     ),
     Scenario(
         name="wrapped_buffer",
@@ -541,8 +618,8 @@ SCENARIO_LIST: list[Scenario] = [
         buffer_size=16,
         description=(
             "TORCH_FR_BUFFER_SIZE=16. 20 steps: default-group all_reduce every step; ranks 0, 1 "
-            "also all_reduce + all_gather on [0, 1] every step (60 collectives); ranks 2, 3 "
-            "all_reduce on [2, 3] every other step (30). Every ring buffer wrapped, at "
+            "also all_reduce + all_gather on [0, 1] every step (60 collectives in all); ranks 2, "
+            "3 all_reduce on [2, 3] every other step (30 in all). Every ring buffer wrapped, at "
             "different points. Then rank 1 stalls in host code and never calls the final "
             "default-group all_reduce; 0, 2, 3 block in it."
         ),
@@ -551,7 +628,14 @@ SCENARIO_LIST: list[Scenario] = [
         fault_group_ranks=[0, 1, 2, 3],
         fault_op="all_reduce",
         blocked_ranks=[0, 2, 3],
-        notes="",
+        notes=(
+            "Every dump holds exactly 16 entries. Ranks 0/1 recorded 61/60 collectives and keep "
+            "record_id 45-60 / 44-59 (default group seq 16-21 / 16-20, pair01 seq 31-40 / "
+            "30-40); ranks 2/3 recorded 31 and keep record_id 15-30 (default seq 11-21, pair23 "
+            "seq 6-10). pg_status still counts everything (pair01 last_enqueued 40). On ranks 2 "
+            "and 3 pair23 is pg_id 1 (name '2'), like pair01 (name '1') on ranks 0 and 1. "
+            "Ranks 0, 2, 3: default seq 21 retired=False; rank 1: last default seq 20."
+        ),
     ),
     Scenario(
         name="late_rank",
@@ -566,7 +650,13 @@ SCENARIO_LIST: list[Scenario] = [
         fault_group_ranks=[0, 1, 2, 3],
         fault_op=None,
         extra={"late_by_ms": 200},
-        notes="",
+        notes=(
+            "All entries retired. Rank 3's time_created_ns is ~200 ms after the other ranks' for "
+            "every collective but the final barrier. In the recorded run the non-root ranks of "
+            "a broadcast only returned once rank 3 joined, so rank 1's next entry after each "
+            "broadcast is also ~200 ms late: lateness leaks to peers. Nothing hangs; "
+            "culprit_ranks names the slow rank, waiting_ranks is empty."
+        ),
     ),
     Scenario(
         name="disjoint_subgroups",
@@ -583,7 +673,16 @@ SCENARIO_LIST: list[Scenario] = [
         fault_group_ranks=[2, 3],
         fault_op="all_reduce",
         blocked_ranks=[0, 1, 2],
-        notes="",
+        notes=(
+            "dist.split_group is not usable with Gloo on CPU in torch 2.13: it raises "
+            "RuntimeError('No device associated with the default pg, not safe to split any "
+            "process groups'), and init_process_group(device_id=torch.device('cpu')) is rejected "
+            "('device_id parameter must be an accelerator with an index'). new_subgroups names "
+            "the subgroups '1' ([0, 1]) and '2' ([2, 3]) and both are pg_id 1 on their members: "
+            "same pg_id, different names, pg_config {'': ranks '[]'} everywhere. Rank 2: sub seq "
+            "9 retired=False; rank 3: last sub seq 8; ranks 0, 1: sub seq 10 retired, default "
+            "seq 6 retired=False."
+        ),
     ),
 ]
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in SCENARIO_LIST}
@@ -627,27 +726,29 @@ def run_scenario(sc: Scenario, out: Path) -> Outcome:
         )
         procs: dict[int, subprocess.Popen[bytes]] = {}
         for rank in range(sc.world_size):
-            cmd = [sys.executable, SCRIPT_REL, "--worker", sc.name, "--rank", str(rank)]
+            cmd = [sys.executable, str(SCRIPT), "--worker", sc.name, "--rank", str(rank)]
             cmd += ["--port", str(port), "--scratch", str(scratch), "--out", str(out)]
             with open(scratch / f"log_{rank}.txt", "wb") as log:
                 procs[rank] = subprocess.Popen(
                     cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
                 )
 
-        def reported(rank: int) -> bool:
+        def done(rank: int) -> bool:
+            if rank in sc.crashed_ranks:  # may die without a word (Gloo aborts the process)
+                return procs[rank].poll() is not None
             return (scratch / f"result_{rank}.json").exists()
 
         deadline = time.monotonic() + SCENARIO_TIMEOUT_S
         while time.monotonic() < deadline:
-            if all(reported(r) for r in range(sc.world_size)):
+            if all(done(r) for r in range(sc.world_size)):
                 break
-            dead = [r for r, p in procs.items() if p.poll() is not None and not reported(r)]
+            dead = [r for r, p in procs.items() if p.poll() is not None and not done(r)]
             if dead:
                 errors.append(f"ranks {dead} exited without reporting")
                 break
             time.sleep(0.1)
         else:
-            missing = [r for r in range(sc.world_size) if not reported(r)]
+            missing = [r for r in range(sc.world_size) if not done(r)]
             errors.append(f"timed out waiting for ranks {missing}")
         (scratch / "release").touch()
         for rank, p in procs.items():
@@ -662,12 +763,31 @@ def run_scenario(sc: Scenario, out: Path) -> Outcome:
             path = scratch / f"result_{rank}.json"
             if path.exists():
                 results[rank] = json.loads(path.read_text())
+            elif rank in sc.crashed_ranks:
+                log = (scratch / f"log_{rank}.txt").read_text(errors="replace")
+                state = _crash_state(log, procs[rank].returncode)
+                results[rank] = {"outcome": "crashed", "state_at_dump": state}
         errors += _check(sc, out, results, procs)
         if errors or os.environ.get("MAKE_FIXTURES_VERBOSE"):
             for rank in range(sc.world_size):
                 tail = (scratch / f"log_{rank}.txt").read_text(errors="replace")[-2000:]
                 print(f"--- {sc.name} rank {rank} log tail ---\n{tail}", file=sys.stderr)
     return Outcome(sc, errors, results, time.monotonic() - t0)
+
+
+def _crash_state(log: str, returncode: int | None) -> str:
+    """How a rank that died without reporting died, from its exit status and its log."""
+    how = f"exit code {returncode}"
+    if returncode is not None and returncode < 0:
+        how = signal.Signals(-returncode).name
+    what = re.search(r"instance of '([^']+)'\n\s*what\(\):\s*(.*)", log)
+    detail = ""
+    if what:
+        msg = re.sub(r"^\[[^\]]*\]\s*", "", what.group(2).strip())
+        detail = f" ({what.group(1)}: {msg})"
+    last_op = re.findall(r"^rank \d+: in (.*)$", log, flags=re.MULTILINE)
+    where = f" in {last_op[-1]}" if last_op else ""
+    return f"died with {how}{where}{detail}; no dump"
 
 
 def _check(
@@ -699,7 +819,7 @@ def _check(
         expected = "crashed" if r in sc.crashed_ranks else "dumped"
         if outcome != expected:
             errors.append(f"rank {r}: outcome {outcome!r}, expected {expected!r}")
-        if procs[r].returncode != (1 if r in sc.crashed_ranks else 0):
+        if (procs[r].returncode == 0) != (r not in sc.crashed_ranks):
             errors.append(f"rank {r}: exit code {procs[r].returncode}")
     for r in sc.blocked_ranks:
         state = results.get(r, {}).get("state_at_dump", "")
@@ -713,10 +833,13 @@ def manifest_entry(o: Outcome) -> dict[str, Any]:
     groups: dict[str, dict[str, Any]] = {}
     for rank in sorted(o.results):
         res = o.results[rank]
-        for label, name in res["group_names"].items():
+        for label, name in res.get("group_names", {}).items():
             groups.setdefault(label, {"ranks": res["group_ranks"][label], "name": name})
     entry: dict[str, Any] = {
         "description": sc.description,
+        "torch_version": next(
+            (res["torch_version"] for res in o.results.values() if "torch_version" in res), None
+        ),
         "world_size": sc.world_size,
         "buffer_size": sc.buffer_size,
         "ranks_with_dumps": sc.ranks_with_dumps,
@@ -735,11 +858,32 @@ def manifest_entry(o: Outcome) -> dict[str, Any]:
     return entry
 
 
+def _to_json(obj: Any, level: int = 0) -> str:
+    """Indented JSON, but lists (ranks, sizes) on one line."""
+    if isinstance(obj, dict) and obj:
+        pad = "  " * (level + 1)
+        items = [f"{pad}{json.dumps(k)}: {_to_json(v, level + 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + "  " * level + "}"
+    return json.dumps(obj, ensure_ascii=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--out", type=Path, default=REPO_ROOT / "tests" / "fixtures")
-    ap.add_argument("--only", action="append", choices=sorted(SCENARIOS), metavar="SCENARIO")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=REPO_ROOT / "tests" / "fixtures",
+        help="root of gloo/ and gloo_json/ (default: tests/fixtures)",
+    )
+    ap.add_argument(
+        "--only",
+        action="append",
+        choices=sorted(SCENARIOS),
+        metavar="SCENARIO",
+        help=f"run just this scenario (repeatable): {', '.join(SCENARIOS)}",
+    )
     ap.add_argument("--jobs", type=int, default=4, help="scenarios run in parallel")
+    ap.add_argument("--retries", type=int, default=1, help="reruns of a failed scenario")
     ap.add_argument("--worker", choices=sorted(SCENARIOS), help=argparse.SUPPRESS)
     ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -755,6 +899,12 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         outcomes = list(pool.map(lambda sc: run_scenario(sc, out), chosen))
+    for i, o in enumerate(outcomes):
+        for _ in range(args.retries):
+            if not o.errors:
+                break
+            print(f"{o.scenario.name}: {'; '.join(o.errors)}; retrying", file=sys.stderr)
+            outcomes[i] = o = run_scenario(o.scenario, out)
 
     manifest_path = out / "gloo" / "MANIFEST.json"
     manifest: dict[str, Any] = {}
@@ -773,7 +923,7 @@ def main(argv: list[str] | None = None) -> int:
             manifest[o.scenario.name] = manifest_entry(o)
     order = {s.name: i for i, s in enumerate(SCENARIO_LIST)}
     manifest = dict(sorted(manifest.items(), key=lambda kv: order.get(kv[0], len(order))))
-    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
+    manifest_path.write_text(_to_json(manifest) + "\n")
     print(f"{len(outcomes) - failed}/{len(outcomes)} scenarios ok in {time.monotonic() - t0:.1f}s")
     return 1 if failed else 0
 
