@@ -106,10 +106,8 @@ def diagnose(dumps: DumpSet) -> Report:
 
 def _progress(membership: Membership, matched: MatchResult) -> tuple[GroupProgress, ...]:
     """Per group and member: highest seq entered and highest seq finished (by anyone)."""
-    coll = matched.collectives.merge(
-        matched.consensus[["gid", "seq", "done_any"]], on=["gid", "seq"], how="left"
-    )
-    finished_rows = coll[coll["done_any"].astype(bool)]
+    coll = matched.collectives
+    finished_rows = coll[coll["done"].astype(bool)]
     top = finished_rows.groupby(["rank", "gid"])["seq"].max()
     finished = {
         (int(key[0]), int(key[1])): int(seq)
@@ -256,10 +254,22 @@ def _hang_finding(
         confidence, why = (
             Confidence.LOW,
             (
-                "inferred from missing data: every member with a dump is inside the op; "
-                "the rank(s) without a dump are the only ones that may not be"
+                "inferred from missing data: every member with a dump is inside the op or "
+                "failed it; the rank(s) without a dump are the only ones that may not be"
             ),
         )
+        if seq is not None:
+            failed = sorted(
+                r for (r, g, q), op in matched.pending.items() if g == gid and q == seq and op.done
+            )
+            if failed:
+                waiting = tuple(sorted({*waiting, *failed}))
+                evidence.append(
+                    f"rank{'s' if len(failed) > 1 else ''} {format_ranks(failed)} show {where} "
+                    "as finished although the op could not complete without "
+                    f"{format_ranks(culprits)}: Gloo retires an op that failed (a peer crashed, "
+                    "a connection reset) like one that finished; their logs show the error"
+                )
     return Finding(
         kind=kind,
         severity=Severity.ERROR,

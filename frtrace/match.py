@@ -65,6 +65,7 @@ class OpRef:
     state_rank: int  # 0 scheduled, 1 started, 2 completed
     row: int  # entries-table row (the first entry of a coalesced run)
     peer: int | None = None  # p2p: the other end, as a global rank
+    done: bool = False  # this member finished its part (a mismatched op can, on one side)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,13 +76,15 @@ class MatchResult:
     # table), last_row, op, sig (comparable signature), done, state_rank (0 scheduled,
     # 1 started, 2 completed), created_ns, n_entries.
     collectives: pd.DataFrame
-    # One row per (gid, seq): n_present, done_any, consistent (all members' sig equal).
+    # One row per (gid, seq): n_present, done_any, consistent (all members' sig equal),
+    # finished (every member that recorded it finished it, see _settle_completion).
     consensus: pd.DataFrame
     # One row per p2p op: rank, gid, peer (global), kind ("send"/"recv"), row, done, p2p_seq.
     p2p: pd.DataFrame
     # (rank, gid) -> (lowest, highest) seq of its logical collectives in that group.
     extent: dict[tuple[int, int], tuple[int, int]]
-    # Collectives at (group, seq)s that no member finished, keyed (rank, gid, seq).
+    # Every member's op at (group, seq)s that not every member finished, keyed (rank, gid,
+    # seq); ``OpRef.done`` says whether that member finished its part.
     pending: dict[tuple[int, int, int], OpRef]
     # Unfinished send/recv ops per rank, oldest first.
     pending_p2p: dict[int, list[OpRef]]
@@ -187,6 +190,7 @@ def match(dumps: DumpSet, membership: Membership) -> MatchResult:
     coll = frame[~frame["is_p2p"] & frame["seq"].notna() & (frame["gid"] >= 0)]
     collectives = _drop_truncated_runs(dumps, frame, _logical_collectives(coll))
     consensus = _consensus(collectives)
+    collectives, consensus = _settle_completion(dumps, membership, collectives, consensus)
     spans = collectives.groupby(["rank", "gid"], sort=True)["seq"].agg(["min", "max"])
     extent = {
         (int(r), int(g)): (int(lo), int(hi))
@@ -295,6 +299,53 @@ def _drop_truncated_runs(
     return collectives[~cut].reset_index(drop=True)
 
 
+def _settle_completion(
+    dumps: DumpSet, membership: Membership, collectives: pd.DataFrame, consensus: pd.DataFrame
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Decide, per (group, seq) and member, whether the op finished.
+
+    A collective cannot finish on one member unless every member joined it, so one member's
+    "finished" vouches for all — this forgives Gloo marking an op retired a moment late. It
+    does not hold when the members disagree (a mismatched op can return garbage on one side),
+    nor for Gloo when a member has no dump (Gloo retires a *failed* op, e.g. after its peer
+    crashed, exactly like a finished one). There, each member speaks only for itself.
+
+    Adds ``done`` (effective, per member) to collectives and ``finished`` (every member that
+    recorded it is done) to consensus; ``done_any`` keeps "some member finished it".
+    """
+    loaded = set(dumps.loaded_ranks)
+    complete = {
+        gid for gid, g in enumerate(membership.groups) if all(m in loaded for m in g.members)
+    }
+    files = dumps.files
+    gloo_ranks = {
+        r
+        for r, b in zip(
+            files.column("rank").to_pylist(), files.column("backend").to_pylist(), strict=True
+        )
+        if b == "gloo"
+    }
+    gloo_group = (
+        collectives.assign(gloo=collectives["rank"].isin(gloo_ranks))
+        .groupby(["gid", "seq"])["gloo"]
+        .any()
+    )
+    consensus = consensus.join(gloo_group.rename("gloo"), on=["gid", "seq"])
+    vouch = (
+        consensus["consistent"].astype(bool)
+        & consensus["done_any"].astype(bool)
+        & (~consensus["gloo"].astype(bool) | consensus["gid"].isin(complete))
+    )
+    consensus = consensus.assign(vouch=vouch)
+    merged = collectives.join(consensus.set_index(["gid", "seq"])["vouch"], on=["gid", "seq"])
+    collectives = collectives.assign(
+        done=merged["done"].astype(bool) | merged["vouch"].astype(bool)
+    )
+    finished = collectives.groupby(["gid", "seq"])["done"].all().rename("finished")
+    consensus = consensus.join(finished, on=["gid", "seq"]).drop(columns=["gloo", "vouch"])
+    return collectives, consensus
+
+
 def _consensus(collectives: pd.DataFrame) -> pd.DataFrame:
     grouped = collectives.groupby(["gid", "seq"], sort=True)
     consensus = grouped.agg(
@@ -347,10 +398,10 @@ def _pending_collectives(
     collectives: pd.DataFrame, consensus: pd.DataFrame
 ) -> dict[tuple[int, int, int], OpRef]:
     """Logical collectives at (group, seq)s no member finished, keyed (rank, gid, seq)."""
-    open_keys = consensus.loc[~consensus["done_any"].astype(bool), ["gid", "seq"]]
+    open_keys = consensus.loc[~consensus["finished"].astype(bool), ["gid", "seq"]]
     rows = collectives.merge(open_keys, on=["gid", "seq"], how="inner")
     out: dict[tuple[int, int, int], OpRef] = {}
-    for rank, gid, seq, op, sig, state, row in zip(
+    for rank, gid, seq, op, sig, state, row, done in zip(
         rows["rank"].tolist(),
         rows["gid"].tolist(),
         _ints(rows["seq"]),
@@ -358,6 +409,7 @@ def _pending_collectives(
         rows["sig"].tolist(),
         rows["state_rank"].tolist(),
         rows["row"].tolist(),
+        rows["done"].tolist(),
         strict=True,
     ):
         assert seq is not None  # collectives always carry a seq
@@ -371,6 +423,7 @@ def _pending_collectives(
             sig=int(sig),
             state_rank=int(state),
             row=int(row),
+            done=bool(done),
         )
     return out
 
@@ -412,6 +465,8 @@ def _blocked(
     """Each rank's oldest unfinished op (a collective counts only if no member finished it)."""
     out: dict[int, OpRef] = {}
     for op in [*pending.values(), *(o for ops in pending_p2p.values() for o in ops)]:
+        if op.done:
+            continue
         best = out.get(op.rank)
         if best is None or op.row < best.row:
             out[op.rank] = op

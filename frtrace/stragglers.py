@@ -49,7 +49,7 @@ def find_stragglers(
     if coll.empty:
         return ()
     size = {gid: len(g.members) for gid, g in enumerate(membership.groups)}
-    done = match.consensus[match.consensus["done_any"].astype(bool)]
+    done = match.consensus[match.consensus["finished"].astype(bool)]
     full = done[(done["n_present"] == done["gid"].map(size)) & (done["gid"].map(size) >= 2)]
     rows = coll.merge(full[["gid", "seq"]], on=["gid", "seq"], how="inner")
     rows = rows[rows["created_ns"].notna()]

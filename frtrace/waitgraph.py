@@ -163,6 +163,8 @@ def _collective_edges(ctx: _Context, mine: OpRef) -> list[Edge]:
                 majority is None and (theirs.op, theirs.sig) != (mine.op, mine.sig)
             ):
                 edge(v, EdgeKind.MISMATCH)  # without a majority each side waits on the other
+            elif theirs.done:
+                pass  # v finished its part: it holds nobody here
             elif not ctx.same_op(v, mine):
                 edge(v, EdgeKind.BLOCKED_ELSEWHERE)
             elif mine.state_rank == 1 and theirs.state_rank == 0:
@@ -227,8 +229,12 @@ def _p2p_edges(ctx: _Context, first: OpRef) -> list[Edge]:
 def _analyse(edges: list[Edge], co_waiting: dict[tuple[int, int], tuple[int, ...]]) -> WaitGraph:
     graph: nx.DiGraph[int] = nx.DiGraph()
     kept: list[Edge] = []
+    # The odd one out of a mismatch is a root cause: whatever it waits on afterwards (its
+    # peers never join the op it moved on to) is a consequence, not a cause.
+    odd = {e.target for e in edges if e.kind == EdgeKind.MISMATCH}
+    odd -= {e.waiter for e in edges if e.kind == EdgeKind.MISMATCH}  # no majority: keep both
     for e in sorted(edges, key=lambda e: (e.waiter, e.target, e.kind, e.gid, e.seq or -1)):
-        if e.waiter == e.target:
+        if e.waiter == e.target or e.waiter in odd:
             continue
         kept.append(e)
         if not graph.has_edge(e.waiter, e.target):
