@@ -87,6 +87,11 @@ def _call_site(
     return group, coll, "collective", op
 
 
+# A straggler late in fewer steps than this is not expected to be called one (one or two late
+# arrivals look like a GC pause).
+MIN_SLOW_STEPS = 3
+
+
 def derive_truth(programs: Programs, tail: TailTimes | None, missing: tuple[int, ...]) -> Truth:
     """Read the truth off the execution of the job."""
     spec = programs.spec
@@ -113,8 +118,13 @@ def _quiet_truth(
             f"rank {fault.rank} starts every step {fault.delay_ms:g} ms late; "
             "the job is slow but completes"
         )
+        slow_steps = programs.spec.steps - max(fault.step, 0)
         if not present[fault.rank] or sum(present) < 2:
             detectable, reason = False, "the straggler's or all its peers' dumps are missing"
+        elif slow_steps < MIN_SLOW_STEPS:
+            detectable, reason = False, (
+                f"only {slow_steps} slow step(s): too few late arrivals to tell from noise"
+            )
     else:
         description = f"healthy job; no dump from ranks {list(missing)}"
     stragglers = (fault.rank,) if fault is not None and kind is FaultKind.STRAGGLER else ()
@@ -147,7 +157,9 @@ def _hang_truth(
     site_rank, site_index = rank, plan.target[rank]
     if fault.kind is FaultKind.OPPOSITE_ORDER:
         peer = plan.partners[0]
-        culprits = tuple(sorted((rank, peer)))
+        # Only `peer` runs a swapped program; `rank` keeps the order every other rank uses,
+        # so the root cause is the rank that changed its order (both are in the cycle).
+        culprits = (peer,)
         g1 = mesh.group(rank, tail.programs[rank].unit(plan.target[rank]).axis)
         g2 = mesh.group(peer, "world")
         cycle = ((rank, g1.name, peer), (peer, g2.name, rank))
@@ -233,8 +245,8 @@ def _describe(
         what = f"rank {culprits[0]} stopped issuing calls in step {step}; it never entered {where}"
     elif kind is FaultKind.OPPOSITE_ORDER:
         what = (
-            f"ranks {culprits[0]} and {culprits[1]} entered two shared groups in opposite order "
-            f"in step {step}; deadlock starting at {where}"
+            f"rank {culprits[0]} entered two groups it shares with rank {site_rank} in the "
+            f"opposite order in step {step}; deadlock starting at {where}"
         )
     elif kind is FaultKind.P2P_NO_PEER:
         what = (
