@@ -410,6 +410,14 @@ def _data_notes(
             "TORCH_FR_BUFFER_SIZE keeps more history."
         )
     notes.extend(membership.notes)
+    layouts = set(dumps.files.column("layout").to_pylist()) - {None}
+    if layouts & {"list", "1.x"}:
+        notes.append(
+            "dumps from torch 2.3 or older record no dtypes (a dtype mismatch is invisible) and "
+            "name groups only by a per-process id; torch 2.2 also records batched send/recv as "
+            "a bare 'coalesced' entry without peers, so findings on those are uncertain. "
+            "Dumps from torch 2.4+ settle such cases."
+        )
     if _stateless_ranks(dumps):
         notes.append(
             "Gloo dumps record no start/complete states and no p2p ops: completion is read "

@@ -5,6 +5,7 @@ two ranks that record the same name with different members are in different grou
 
 - NCCL (and every backend that records real ``pg_config``): each rank lists the groups it is a
   member of, with the global ranks in group-rank order.
+- torch 2.3 (FR 1.x) names groups by a per-process pg_id: the member set identifies them.
 - Gloo records every group under the name ``''`` with unusable ranks: membership is rebuilt
   from which ranks recorded entries in the group; the default group has every rank of the
   job. Inferred memberships are flagged, since a member whose buffer holds no entry of the
@@ -81,7 +82,11 @@ def resolve_groups(dumps: DumpSet) -> Membership:
     by_entries = _entry_groups(dumps.entries)
     recorded: dict[str, dict[int, tuple[int, ...]]] = defaultdict(dict)  # name -> rank -> members
     recorded_desc: dict[str, Counter[str]] = defaultdict(Counter)
-    for row in dumps.groups.to_pylist():
+    rows = dumps.groups.to_pylist()
+    # Before torch 2.4 a group's only name is the per-process pg_id, which differs between
+    # ranks (each counts the groups it is a member of): the members identify the group.
+    local_names = any(row["pg_id"] is not None for row in rows)
+    for row in rows:
         if row["trusted"] and row["ranks"]:
             recorded[row["group_name"]][row["rank"]] = tuple(row["ranks"])
             if row["group_desc"]:
@@ -93,7 +98,7 @@ def resolve_groups(dumps: DumpSet) -> Membership:
     notes: list[str] = []
 
     def key_for(name: str, members: tuple[int, ...], desc: str | None, inferred: bool) -> int:
-        key = (name, tuple(sorted(members)))
+        key = ("" if local_names else name, tuple(sorted(members)))
         if key not in keys:
             keys[key] = len(groups)
             groups.append(GroupRef(name=name, desc=desc, members=members, inferred=inferred))

@@ -216,17 +216,21 @@ def _mark_p2p_batches(frame: pd.DataFrame) -> None:
     """A ``coalesced`` entry closing a batch of p2p ops is itself p2p, and carries their state.
 
     Inside ``batch_isend_irecv`` the individual send/recv entries stay ``scheduled``; the
-    closing ``coalesced`` entry (same rank, group and p2p_seq) is the one that completes.
+    closing ``coalesced`` entry (same rank, group and p2p_seq) is the one that completes. It is
+    recorded with ``is_p2p`` false, so it is recognised by following p2p entries.
     """
     is_marker = frame["op"].eq("coalesced")
     prev_p2p = frame["is_p2p"].shift(1, fill_value=False) & frame["rank"].eq(frame["rank"].shift(1))
     frame.loc[is_marker & prev_p2p, "is_p2p"] = True
-    markers = frame[is_marker & frame["is_p2p"] & frame["p2p_seq"].notna()]
+    # the batch's key: p2p_seq (torch 2.4+); before that one seq_id counted both kinds of op
+    batch = frame["p2p_seq"].fillna(frame["seq"])
+    framed = frame.assign(batch=batch)
+    markers = framed[is_marker & framed["is_p2p"] & framed["batch"].notna()]
     if markers.empty:
         return
-    batch_state = markers.groupby(["rank", "gid", "p2p_seq"])[["done", "state_rank"]].max()
-    ops = frame[frame["is_p2p"] & ~is_marker & frame["p2p_seq"].notna()]
-    joined = ops.join(batch_state, on=["rank", "gid", "p2p_seq"], rsuffix="_batch")
+    batch_state = markers.groupby(["rank", "gid", "batch"])[["done", "state_rank"]].max()
+    ops = framed[framed["is_p2p"] & ~is_marker & framed["batch"].notna()]
+    joined = ops.join(batch_state, on=["rank", "gid", "batch"], rsuffix="_batch")
     has_batch = joined["done_batch"].notna()
     idx = joined.index[has_batch]
     frame.loc[idx, "done"] = joined.loc[has_batch, "done_batch"].astype(bool)
