@@ -230,7 +230,16 @@ def _mark_p2p_batches(frame: pd.DataFrame) -> None:
         return
     batch_state = markers.groupby(["rank", "gid", "batch"])[["done", "state_rank"]].max()
     ops = framed[framed["is_p2p"] & ~is_marker & framed["batch"].notna()]
-    joined = ops.join(batch_state, on=["rank", "gid", "batch"], rsuffix="_batch")
+    joined = (
+        ops.reset_index()
+        .merge(
+            batch_state.reset_index(),
+            on=["rank", "gid", "batch"],
+            how="left",
+            suffixes=("", "_batch"),
+        )
+        .set_index("index")
+    )
     has_batch = joined["done_batch"].notna()
     idx = joined.index[has_batch]
     frame.loc[idx, "done"] = joined.loc[has_batch, "done_batch"].astype(bool)

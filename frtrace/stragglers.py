@@ -48,7 +48,8 @@ def find_stragglers(
     coll = match.collectives
     if coll.empty:
         return ()
-    size = {gid: len(g.members) for gid, g in enumerate(membership.groups)}
+    loaded = set(dumps.loaded_ranks)  # a member without a dump cannot arrive last: skip it
+    size = {gid: sum(m in loaded for m in g.members) for gid, g in enumerate(membership.groups)}
     done = match.consensus[match.consensus["finished"].astype(bool)]
     full = done[(done["n_present"] == done["gid"].map(size)) & (done["gid"].map(size) >= 2)]
     rows = coll.merge(full[["gid", "seq"]], on=["gid", "seq"], how="inner")

@@ -1,0 +1,102 @@
+"""Property tests: random simulated jobs with one injected fault (frsim, independent of frtrace).
+
+The analysis must name exactly the injected root cause, no culprit on fault-free jobs, and give
+the same answer whatever order the files are listed in. Run longer locally with
+``FRTRACE_EXAMPLES=1000 python3 -m pytest tests/test_properties.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from frsim import Fault, FaultKind, JobSpec, simulate, write_dumps
+from frtrace.findings import Verdict
+from frtrace.pipeline import analyze
+
+EXAMPLES = int(os.environ.get("FRTRACE_EXAMPLES", "40"))
+MESHES = [(4, 1, 1), (4, 2, 2), (8, 2, 2), (8, 4, 2), (8, 1, 2), (16, 2, 2), (16, 4, 1)]
+KINDS = [None, *FaultKind]
+
+
+@st.composite
+def jobs(draw: st.DrawFn) -> JobSpec:
+    world, tp, pp = draw(st.sampled_from(MESHES))
+    kind = draw(st.sampled_from(KINDS))
+    if kind is FaultKind.P2P_NO_PEER and pp < 2:
+        kind = FaultKind.HOST_STALL
+    first = world // pp if kind is FaultKind.P2P_NO_PEER else 0
+    rank = draw(st.integers(first, world - 1))
+    steps = draw(st.integers(4, 7))
+    fault = None
+    if kind is not None:
+        fault = Fault(
+            kind=kind,
+            rank=rank,
+            step=draw(st.integers(0, steps - 1)),
+            missing=draw(st.sampled_from([(), ((rank + 1) % world,)])),
+        )
+    buffer = draw(st.sampled_from([2000, 300, 120]))
+    return JobSpec(
+        world_size=world,
+        tp=tp,
+        pp=pp,
+        steps=steps,
+        seed=draw(st.integers(0, 10_000)),
+        buffer_size=buffer,
+        timing=draw(st.booleans()),
+        batched_p2p=draw(st.booleans()),
+        coalesced=draw(st.booleans()),
+        lookahead=draw(st.integers(0, 3)),
+        fault=fault,
+    )
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    spec=jobs(), version=st.sampled_from(["2.10", "2.4"]), fmt=st.sampled_from(["pickle", "json"])
+)
+def test_names_exactly_the_injected_root_cause(spec: JobSpec, version: str, fmt: str) -> None:
+    """Culprits equal the truth; fault-free jobs and stragglers give none."""
+    job = simulate(spec)
+    truth = job.truth
+    with tempfile.TemporaryDirectory() as tmp:
+        write_dumps(job, tmp, version=version, fmt=fmt)
+        report = analyze(Path(tmp))
+    if truth.hung and truth.detectable:
+        assert report.culprit_ranks == truth.culprit_ranks, (truth.description, report.findings)
+        assert report.has_problems
+    elif not truth.hung:
+        assert report.culprit_ranks == ()
+        assert report.verdict in (Verdict.HEALTHY, Verdict.STRAGGLERS)
+        if truth.straggler_ranks and truth.detectable:
+            assert [s.rank for s in report.stragglers] == list(truth.straggler_ranks)
+
+
+@settings(max_examples=max(5, EXAMPLES // 4), deadline=None)
+@given(spec=jobs(), seed=st.integers(0, 1000))
+def test_answer_does_not_depend_on_file_order(spec: JobSpec, seed: int) -> None:
+    """Files spread over shuffled subdirectories give the same report."""
+    job = simulate(spec)
+    with tempfile.TemporaryDirectory() as tmp:
+        plain = Path(tmp) / "plain"
+        write_dumps(job, plain)
+        base = analyze(plain)
+        shuffled = Path(tmp) / "shuffled"
+        files = sorted(plain.iterdir())
+        import random
+
+        order = list(range(len(files)))
+        random.Random(seed).shuffle(order)
+        for i, src in zip(order, files, strict=True):
+            dst = shuffled / f"d{i:03d}" / src.name
+            dst.parent.mkdir(parents=True)
+            shutil.copy(src, dst)
+        other = analyze(shuffled)
+    assert other.culprit_ranks == base.culprit_ranks
+    assert [f.summary for f in other.findings] == [f.summary for f in base.findings]
