@@ -90,7 +90,7 @@ def test_wrapped_buffers_of_different_sizes_are_not_missing_ranks(tmp_path: Path
 def test_missing_dump_is_a_suspect_marked_inferred(tmp_path: Path) -> None:
     """A hang whose culprit wrote no dump: named as suspected, low confidence."""
     fault = Fault(kind=FaultKind.HOST_STALL, rank=2, step=3, missing=(2,))
-    truth, report = run(tmp_path, fault)
+    _truth, report = run(tmp_path, fault)
     assert report.culprit_ranks == (2,) and report.suspected_ranks == (2,)
     suspects = [f for f in report.findings if f.kind == FindingKind.MISSING_DUMP]
     assert suspects and all(f.confidence == "low" and "inferred" in f.why for f in suspects)
@@ -99,14 +99,14 @@ def test_missing_dump_is_a_suspect_marked_inferred(tmp_path: Path) -> None:
 
 def test_a_missing_dump_in_a_healthy_job_blames_nobody(tmp_path: Path) -> None:
     """Nothing pending: a missing file is reported as missing data, not as a culprit."""
-    truth, report = run(tmp_path, Fault(kind=FaultKind.MISSING_DUMP, rank=3))
+    _truth, report = run(tmp_path, Fault(kind=FaultKind.MISSING_DUMP, rank=3))
     assert report.culprit_ranks == () and report.verdict == Verdict.HEALTHY
     assert any("no dump for rank(s) 3" in n for n in report.data_notes)
 
 
 def test_straggler_is_a_warning_not_a_culprit(tmp_path: Path) -> None:
     """A consistently late rank: healthy_with_stragglers, exit code 0."""
-    truth, report = run(tmp_path, Fault(kind=FaultKind.STRAGGLER, rank=6, step=0), steps=6)
+    _truth, report = run(tmp_path, Fault(kind=FaultKind.STRAGGLER, rank=6, step=0), steps=6)
     assert [s.rank for s in report.stragglers] == [6]
     assert report.culprit_ranks == () and report.verdict == Verdict.STRAGGLERS
     assert not report.has_problems
