@@ -113,6 +113,19 @@ def _deviators(
     return tuple(sorted(culprits)), "decided by " + " and ".join(sorted(set(reasons))), words
 
 
+def _conflict_ranks(
+    membership: Membership, matched: MatchResult, component: tuple[int, ...]
+) -> tuple[int, ...]:
+    """Every rank on either side of an undecided order conflict."""
+    ranks: set[int] = set()
+    for _, _, x_first, y_first in _order_conflicts(membership, matched, component):
+        ranks.update(x_first)
+        ranks.update(y_first)
+    return tuple(sorted(ranks))
+
+
+
+
 # A pipeline's op pattern between two ranks repeats every step: up to this many ops long.
 MAX_P2P_PERIOD = 16
 
@@ -251,8 +264,12 @@ def find_deadlocks(
                 "shared groups in a different order than the other ranks: "
             )
         else:
-            culprits, confidence = component, Confidence.MEDIUM
-            why = "the dumps do not show which rank changed the order: every rank is named"
+            culprits = _conflict_ranks(membership, matched, component) or component
+            confidence = Confidence.MEDIUM
+            why = (
+                "the dumps do not show which of them changed the order (no majority, no "
+                "earlier step in the buffers): each is named"
+            )
             lead = ""
         held = victims_of(waits, component)
         victims = held | (set(component) - set(culprits))

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from frsim import Fault, FaultKind, JobSpec, simulate, write_dumps
-from frtrace.findings import Verdict
+from frtrace.findings import Confidence, FindingKind, Verdict
 from frtrace.pipeline import analyze
 
 EXAMPLES = int(os.environ.get("FRTRACE_EXAMPLES", "40"))
@@ -69,8 +69,15 @@ def test_names_exactly_the_injected_root_cause(spec: JobSpec, version: str, fmt:
         write_dumps(job, tmp, version=version, fmt=fmt)
         report = analyze(Path(tmp))
     if truth.hung and truth.detectable:
-        assert report.culprit_ranks == truth.culprit_ranks, (truth.description, report.findings)
         assert report.has_problems
+        if report.culprit_ranks != truth.culprit_ranks:
+            # a deadlock between two ranks with no majority and no earlier step in the buffers
+            # cannot say which one changed its order: both named, with medium confidence
+            (deadlock,) = [f for f in report.findings if f.kind == FindingKind.DEADLOCK]
+            assert truth.kind is FaultKind.OPPOSITE_ORDER, (truth.description, report.findings)
+            assert deadlock.confidence == Confidence.MEDIUM
+            assert set(truth.culprit_ranks) < set(report.culprit_ranks)
+            assert len(report.culprit_ranks) == 2
     elif not truth.hung:
         assert report.culprit_ranks == ()
         assert report.verdict in (Verdict.HEALTHY, Verdict.STRAGGLERS)
