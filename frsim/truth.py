@@ -122,8 +122,9 @@ def _quiet_truth(
         if not present[fault.rank] or sum(present) < 2:
             detectable, reason = False, "the straggler's or all its peers' dumps are missing"
         elif slow_steps < MIN_SLOW_STEPS:
-            detectable, reason = False, (
-                f"only {slow_steps} slow step(s): too few late arrivals to tell from noise"
+            detectable, reason = (
+                False,
+                (f"only {slow_steps} slow step(s): too few late arrivals to tell from noise"),
             )
     else:
         description = f"healthy job; no dump from ranks {list(missing)}"

@@ -1,23 +1,30 @@
 """The ``frtrace`` command: flags -> one library call -> a renderer -> an exit code.
 
-Exit codes: 0 no problem found, 1 a hang, desync or other problem found, 2 the input cannot be
-analysed (no directory, no dumps, nothing readable, bad options).
+Exit codes (``frtrace.exitcodes``): 0 no problem found, 1 a problem found (or, without
+``--allow-partial``, ranks without a dump; for ``check``: the analysis differs from the
+expectation), 2 the input cannot be analysed or the command line is wrong. Every error is one
+line on stderr, ``error: ...``; never a traceback.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from frtrace.errors import FrtraceError
+from frtrace.errors import FrtraceError, InputError
+from frtrace.exitcodes import EXIT_INPUT, EXIT_OK, EXIT_PROBLEM
+
+if TYPE_CHECKING:
+    from frtrace.findings import Report
+    from frtrace.report.select import Selection
+    from frtrace.tables import DumpSet
 
 __all__ = ["app", "main"]
-
-EXIT_OK, EXIT_PROBLEM, EXIT_INPUT = 0, 1, 2
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -39,6 +46,17 @@ JobsOption = Annotated[
     int | None,
     typer.Option("--jobs", "-j", help="Worker processes for loading (default: all CPUs)."),
 ]
+PgOption = Annotated[
+    str | None,
+    typer.Option(
+        "--pg",
+        help="Show only this process group (name, description or label, e.g. 3 or tp).",
+    ),
+]
+RanksOption = Annotated[
+    str | None,
+    typer.Option("--ranks", help="Show only these ranks, e.g. 0-7,12."),
+]
 
 
 class Format(StrEnum):
@@ -46,46 +64,308 @@ class Format(StrEnum):
 
     TEXT = "text"
     JSON = "json"
+    MARKDOWN = "markdown"
+    HTML = "html"
 
 
-def _fail(exc: FrtraceError) -> typer.Exit:
-    typer.echo(f"error: {exc}", err=True)
+class EnvFormat(StrEnum):
+    """Output formats of ``env``."""
+
+    SHELL = "shell"
+    ENV = "env"
+
+
+def _fail(message: object) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
     return typer.Exit(code=EXIT_INPUT)
 
 
-def _print_load_problems(dumps: object) -> None:
-    from frtrace.tables import DumpSet
-
-    assert isinstance(dumps, DumpSet)
+def _print_load_problems(dumps: DumpSet) -> None:
     for problem in dumps.problems:
         prefix = "error" if problem.fatal else "warning"
         typer.echo(f"{prefix}: {problem.message}", err=True)
+
+
+def _parse_ranks(text: str | None, flag: str) -> tuple[int, ...] | None:
+    from frtrace.ranges import parse_ranks
+
+    if text is None:
+        return None
+    try:
+        ranks = parse_ranks(text)
+    except ValueError as exc:
+        raise _fail(f"{flag}: {exc}") from None
+    if not ranks:
+        raise _fail(f"{flag}: give at least one rank, e.g. {flag} 0-7,12")
+    return ranks
+
+
+def _load_and_analyze(dump_dir: Path, jobs: int | None) -> tuple[DumpSet, Report]:
+    from frtrace.pipeline import analyze_dumps
+    from frtrace.tables import load_dumps
+
+    try:
+        dumps = load_dumps(dump_dir, jobs=jobs, progress=True)
+        return dumps, analyze_dumps(dumps)
+    except FrtraceError as exc:
+        raise _fail(exc) from None
+
+
+def _renderer(fmt: Format) -> Callable[[Report, Selection | None], str]:
+    if fmt == Format.JSON:
+        from frtrace.report.json import render_json
+
+        return render_json
+    if fmt == Format.MARKDOWN:
+        from frtrace.report.markdown import render_markdown
+
+        return render_markdown
+    if fmt == Format.HTML:
+        from frtrace.report.html import render_html
+
+        return render_html
+    from frtrace.report.text import render_text
+
+    return render_text
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise _fail(f"{path}: cannot write the report ({exc.strerror})") from None
 
 
 @app.command()
 def analyze(
     dump_dir: DirOption,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Report format.")] = Format.TEXT,
+    pg: PgOption = None,
+    ranks: RanksOption = None,
+    allow_partial: Annotated[
+        bool,
+        typer.Option(
+            "--allow-partial",
+            help="Accept ranks without a dump: the exit code is then the analysis' alone "
+            "(without it, missing dumps make it 1).",
+        ),
+    ] = False,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Write the report to this file.", dir_okay=False),
+    ] = None,
+    quiet: Annotated[
+        bool,
+        typer.Option("--quiet", "-q", help="Print only the headline line; no warnings."),
+    ] = False,
     jobs: JobsOption = None,
 ) -> None:
     """Name the rank(s) that hung or desynchronised the job, and why.
 
-    Example: frtrace analyze -d /tmp/dumps --format json
+    The whole job is always analysed; --pg and --ranks only choose what is shown (a subset
+    analysed alone would make the other ranks look absent). Verdict and exit code are always
+    those of the whole job.
+
+    Example: frtrace analyze -d /tmp/dumps --format html -o report.html
     """
-    from frtrace.pipeline import analyze_dumps
-    from frtrace.report.json import render_json
-    from frtrace.report.text import render_text
+    from frtrace.exitcodes import analysis_exit_code, incomplete_ranks
+    from frtrace.ranges import format_ranks
+    from frtrace.report.common import headline
+    from frtrace.report.select import Selection, select
+
+    selection = Selection(pg=pg, ranks=_parse_ranks(ranks, "--ranks"))
+    dumps, report = _load_and_analyze(dump_dir, jobs)
+    try:
+        shown = select(report, selection)
+    except InputError as exc:
+        raise _fail(exc) from None
+    if not quiet:
+        _print_load_problems(dumps)
+    text = _renderer(fmt)(shown, selection)
+    if output is not None:
+        _write(output, text)
+    if quiet or output is not None:
+        typer.echo(headline(report))
+        if output is not None and not quiet:
+            typer.echo(f"report written to {output}")
+    else:
+        typer.echo(text, nl=False)
+    absent = incomplete_ranks(report)
+    if absent and not allow_partial and not quiet:
+        typer.echo(
+            f"frtrace: no readable dump for {len(absent)} of {report.world_size} ranks "
+            f"({format_ranks(absent)}): exit code 1 for that alone; pass --allow-partial to "
+            "accept a partial set",
+            err=True,
+        )
+    raise typer.Exit(code=analysis_exit_code(report, allow_partial=allow_partial))
+
+
+@app.command()
+def show(
+    dump_dir: DirOption,
+    pg: PgOption = None,
+    ranks: RanksOption = None,
+    seq: Annotated[
+        str | None,
+        typer.Option("--seq", help="Sequence numbers to show, e.g. 10-20 (default: the newest)."),
+    ] = None,
+    last: Annotated[
+        int, typer.Option("--last", "-n", help="Newest sequence numbers per group.", min=1)
+    ] = 8,
+    stacks: Annotated[
+        bool, typer.Option("--stacks", help="Show each call's Python stack.")
+    ] = False,
+    jobs: JobsOption = None,
+) -> None:
+    """The raw entries side by side, one row per (group, seq), one column per rank.
+
+    Rows line up by (group, collective sequence number), not by position in each buffer. With
+    many ranks, ranks that recorded the same thing share a column.
+
+    Example: frtrace show -d dumps/ --pg 0 --ranks 0-3 --seq 10-14 --stacks
+    """
+    from frtrace.show import ShowOptions, render_show
     from frtrace.tables import load_dumps
 
+    seq_range = _parse_ranks(seq, "--seq")
+    options = ShowOptions(
+        pg=pg,
+        ranks=_parse_ranks(ranks, "--ranks"),
+        seqs=seq_range,
+        last=last,
+        stacks=stacks,
+    )
     try:
         dumps = load_dumps(dump_dir, jobs=jobs, progress=True)
-        report = analyze_dumps(dumps)
+        text = render_show(dumps, options)
     except FrtraceError as exc:
         raise _fail(exc) from None
     _print_load_problems(dumps)
-    render = render_json if fmt == Format.JSON else render_text
-    typer.echo(render(report), nl=False)
-    raise typer.Exit(code=EXIT_PROBLEM if report.has_problems else EXIT_OK)
+    typer.echo(text, nl=False)
+
+
+@app.command()
+def check(
+    dump_dir: DirOption,
+    expect: Annotated[
+        Path | None,
+        typer.Option(
+            "--expect", "-e", help="Expectation file (JSON; see the README).", dir_okay=False
+        ),
+    ] = None,
+    expect_culprits: Annotated[
+        str | None,
+        typer.Option("--expect-culprits", help="Exactly these culprit ranks, e.g. 5 or 4-5; none."),
+    ] = None,
+    expect_healthy: Annotated[
+        bool, typer.Option("--expect-healthy", help="No problem found (stragglers allowed).")
+    ] = False,
+    expect_verdict: Annotated[
+        str | None, typer.Option("--expect-verdict", help="This verdict, e.g. hang.")
+    ] = None,
+    expect_stragglers: Annotated[
+        str | None, typer.Option("--expect-stragglers", help="Exactly these straggler ranks.")
+    ] = None,
+    write: Annotated[
+        bool,
+        typer.Option(
+            "--write", help="Write --expect FILE from this analysis instead (review, then commit)."
+        ),
+    ] = False,
+    jobs: JobsOption = None,
+) -> None:
+    """CI gate: exit 0 when the analysis matches the expectation, 1 with the differences.
+
+    Keep the dumps of past incidents with an expectation next to them; the check fails the day
+    your training code or an frtrace upgrade changes the answer.
+
+    Example: frtrace check -d incidents/rank5_hang --expect incidents/rank5_hang/expect.json
+    """
+    from frtrace.check import (
+        compare,
+        expectation_from_flags,
+        expectation_from_report,
+        load_expectation,
+    )
+    from frtrace.ranges import format_ranks
+    from frtrace.report.json import dumps_compact
+
+    try:
+        flags = expectation_from_flags(
+            culprits=expect_culprits,
+            healthy=expect_healthy,
+            verdict=expect_verdict,
+            stragglers=expect_stragglers,
+        )
+    except InputError as exc:
+        raise _fail(exc) from None
+    if write:
+        if expect is None:
+            raise _fail("--write needs --expect FILE: the file to write")
+        _, report = _load_and_analyze(dump_dir, jobs)
+        _write(expect, dumps_compact(expectation_from_report(report)) + "\n")
+        typer.echo(f"wrote {expect}: review it, remove what you do not want pinned, commit it")
+        raise typer.Exit(code=EXIT_OK)
+    wanted: dict[str, object] = {}
+    if expect is not None:
+        try:
+            wanted.update(load_expectation(expect))
+        except InputError as exc:
+            raise _fail(exc) from None
+    wanted.update(flags)
+    if not wanted:
+        raise _fail(
+            "nothing to check: give --expect FILE or --expect-culprits/--expect-healthy/"
+            "--expect-verdict/--expect-stragglers"
+        )
+    _, report = _load_and_analyze(dump_dir, jobs)
+    diffs = compare(report, wanted)
+    culprits = format_ranks(report.culprit_ranks) if report.culprit_ranks else "none"
+    if not diffs:
+        typer.echo(f"check passed: verdict {report.verdict}, culprit ranks {culprits}")
+        raise typer.Exit(code=EXIT_OK)
+    typer.echo(f"check failed: {len(diffs)} difference{'s' if len(diffs) > 1 else ''}")
+    for d in diffs:
+        typer.echo(f"  {d}")
+    for f in report.findings[:5]:
+        typer.echo(f"  [{f.code}] {f.summary}")
+    raise typer.Exit(code=EXIT_PROBLEM)
+
+
+@app.command()
+def env(
+    dump_dir: Annotated[
+        str,
+        typer.Option("--dir", "-d", help="Where the job's ranks should write their dumps."),
+    ] = "/tmp/frtrace_dumps",
+    torch_version: Annotated[
+        str | None,
+        typer.Option(
+            "--torch", help="Only what this torch version reads, e.g. 2.4 (default: all)."
+        ),
+    ] = None,
+    buffer_size: Annotated[
+        int, typer.Option("--buffer-size", help="Ring buffer entries per process.", min=1)
+    ] = 20000,
+    fmt: Annotated[
+        EnvFormat, typer.Option("--format", "-f", help="shell: export lines; env: KEY=VALUE.")
+    ] = EnvFormat.SHELL,
+) -> None:
+    """Print the environment that makes a job record and dump what frtrace needs.
+
+    Example: eval "$(frtrace env --dir /shared/fr)" && torchrun ... train.py
+    """
+    from frtrace.env import parse_version, render_env
+
+    try:
+        version = parse_version(torch_version) if torch_version else None
+    except ValueError as exc:
+        raise _fail(f"--torch: {exc}") from None
+    typer.echo(
+        render_env(dump_dir, torch_version=version, buffer_size=buffer_size, fmt=str(fmt)),
+        nl=False,
+    )
 
 
 @app.command()

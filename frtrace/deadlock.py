@@ -109,8 +109,32 @@ def _deviators(
             culprits.update(moved)
             reasons.append("their order at the previous step")
     if not culprits:
+        culprits = _early_movers(membership, matched, component)
+        if culprits:
+            reasons.append("one op entered early by fewer ranks than the ops others entered")
+    if not culprits:
         return (), "", words
     return tuple(sorted(culprits)), "decided by " + " and ".join(sorted(set(reasons))), words
+
+
+def _early_movers(
+    membership: Membership, matched: MatchResult, component: tuple[int, ...]
+) -> set[int]:
+    """Pairwise ties, added up per op: one rank that put op X ahead of *several* other ops,
+    each of which another rank kept first, is the one that moved X (e.g. a rank that entered
+    the step's last all_reduce before its tp and dp collectives)."""
+    early: dict[OpKey, set[int]] = defaultdict(set)
+    late: dict[OpKey, set[int]] = defaultdict(set)
+    for x, y, x_first, y_first in _order_conflicts(membership, matched, component):
+        early[x].update(x_first)
+        late[x].update(y_first)
+        early[y].update(y_first)
+        late[y].update(x_first)
+    out: set[int] = set()
+    for op, movers in early.items():
+        if len(movers) < len(late[op]):
+            out |= movers
+    return out
 
 
 def _conflict_ranks(
@@ -122,8 +146,6 @@ def _conflict_ranks(
         ranks.update(x_first)
         ranks.update(y_first)
     return tuple(sorted(ranks))
-
-
 
 
 # A pipeline's op pattern between two ranks repeats every step: up to this many ops long.

@@ -15,6 +15,7 @@ Order of reasoning:
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 import pandas as pd
 
@@ -56,6 +57,7 @@ def diagnose(dumps: DumpSet) -> Report:
     findings += _hang_findings(dumps, membership, matched, waits)
     findings += find_deadlocks(dumps, membership, matched, waits)
     findings += _stuck_findings(dumps, membership, matched, waits)
+    findings, presumed = _explain_missing(findings, membership, waits, set(dumps.loaded_ranks))
     stragglers = find_stragglers(dumps, membership, matched)
     findings.sort(key=Finding.sort_key)
 
@@ -85,7 +87,13 @@ def diagnose(dumps: DumpSet) -> Report:
     else:
         verdict = Verdict.HEALTHY
     notes = _data_notes(dumps, membership, matched, waits, verdict)
+    notes += [
+        f"rank {r} has no dump, but its peers in {label} wait on {format_ranks(by)}: it is "
+        "presumably held up there too, not a cause"
+        for r, (label, by) in sorted(presumed.items())
+    ]
     victims = victims_of(waits, tuple(culprits)) | {r for f in errors for r in f.waiting_ranks}
+    victims |= set(presumed) | victims_of(waits, tuple(presumed))
     return Report(
         verdict=verdict,
         culprit_ranks=tuple(culprits),
@@ -102,6 +110,56 @@ def diagnose(dumps: DumpSet) -> Report:
         victim_ranks=tuple(sorted(victims - set(culprits))),
         progress=_progress(membership, matched),
     )
+
+
+def _explain_missing(
+    findings: list[Finding], membership: Membership, waits: WaitGraph, loaded: set[int]
+) -> tuple[list[Finding], dict[int, tuple[str, tuple[int, ...]]]]:
+    """Drop a no-dump suspect that a confirmed culprit already explains.
+
+    A rank without a dump is only suspected when nothing else explains its peers' wait. It is
+    presumed a victim when it is a member of a group whose other members wait on a confirmed
+    culprit (it is presumably stuck in that same collective), or when every peer it has with
+    a dump is itself held up by a confirmed culprit (it cannot have got further than them).
+    """
+    confirmed = [
+        f for f in findings if f.severity == Severity.ERROR and f.kind != FindingKind.MISSING_DUMP
+    ]
+    culprits = tuple(sorted({r for f in confirmed for r in f.culprit_ranks}))
+    held = victims_of(waits, culprits) if culprits else set()
+    presumed: dict[int, tuple[str, tuple[int, ...]]] = {}
+    out: list[Finding] = []
+    for f in findings:
+        if f.kind != FindingKind.MISSING_DUMP:
+            out.append(f)
+            continue
+        keep = []
+        for r in f.culprit_ranks:
+            why = next(
+                (
+                    c
+                    for c in confirmed
+                    if c.group is not None and r in c.group.members and r not in c.culprit_ranks
+                ),
+                None,
+            )
+            waiting_on_r = set(f.waiting_ranks)
+            peers = {
+                m
+                for g in membership.groups
+                if r in g.members
+                for m in g.members
+                if m != r and m in loaded and m not in waiting_on_r and m not in culprits
+            }
+            if why is not None and why.group is not None:
+                presumed[r] = (why.group.label, why.culprit_ranks)
+            elif culprits and peers and peers <= held:
+                presumed[r] = (f"groups with ranks {format_ranks(peers)}", culprits)
+            else:
+                keep.append(r)
+        if keep:
+            out.append(replace(f, culprit_ranks=tuple(keep)))
+    return out, presumed
 
 
 def _progress(membership: Membership, matched: MatchResult) -> tuple[GroupProgress, ...]:

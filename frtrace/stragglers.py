@@ -15,6 +15,7 @@ time_created_ns``. A straggler found from arrivals alone is reported as not corr
 
 from __future__ import annotations
 
+import networkx as nx
 import numpy as np
 import pandas as pd
 
@@ -65,10 +66,10 @@ def find_stragglers(
         n=by_op["t"].transform("size"),
     )
     last = ordered.groupby(["gid", "seq"], sort=False).tail(1)
-    margin_ms = (last["t"] - last["prev"]) / 1e6
-    events = last[margin_ms >= MIN_MARGIN_MS].assign(
-        margin_ms=margin_ms, late_ms=(last["t"] - last["median"]) / 1e6
+    last = last.assign(
+        margin_ms=(last["t"] - last["prev"]) / 1e6, late_ms=(last["t"] - last["median"]) / 1e6
     )
+    events = last[last["margin_ms"] >= MIN_MARGIN_MS]
     if events.empty:
         return ()
     per_rank = events.groupby("rank").agg(
@@ -77,20 +78,21 @@ def find_stragglers(
     done_per_rank = rows.groupby("rank").size()
     local = _local_wait_ms(dumps, rows)
     out: list[Straggler] = []
+    candidates = []
     for rank, n, late_ms in zip(
         per_rank.index.tolist(),
         per_rank["n"].tolist(),
         per_rank["late_ms"].tolist(),
         strict=True,
     ):
-        if n < MIN_EVENTS:
-            continue
         mine = events[events["rank"] == rank]
         gids = set(mine["gid"].tolist())
-        in_groups = events[events["gid"].isin(gids)]
-        share = n / len(in_groups)
-        if share < MIN_SHARE:
-            continue
+        share = n / int(events["gid"].isin(gids).sum())
+        if n >= MIN_EVENTS and share >= MIN_SHARE:
+            candidates.append((float(mine["t"].min()), int(rank), int(n), float(late_ms)))
+    for rank, n, late_ms in _roots_of_lateness(membership, dumps.world.size, candidates):
+        mine = events[events["rank"] == rank]
+        gids = set(mine["gid"].tolist())
         late_groups = sorted({membership.groups[int(g)].name for g in gids})
         corroborated, note = _corroborate(int(rank), mine, local)
         out.append(
@@ -105,6 +107,38 @@ def find_stragglers(
             )
         )
     return tuple(sorted(out, key=lambda s: s.rank))
+
+
+def _roots_of_lateness(
+    membership: Membership, world: int, candidates: list[tuple[float, int, int, float]]
+) -> list[tuple[int, int, float]]:
+    """Keep the ranks that are late on their own; drop those late because they wait on them.
+
+    Lateness spreads: the tp peers of a slow rank wait for it and arrive late at their dp
+    collectives, its pipeline successor waits for its activations, and so on. Taken in order
+    of their first late arrival, a candidate that shares a group (other than one spanning
+    the whole job) with an earlier straggler, or with a rank already explained by one, is
+    explained too: in each set of candidates linked by shared groups, the one late first is
+    the root (two independent stragglers that share a group are reported as one).
+    """
+    shared: dict[int, set[int]] = {}
+    for gid, g in enumerate(membership.groups):
+        if len(g.members) < world:
+            for m in g.members:
+                shared.setdefault(m, set()).add(gid)
+    by_rank = {c[1]: c for c in candidates}
+    linked: nx.Graph[int] = nx.Graph()
+    linked.add_nodes_from(by_rank)
+    for a in by_rank:
+        for b in by_rank:
+            if a < b and shared.get(a, set()) & shared.get(b, set()):
+                linked.add_edge(a, b)
+    roots = []
+    for component in nx.connected_components(linked):
+        first = min(component, key=lambda r: (by_rank[r][0], r))
+        _, rank, n, late_ms = by_rank[first]
+        roots.append((rank, n, late_ms))
+    return sorted(roots)
 
 
 def _local_wait_ms(dumps: DumpSet, rows: pd.DataFrame) -> pd.DataFrame:

@@ -228,30 +228,33 @@ def _p2p_edges(ctx: _Context, first: OpRef) -> list[Edge]:
 
 def _analyse(edges: list[Edge], co_waiting: dict[tuple[int, int], tuple[int, ...]]) -> WaitGraph:
     graph: nx.DiGraph[int] = nx.DiGraph()
-    kept: list[Edge] = []
     # The odd one out of a mismatch is a root cause: whatever it waits on afterwards (its
     # peers never join the op it moved on to) is a consequence, not a cause.
     odd = {e.target for e in edges if e.kind == EdgeKind.MISMATCH}
     odd -= {e.waiter for e in edges if e.kind == EdgeKind.MISMATCH}  # no majority: keep both
-    for e in sorted(edges, key=lambda e: (e.waiter, e.target, e.kind, e.gid, e.seq or -1)):
-        if e.waiter == e.target or e.waiter in odd:
-            continue
-        kept.append(e)
+    ordered = sorted(edges, key=lambda e: (e.waiter, e.target, e.kind, e.gid, e.seq or -1))
+    ordered = [e for e in ordered if e.waiter != e.target and e.waiter not in odd]
+    # Roots come from what the dumps show first; an edge to a rank without a dump is only a
+    # guess, used where the confirmed edges leave a blocked rank unexplained.
+    confirmed = [e for e in ordered if e.kind != EdgeKind.NO_DUMP]
+    for e in confirmed:
         if not graph.has_edge(e.waiter, e.target):
             graph.add_edge(e.waiter, e.target, kind=str(e.kind), gid=e.gid, seq=e.seq)
-    roots: set[int] = {
-        n for n in graph.nodes if graph.out_degree(n) == 0 and graph.in_degree(n) > 0
+    # a rank whose only wait is on a rank without a dump is not a root, whatever it looks like
+    unknown = {e.waiter for e in ordered if e.kind == EdgeKind.NO_DUMP} - {
+        e.waiter for e in confirmed
     }
-    cycles: list[tuple[int, ...]] = []
-    sinks: list[tuple[int, ...]] = []
-    for scc in nx.strongly_connected_components(graph):
-        if len(scc) < 2:
-            continue
-        leaves_scc = any(t not in scc for n in scc for t in graph.successors(n))
-        if not leaves_scc:  # a deadlock: they wait on each other and on no one else
-            roots.update(scc)
-            sinks.append(tuple(sorted(scc)))
-            cycles.append(_one_cycle(graph.subgraph(scc)))
+    roots, cycles, sinks = _roots(graph, exclude=unknown)
+    explained = set(roots)
+    for r in roots:
+        explained |= nx.ancestors(graph, r)
+    kept = list(confirmed)
+    for e in ordered:
+        if e.kind == EdgeKind.NO_DUMP and e.waiter not in explained:
+            kept.append(e)
+            roots.add(e.target)  # a suspect: only a rank without a dump is left to blame
+            if not graph.has_edge(e.waiter, e.target):
+                graph.add_edge(e.waiter, e.target, kind=str(e.kind), gid=e.gid, seq=e.seq)
     return WaitGraph(
         graph=graph,
         edges=tuple(kept),
@@ -260,6 +263,31 @@ def _analyse(edges: list[Edge], co_waiting: dict[tuple[int, int], tuple[int, ...
         sink_components=tuple(sorted(sinks)),
         co_waiting=co_waiting,
     )
+
+
+def _roots(
+    graph: nx.DiGraph[int], exclude: set[int] | None = None
+) -> tuple[set[int], list[tuple[int, ...]], list[tuple[int, ...]]]:
+    """Sinks others wait on, plus every rank of a set that waits only within itself."""
+    roots: set[int] = {
+        n
+        for n in graph.nodes
+        if graph.out_degree(n) == 0 and graph.in_degree(n) > 0 and n not in (exclude or set())
+    }
+    cycles: list[tuple[int, ...]] = []
+    sinks: list[tuple[int, ...]] = []
+    for scc in nx.strongly_connected_components(graph):
+        if len(scc) < 2:
+            continue
+        # waiting on a rank that itself waits only on a rank without a dump is no way out
+        leaves_scc = any(
+            t not in scc and t not in (exclude or set()) for n in scc for t in graph.successors(n)
+        )
+        if not leaves_scc:  # a deadlock: they wait on each other and on no one else
+            roots.update(scc)
+            sinks.append(tuple(sorted(scc)))
+            cycles.append(_one_cycle(graph.subgraph(scc)))
+    return roots, cycles, sinks
 
 
 def _one_cycle(sub: nx.DiGraph[int]) -> tuple[int, ...]:

@@ -73,8 +73,12 @@ def measure(argv: list[str], timeout_s: float, env: dict[str, str] | None = None
     """Run ``argv`` in its own process group; sample the group's memory until it exits."""
     start = time.perf_counter()
     proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-        env=env, cwd=ROOT,
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env=env,
+        cwd=ROOT,
     )
     peak = 0
     done = threading.Event()
@@ -108,10 +112,28 @@ def make_job(workdir: Path, ranks: int, entries: int, fault: str, seed: int) -> 
     tp = min(8, ranks)
     pp = 2 if ranks >= 2 * tp else 1
     subprocess.run(
-        [sys.executable, "-m", "frsim", "--world", str(ranks), "--tp", str(tp), "--pp",
-         str(pp), "--entries", str(entries), "--fault", fault, "--seed", str(seed),
-         "--no-shared-frames", "--out", str(out)],
-        check=True, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "frsim",
+            "--world",
+            str(ranks),
+            "--tp",
+            str(tp),
+            "--pp",
+            str(pp),
+            "--entries",
+            str(entries),
+            "--fault",
+            fault,
+            "--seed",
+            str(seed),
+            "--no-shared-frames",
+            "--out",
+            str(out),
+        ],
+        check=True,
+        cwd=ROOT,
     )
     return out
 
@@ -151,7 +173,7 @@ def bench_one(args: argparse.Namespace, ranks: int) -> Row:
         args.timeout,
     )
     try:
-        report = json.loads(ours.output[ours.output.index("{"):])
+        report = json.loads(ours.output[ours.output.index("{") :])
         expected = truth["culprit_ranks"] if truth.get("hung") else []
         correct = report["culprit_ranks"] == expected
     except (ValueError, KeyError):
@@ -160,15 +182,32 @@ def bench_one(args: argparse.Namespace, ranks: int) -> Row:
     note = "skipped"
     if ranks <= args.torchfrtrace_max:
         theirs = measure(
-            [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(dumps),
-             "--prefix", "nccl_trace_rank_"],
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.flight_recorder.fr_trace",
+                str(dumps),
+                "--prefix",
+                "nccl_trace_rank_",
+            ],
             args.timeout,
         )
         theirs_s, theirs_mb = theirs.wall_s, theirs.peak_mb
         tail = theirs.output.strip().splitlines()[-1:] if theirs.output.strip() else [""]
         note = "ok" if theirs.returncode == 0 else f"exit {theirs.returncode}: {tail[0][:80]}"
-    return Row(ranks, args.entries, files_mb, floor.wall_s, floor.peak_mb, ours.wall_s,
-               ours.peak_mb, correct, theirs_s, theirs_mb, note)
+    return Row(
+        ranks,
+        args.entries,
+        files_mb,
+        floor.wall_s,
+        floor.peak_mb,
+        ours.wall_s,
+        ours.peak_mb,
+        correct,
+        theirs_s,
+        theirs_mb,
+        note,
+    )
 
 
 def render(rows: list[Row]) -> str:
@@ -179,8 +218,7 @@ def render(rows: list[Row]) -> str:
     ]
     for r in rows:
         theirs = f"{r.torchfrtrace_s:14.1f}" if r.torchfrtrace_s is not None else f"{'-':>14}"
-        theirs_mb = (f"{r.torchfrtrace_mb:15.0f}" if r.torchfrtrace_mb is not None
-                     else f"{'-':>15}")
+        theirs_mb = f"{r.torchfrtrace_mb:15.0f}" if r.torchfrtrace_mb is not None else f"{'-':>15}"
         speed = f"{r.speedup:13.1f}x" if r.speedup is not None else f"{'-':>14}"
         lines.append(
             f"{r.ranks:5d}  {r.entries:7d}  {r.files_mb:9.0f}  {r.floor_s:8.2f}  "
@@ -198,8 +236,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault", default="host_stall")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/frtrace-bench"))
-    parser.add_argument("--torchfrtrace-max", type=int, default=1024,
-                        help="skip torchfrtrace above this many ranks (it is slow)")
+    parser.add_argument(
+        "--torchfrtrace-max",
+        type=int,
+        default=1024,
+        help="skip torchfrtrace above this many ranks (it is slow)",
+    )
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
@@ -210,9 +252,11 @@ def main(argv: list[str] | None = None) -> int:
         print(render(rows[-1:]).splitlines()[-1], flush=True)
     print(render(rows))
     if args.json:
-        args.json.write_text(json.dumps([asdict(r) | {"vs_floor": r.vs_floor,
-                                                      "speedup": r.speedup} for r in rows],
-                                        indent=2))
+        args.json.write_text(
+            json.dumps(
+                [asdict(r) | {"vs_floor": r.vs_floor, "speedup": r.speedup} for r in rows], indent=2
+            )
+        )
     return 0 if all(r.frtrace_correct for r in rows) else 1
 
 

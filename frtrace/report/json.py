@@ -1,16 +1,23 @@
-"""The machine-readable report: one JSON object, versioned by ``schema_version``."""
+"""The machine-readable report: one JSON object, versioned by ``schema_version``.
+
+The fields are described in the README ("JSON report"); the golden files of the fixture
+scenarios (``tests/fixtures/golden/*.json``) pin them. Lists of ranks are lists of integers.
+Bump the major version on a breaking change (a field removed, renamed or its meaning changed),
+the minor when fields are added.
+"""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from frtrace.findings import Finding, GroupRef, OpSignature, Report, Straggler
+from frtrace.findings import Finding, GroupProgress, GroupRef, OpSignature, Report, Straggler
+from frtrace.report.common import headline
+from frtrace.report.nextsteps import finding_steps, next_steps
+from frtrace.report.select import Selection
 
-__all__ = ["SCHEMA_VERSION", "render_json", "report_to_dict"]
+__all__ = ["SCHEMA_VERSION", "dumps_compact", "render_json", "report_to_dict"]
 
-# Bump the major on a breaking change (a field removed or its meaning changed), the minor
-# when fields are added.
 SCHEMA_VERSION = "1.0"
 
 
@@ -20,6 +27,7 @@ def _group(g: GroupRef | None) -> dict[str, Any] | None:
     return {
         "name": g.name,
         "desc": g.desc,
+        "label": g.label,
         "members": list(g.members),
         "membership_inferred": g.inferred,
     }
@@ -39,7 +47,7 @@ def _sig(s: OpSignature | None) -> dict[str, Any] | None:
     }
 
 
-def _finding(f: Finding) -> dict[str, Any]:
+def _finding(f: Finding, report: Report) -> dict[str, Any]:
     return {
         "code": f.code,
         "kind": str(f.kind),
@@ -56,6 +64,7 @@ def _finding(f: Finding) -> dict[str, Any]:
         "why": f.why,
         "evidence": list(f.evidence),
         "cycle": list(f.cycle),
+        "next_steps": finding_steps(f, report),
     }
 
 
@@ -63,34 +72,88 @@ def _straggler(s: Straggler) -> dict[str, Any]:
     return {
         "rank": s.rank,
         "collectives": s.collectives,
-        "last_share": s.last_share,
-        "median_late_ms": s.median_late_ms,
+        "last_share": round(s.last_share, 4),
+        "median_late_ms": round(s.median_late_ms, 3),
         "groups": list(s.groups),
         "corroborated": s.corroborated,
         "note": s.note,
     }
 
 
-def report_to_dict(report: Report) -> dict[str, Any]:
-    """The report as plain JSON-ready data."""
+def _progress(p: GroupProgress) -> dict[str, Any]:
     return {
-        "schema_version": SCHEMA_VERSION,
-        "verdict": str(report.verdict),
-        "culprit_ranks": list(report.culprit_ranks),
-        "suspected_ranks": list(report.suspected_ranks),
-        "victim_ranks": list(report.victim_ranks),
-        "findings": [_finding(f) for f in report.findings],
-        "stragglers": [_straggler(s) for s in report.stragglers],
-        "world_size": report.world_size,
-        "ranks_loaded": len(report.ranks_loaded),
-        "ranks_missing": list(report.ranks_missing),
-        "ranks_unreadable": list(report.ranks_unreadable),
-        "data_notes": list(report.data_notes),
-        "wait_edges": [{"waiter": a, "target": b, "why": k} for a, b, k in report.wait_edges],
-        "groups": [_group(g) for g in report.groups],
+        "group": p.group.name,
+        "label": p.group.label,
+        "members": list(p.group.members),
+        "entered": list(p.entered),
+        "finished": list(p.finished),
     }
 
 
-def render_json(report: Report) -> str:
-    """Deterministic, indented JSON with a trailing newline."""
-    return json.dumps(report_to_dict(report), indent=2, sort_keys=False) + "\n"
+def report_to_dict(report: Report, selection: Selection | None = None) -> dict[str, Any]:
+    """The report as plain JSON-ready data (schema ``SCHEMA_VERSION``)."""
+    chosen = None
+    if selection is not None and selection.active:
+        ranks = list(selection.ranks) if selection.ranks is not None else None
+        chosen = {"pg": selection.pg, "ranks": ranks}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "verdict": str(report.verdict),
+        "has_problems": report.has_problems,
+        "headline": headline(report),
+        "culprit_ranks": list(report.culprit_ranks),
+        "suspected_ranks": list(report.suspected_ranks),
+        "victim_ranks": list(report.victim_ranks),
+        "world_size": report.world_size,
+        "ranks_loaded": list(report.ranks_loaded),
+        "ranks_missing": list(report.ranks_missing),
+        "ranks_unreadable": list(report.ranks_unreadable),
+        "selection": chosen,
+        "findings": [_finding(f, report) for f in report.findings],
+        "stragglers": [_straggler(s) for s in report.stragglers],
+        "data_notes": list(report.data_notes),
+        "next_steps": next_steps(report, limit=None),
+        "groups": [_group(g) for g in report.groups],
+        "progress": [_progress(p) for p in report.progress],
+        "wait_edges": [{"waiter": a, "target": b, "why": k} for a, b, k in report.wait_edges],
+    }
+
+
+def render_json(report: Report, selection: Selection | None = None) -> str:
+    """Deterministic JSON with a trailing newline; see ``dumps_compact`` for the layout."""
+    return dumps_compact(report_to_dict(report, selection)) + "\n"
+
+
+def dumps_compact(value: Any, indent: int = 2, _level: int = 0) -> str:
+    """Indented JSON that keeps lists of numbers and small flat objects on one line.
+
+    A 4,096-rank report stays a few hundred lines instead of tens of thousands, and a diff of
+    two reports still shows one change per line.
+    """
+    pad = " " * (indent * (_level + 1))
+    end = " " * (indent * _level)
+    one_line = json.dumps(value, ensure_ascii=False)
+    numbers = isinstance(value, list) and all(
+        v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in value
+    )
+    if not isinstance(value, (dict, list)) or numbers:
+        return one_line
+    if len(one_line) <= 100 and _depth(value) <= 2:
+        return one_line
+    if isinstance(value, dict):
+        items = [
+            f"{pad}{json.dumps(str(k), ensure_ascii=False)}: {dumps_compact(v, indent, _level + 1)}"
+            for k, v in value.items()
+        ]
+        return "{\n" + ",\n".join(items) + "\n" + end + "}"
+    items = [pad + dumps_compact(v, indent, _level + 1) for v in value]
+    return "[\n" + ",\n".join(items) + "\n" + end + "]"
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth: 0 for a scalar, 1 for a flat list or object."""
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0

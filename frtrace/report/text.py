@@ -1,69 +1,82 @@
-"""The terminal report: the answer first, then the evidence."""
+"""The terminal report: the answer first, then the evidence as tables, then what to do next."""
 
 from __future__ import annotations
 
+import textwrap
+
 from tabulate import tabulate
 
-from frtrace.findings import Report, Severity
-from frtrace.ranges import format_ranks
+from frtrace.findings import Report
+from frtrace.report.document import (
+    Block,
+    Bullets,
+    Figure,
+    Heading,
+    KeyValues,
+    Para,
+    Table,
+    build_document,
+)
+from frtrace.report.select import Selection
 
-__all__ = ["render_text"]
+__all__ = ["render_blocks_text", "render_text"]
+
+WIDTH = 100  # prose wraps here; tables are as wide as their cells
+INDENT = "  "
 
 
-def render_text(report: Report) -> str:
-    """A plain report for people."""
-    lines: list[str] = []
-    culprits = format_ranks(report.culprit_ranks) if report.culprit_ranks else "none"
-    lines.append(f"verdict: {report.verdict}    culprit ranks: {culprits}")
-    lines.append(
-        f"ranks: {len(report.ranks_loaded)} of {report.world_size} loaded"
-        + (f", missing {format_ranks(report.ranks_missing)}" if report.ranks_missing else "")
-        + (
-            f", unreadable {format_ranks(report.ranks_unreadable)}"
-            if report.ranks_unreadable
-            else ""
-        )
-    )
-    lines.append("")
-    for f in report.findings:
-        lines.append(f"[{f.code} {f.severity.name}] {f.summary}")
-        lines.append(
-            f"    confidence: {f.confidence} ({f.why})"
-            if f.why
-            else f"    confidence: {f.confidence}"
-        )
-        for e in f.evidence:
-            lines.append(f"    - {e}")
-        if f.severity >= Severity.WARNING and f.expected and f.expected.stack:
-            lines.append("    stack of the waiting ranks: " + " <- ".join(f.expected.stack[:6]))
-        for r, sig in sorted(f.actual.items()):
-            if sig.stack:
-                lines.append(f"    stack of rank {r}: " + " <- ".join(sig.stack[:6]))
-        lines.append("")
-    if report.stragglers:
-        rows = [
-            (
-                s.rank,
-                s.collectives,
-                f"{s.last_share:.0%}",
-                f"{s.median_late_ms:.1f}",
-                "yes" if s.corroborated else "no",
-            )
-            for s in report.stragglers
-        ]
-        lines.append("stragglers:")
-        lines.append(
-            tabulate(
-                rows, headers=("rank", "collectives", "last", "late ms (median)", "corroborated")
-            )
-        )
-        for s in report.stragglers:
-            lines.append(f"  rank {s.rank}: {s.note}")
-        lines.append("")
-    if report.data_notes:
-        lines.append("what the dumps could not show:")
-        lines.extend(f"  - {n}" for n in report.data_notes)
-        lines.append("")
-    if not report.findings and not report.stragglers:
-        lines.append("No problems found.")
-    return "\n".join(lines).rstrip() + "\n"
+def render_text(report: Report, selection: Selection | None = None) -> str:
+    """The report for a terminal, deterministic for the same report."""
+    return render_blocks_text(build_document(report, selection))
+
+
+def render_blocks_text(blocks: list[Block]) -> str:
+    """Draw document blocks as plain text."""
+    out: list[str] = []
+    for block in blocks:
+        out.extend(_block(block))
+    return "\n".join(line.rstrip() for line in out).strip("\n") + "\n"
+
+
+def _wrap(text: str, first: str, rest: str) -> list[str]:
+    return textwrap.wrap(
+        text,
+        width=WIDTH,
+        initial_indent=first,
+        subsequent_indent=rest,
+        break_on_hyphens=False,
+        break_long_words=False,
+    ) or [first.rstrip()]
+
+
+def _indent(text: str, prefix: str) -> list[str]:
+    return [prefix + line for line in text.splitlines()]
+
+
+def _block(block: Block) -> list[str]:
+    if isinstance(block, Heading):
+        if block.level == 1:
+            return [block.text]
+        if block.level == 2:
+            return ["", block.text, "=" * len(block.text)]
+        return ["", f"── {block.text} " + "─" * max(3, WIDTH - len(block.text) - 4)]
+    if isinstance(block, Para):
+        return _wrap(block.text, "", "")
+    if isinstance(block, KeyValues):
+        width = max(len(k) for k, _ in block.pairs)
+        lines: list[str] = []
+        for key, value in block.pairs:
+            head = f"{key}:".ljust(width + 2)
+            lines.extend(_wrap(value, head, " " * len(head)))
+        return lines
+    if isinstance(block, Table):
+        lines = [f"{block.title}:"] if block.title else []
+        return ["", *lines, *_indent(tabulate(block.rows, headers=block.headers), INDENT)]
+    if isinstance(block, Bullets):
+        lines = [f"{block.title}:"] if block.title else []
+        for i, item in enumerate(block.items, start=1):
+            mark = f"{i}. " if block.ordered else "- "
+            lines.extend(_wrap(item, INDENT + mark, INDENT + " " * len(mark)))
+        return ([""] if block.title else []) + lines
+    assert isinstance(block, Figure)
+    return []

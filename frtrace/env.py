@@ -1,0 +1,198 @@
+"""The environment that makes a job record and dump what frtrace needs, per torch version.
+
+``frtrace env`` prints it; ``frtrace.recorder.enable()`` sets it. One list, so the two never
+disagree. Facts from ``shared/FORMAT.md`` ("Environment variables", "Where files go"): a torch
+version ignores the variables it does not know, so the full list is safe on any version.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import PurePath
+
+__all__ = [
+    "DEFAULT_BUFFER_SIZE",
+    "DEFAULT_DUMP_DIR",
+    "DUMP_PREFIX",
+    "Setting",
+    "job_environment",
+    "parse_version",
+    "recipe",
+    "render_env",
+]
+
+# 20000 entries keep hundreds of steps of a large job's collectives (a few MB per rank);
+# torch 2.11+ defaults to 2000, which wraps within a few steps of a job with many groups.
+DEFAULT_BUFFER_SIZE = 20000
+DEFAULT_DUMP_DIR = "/tmp/frtrace_dumps"
+DUMP_PREFIX = "comm_lib_trace_rank_"  # torch 2.9+'s own file name; the rank is appended
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Setting:
+    """One environment variable: its value, the torch versions that read it, and why."""
+
+    name: str
+    value: str
+    since: tuple[int, int]  # first torch version that reads it
+    until: tuple[int, int] | None  # last one that needs it; None: still read
+    why: str  # one line
+    optional: bool = False  # printed commented out, an informed choice
+
+
+def parse_version(text: str) -> tuple[int, int]:
+    """``"2.4.1+cu121"`` -> (2, 4); raises ValueError."""
+    parts = text.strip().split("+")[0].split(".")
+    try:
+        return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+    except ValueError:
+        raise ValueError(f"{text!r} is not a torch version like 2.4") from None
+
+
+def _v(version: tuple[int, int]) -> str:
+    return f"{version[0]}.{version[1]}"
+
+
+def recipe(dump_dir: str | PurePath, *, buffer_size: int = DEFAULT_BUFFER_SIZE) -> list[Setting]:
+    """Every setting, oldest variable first within each purpose."""
+    prefix = f"{PurePath(dump_dir) / DUMP_PREFIX}"
+    size = str(buffer_size)
+    return [
+        Setting(
+            name="TORCH_NCCL_TRACE_BUFFER_SIZE",
+            value=size,
+            since=(2, 2),
+            until=None,
+            why="entries each process keeps; 0 (recording off) is the default up to torch 2.10",
+        ),
+        Setting(
+            name="TORCH_FR_BUFFER_SIZE",
+            value=size,
+            since=(2, 8),
+            until=None,
+            why="the same, newer name (read first); a larger buffer keeps more history",
+        ),
+        Setting(
+            name="TORCH_NCCL_DUMP_ON_TIMEOUT",
+            value="1",
+            since=(2, 2),
+            until=None,
+            why="NCCL: every rank dumps when a collective times out (on by default in newer torch)",
+        ),
+        Setting(
+            name="TORCH_FR_DUMP_ON_TIMEOUT",
+            value="1",
+            since=(2, 15),
+            until=None,
+            why="the same for hook-recorded backends; older Gloo never dumps: use frtrace.recorder",
+        ),
+        Setting(
+            name="TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+            value=prefix,
+            since=(2, 2),
+            until=None,
+            why="dump file prefix, the rank is appended: one file per rank in one directory",
+        ),
+        Setting(
+            name="TORCH_FR_DUMP_TEMP_FILE",
+            value=prefix,
+            since=(2, 8),
+            until=None,
+            why="the same, newer name (read first); without it dumps go to ~/.cache/torch",
+        ),
+        Setting(
+            name="TORCH_INCLUDE_STACK_TRACE",
+            value="1",
+            since=(2, 13),
+            until=None,
+            why="Python stacks in automatic dumps: frtrace shows each side's call site",
+        ),
+        Setting(
+            name="TORCH_INCLUDE_ONLY_ACTIVE",
+            value="0",
+            since=(2, 13),
+            until=None,
+            why="keep finished ops too: frtrace needs the history to see who fell behind",
+        ),
+        Setting(
+            name="TORCH_NCCL_ASYNC_ERROR_HANDLING",
+            value="3",
+            since=(2, 2),
+            until=None,
+            why="3 skips cleanup: mode 1 aborts the work before it is dumped (pytorch#121055)",
+        ),
+        Setting(
+            name="TORCH_NCCL_ENABLE_TIMING",
+            value="1",
+            since=(2, 2),
+            until=None,
+            why="start times and durations: tells a GPU that never started an op, confirms "
+            "stragglers; costs CUDA events per op",
+            optional=True,
+        ),
+        Setting(
+            name="TORCH_NCCL_DEBUG_INFO_PIPE_FILE",
+            value=f"{PurePath(dump_dir) / 'pipe_rank_'}",
+            since=(2, 2),
+            until=None,
+            why="NCCL: `echo 1 > <prefix><rank>.pipe` dumps that rank while the job runs",
+            optional=True,
+        ),
+    ]
+
+
+def _applies(s: Setting, version: tuple[int, int] | None) -> bool:
+    if version is None:
+        return True
+    return s.since <= version and (s.until is None or version <= s.until)
+
+
+def job_environment(
+    dump_dir: str | PurePath,
+    *,
+    buffer_size: int = DEFAULT_BUFFER_SIZE,
+    timing: bool = False,
+    torch_version: tuple[int, int] | None = None,
+) -> dict[str, str]:
+    """The variables to set in a job (optional ones only when asked for: ``timing``)."""
+    out: dict[str, str] = {}
+    for s in recipe(dump_dir, buffer_size=buffer_size):
+        if not _applies(s, torch_version):
+            continue
+        if s.optional and not (timing and s.name == "TORCH_NCCL_ENABLE_TIMING"):
+            continue
+        out[s.name] = s.value
+    return out
+
+
+def render_env(
+    dump_dir: str | PurePath = DEFAULT_DUMP_DIR,
+    *,
+    torch_version: tuple[int, int] | None = None,
+    buffer_size: int = DEFAULT_BUFFER_SIZE,
+    fmt: str = "shell",
+) -> str:
+    """The recipe as ``export`` lines (``fmt="shell"``) or ``KEY=VALUE`` lines (``"env"``)."""
+    settings = [s for s in recipe(dump_dir, buffer_size=buffer_size) if _applies(s, torch_version)]
+    which = f"torch {_v(torch_version)}" if torch_version else "any torch from 2.2 to 2.15"
+    quoted = shlex.quote(str(dump_dir))
+    lines = [
+        "# frtrace env: make every rank record collectives and dump them where frtrace reads them",
+        f"# for {which}; a torch version ignores the variables it does not know.",
+        f'# use: eval "$(frtrace env --dir {quoted})"   then after a hang: '
+        f"frtrace analyze -d {quoted}",
+        "# the directory must be writable by every rank (a shared filesystem on multi-node jobs).",
+        "# Gloo has no dump on timeout before torch 2.15: call frtrace.recorder.enable() in the "
+        "script.",
+    ]
+    if fmt == "shell":
+        lines += ["", f"mkdir -p {quoted}"]
+    for s in settings:
+        since = f"torch {_v(s.since)}+" + (f" (until {_v(s.until)})" if s.until else "")
+        lines.append("")
+        lines.append(f"# {since}: {s.why}" + (" [optional]" if s.optional else ""))
+        value = shlex.quote(s.value)
+        assignment = f"export {s.name}={value}" if fmt == "shell" else f"{s.name}={s.value}"
+        lines.append(("# " if s.optional else "") + assignment)
+    return "\n".join(lines) + "\n"

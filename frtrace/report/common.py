@@ -1,0 +1,275 @@
+"""What every reporter says the same way: the headline, compact rank lists, side-by-side columns.
+
+The renderers (text, markdown, html) differ in markup only; the words and the limits that keep
+a 4,096-rank report readable live here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from frtrace.findings import Finding, FindingKind, OpSignature, Report, Severity, Verdict
+from frtrace.ranges import format_ranks
+
+__all__ = [
+    "MAX_CULPRIT_COLUMNS",
+    "MAX_DETAILED_FINDINGS",
+    "MAX_EVIDENCE",
+    "MAX_FRAMES",
+    "MAX_HEADLINES",
+    "MAX_STRAGGLERS",
+    "MISMATCH_KINDS",
+    "Column",
+    "compact_ranks",
+    "compare_rows",
+    "finding_columns",
+    "headline",
+    "headlines",
+    "idle_in_host_code",
+    "plural",
+    "ranks_phrase",
+    "short_frame",
+    "shorten_rank_lists",
+    "stack_rows",
+]
+
+# Limits that keep the report one screen per finding at any job size. Whatever they cut is
+# counted where it was cut ("+12 more"); the JSON report always has everything.
+MAX_HEADLINES = 5  # root causes listed at the top
+MAX_DETAILED_FINDINGS = 10  # findings shown with tables; the rest as one line each
+MAX_EVIDENCE = 12  # evidence lines per finding
+MAX_CULPRIT_COLUMNS = 3  # distinct culprit behaviours side by side with the majority
+MAX_FRAMES = 8  # stack frames per column
+MAX_STRAGGLERS = 10  # straggler rows
+MAX_RANGE_CHARS = 72  # a rank list longer than this is cut and counted
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``plural(1, "rank")`` -> "1 rank"; ``plural(3, "rank")`` -> "3 ranks"."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+def compact_ranks(ranks: Iterable[int], *, max_chars: int = MAX_RANGE_CHARS) -> str:
+    """Ranges like ``0-3,8,10-15``, cut to ``max_chars`` with a count of what was cut."""
+    items = sorted(set(ranks))
+    text = format_ranks(items)
+    if len(text) <= max_chars:
+        return text
+    cut = text[:max_chars].rsplit(",", 1)[0]
+    shown = sum(_range_len(part) for part in cut.split(","))
+    return f"{cut},… (+{len(items) - shown} more)"
+
+
+def _range_len(part: str) -> int:
+    lo, dash, hi = part.partition("-")
+    return int(hi) - int(lo) + 1 if dash else 1
+
+
+def ranks_phrase(ranks: Sequence[int], *, max_chars: int = MAX_RANGE_CHARS) -> str:
+    """``rank 5`` / ``ranks 4,6-7``."""
+    return f"rank{'s' if len(ranks) != 1 else ''} {compact_ranks(ranks, max_chars=max_chars)}"
+
+
+# A run of 8 or more comma-separated ranks or ranges, as the analysis writes them in prose.
+_RANK_LIST = re.compile(r"\b\d+(?:-\d+)?(?:,\d+(?:-\d+)?){7,}\b")
+
+
+def shorten_rank_lists(text: str, *, max_chars: int = MAX_RANGE_CHARS) -> str:
+    """Cut every long rank list inside a sentence to ``max_chars``, counting what was cut."""
+
+    def cut(match: re.Match[str]) -> str:
+        listed = match.group(0)
+        if len(listed) <= max_chars:
+            return listed
+        ranks = [r for part in listed.split(",") for r in _expand(part)]
+        return compact_ranks(ranks, max_chars=max_chars)
+
+    return _RANK_LIST.sub(cut, text)
+
+
+def _expand(part: str) -> range:
+    lo, dash, hi = part.partition("-")
+    return range(int(lo), int(hi) + 1) if dash else range(int(lo), int(lo) + 1)
+
+
+def headline(report: Report) -> str:
+    """The one line that answers "what happened", e.g. ``HANG: culprit rank 5; 7 ranks wait``."""
+    verdict = report.verdict
+    loaded = len(report.ranks_loaded)
+    if verdict == Verdict.HEALTHY:
+        return f"HEALTHY: no problem found in {plural(loaded, 'rank')}"
+    if verdict == Verdict.STRAGGLERS:
+        late = [s.rank for s in report.stragglers]
+        return f"HEALTHY, WITH STRAGGLERS: {ranks_phrase(late)} consistently arrived last"
+    if verdict == Verdict.CANNOT_TELL:
+        return "CANNOT TELL: ranks are stuck, and the dumps do not show which rank caused it"
+    label = "HANG" if verdict == Verdict.HANG else "DESYNC"
+    confirmed = [r for r in report.culprit_ranks if r not in report.suspected_ranks]
+    parts = []
+    if confirmed:
+        parts.append(f"culprit {ranks_phrase(confirmed)}")
+    if report.suspected_ranks:
+        parts.append(f"suspected (no dump) {ranks_phrase(report.suspected_ranks)}")
+    if report.victim_ranks:
+        n = len(report.victim_ranks)
+        parts.append(f"{plural(n, 'rank')} wait{'s' if n == 1 else ''} on it")
+    return f"{label}: " + "; ".join(parts or ["no rank could be named"])
+
+
+def headlines(report: Report) -> tuple[list[Finding], int]:
+    """The findings to list under the headline (root causes first), and how many were cut."""
+    top = [f for f in report.findings if f.severity >= Severity.WARNING]
+    return top[:MAX_HEADLINES], max(0, len(top) - MAX_HEADLINES)
+
+
+def idle_in_host_code(report: Report, rank: int) -> bool:
+    """True when ``rank`` finished every collective it entered, in every group it is in.
+
+    Such a rank is not blocked in the communication library: it is in host code (a data
+    loader, a Python loop, an exception handler) or in something the recorder does not see.
+    """
+    seen = False
+    for p in report.progress:
+        for member, entered, finished in zip(p.group.members, p.entered, p.finished, strict=True):
+            if member != rank or entered is None:
+                continue
+            seen = True
+            if finished is None or finished < entered:
+                return False
+    return seen
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Column:
+    """One side of a side-by-side comparison: who, and what they did."""
+
+    title: str
+    sig: OpSignature
+
+
+def finding_columns(finding: Finding) -> tuple[list[Column], int]:
+    """The majority's column, then one per distinct culprit behaviour; and how many were cut.
+
+    Culprits that did exactly the same thing (same op, sizes, dtypes, state and stack) share a
+    column, so 500 ranks stuck the same way are one column, not 500.
+    """
+    columns: list[Column] = []
+    if finding.expected is not None:
+        who = (
+            f"waiting {ranks_phrase(finding.waiting_ranks, max_chars=32)}"
+            if finding.kind not in MISMATCH_KINDS and finding.waiting_ranks
+            else "majority"
+        )
+        columns.append(Column(title=who, sig=finding.expected))
+    same: dict[OpSignature, list[int]] = {}
+    for rank, sig in sorted(finding.actual.items()):
+        same.setdefault(sig, []).append(rank)
+    distinct = sorted(same.items(), key=lambda kv: kv[1][0])
+    suffix = " (newest entry)" if finding.kind not in MISMATCH_KINDS else ""
+    for sig, ranks in distinct[:MAX_CULPRIT_COLUMNS]:
+        columns.append(Column(title=f"{ranks_phrase(ranks, max_chars=32)}{suffix}", sig=sig))
+    return columns, max(0, len(distinct) - MAX_CULPRIT_COLUMNS)
+
+
+MISMATCH_KINDS = frozenset(
+    {
+        FindingKind.OP_MISMATCH,
+        FindingKind.SIZE_MISMATCH,
+        FindingKind.DTYPE_MISMATCH,
+        FindingKind.SEQUENCE_SHIFT,
+    }
+)
+
+
+def _shapes(shapes: tuple[tuple[int, ...], ...]) -> str:
+    if not shapes:
+        return "-"
+    text = " ".join("[" + ",".join(str(d) for d in s) + "]" for s in shapes[:4])
+    return text + (f" +{len(shapes) - 4}" if len(shapes) > 4 else "")
+
+
+def compare_rows(columns: Sequence[Column], *, mark: bool = True) -> list[list[str]]:
+    """Rows ``[field, value per column]``; with ``mark``, a value that differs from the first
+    column's ends with ``≠``."""
+
+    def cells(get: str) -> list[str]:
+        values = [_field(c.sig, get) for c in columns]
+        base = values[0]
+        return [base] + [v if v == base or not mark else f"{v} ≠" for v in values[1:]]
+
+    return [[label, *cells(key)] for key, label in _FIELDS]
+
+
+_FIELDS = (
+    ("op", "op"),
+    ("input_sizes", "input sizes"),
+    ("output_sizes", "output sizes"),
+    ("dtypes", "dtypes"),
+    ("state", "state"),
+    ("call_site", "called from"),
+)
+
+
+def _field(sig: OpSignature, key: str) -> str:
+    if key == "op":
+        return sig.op
+    if key == "input_sizes":
+        return _shapes(sig.input_sizes)
+    if key == "output_sizes":
+        return _shapes(sig.output_sizes)
+    if key == "dtypes":
+        dtypes = sorted(set(sig.input_dtypes) | set(sig.output_dtypes))
+        return ",".join(dtypes) or "-"
+    if key == "state":
+        return sig.state or "-"
+    site = _call_site(sig.stack)
+    return short_frame(site) if site else "(no stack)"
+
+
+# Frames of torch's own wrappers say nothing about the user's code.
+_TORCH_INTERNAL = ("torch/distributed/", "c10d_logger.py", "torch/nn/parallel/")
+
+
+def _call_site(stack: tuple[str, ...]) -> str | None:
+    for frame in stack:
+        if not any(marker in frame for marker in _TORCH_INTERNAL):
+            return frame
+    return stack[0] if stack else None
+
+
+def short_frame(frame: str, *, parts: int = 2) -> str:
+    """``all_reduce (/site-packages/torch/distributed/distributed_c10d.py:3245)`` ->
+    ``all_reduce (distributed/distributed_c10d.py:3245)``: the last ``parts`` path parts."""
+    name, sep, rest = frame.partition(" (")
+    if not sep or not rest.endswith(")"):
+        return frame
+    path = rest[:-1]
+    tail = "/".join(path.replace("\\", "/").split("/")[-parts:])
+    return f"{name} ({tail})"
+
+
+def stack_rows(columns: Sequence[Column]) -> list[list[str]] | None:
+    """Stacks side by side, innermost frame first, torch's wrappers folded; None if no stacks."""
+    stacks = [_user_frames(c.sig.stack) for c in columns]
+    if not any(stacks):
+        return None
+    depth = min(MAX_FRAMES, max(len(s) for s in stacks))
+    rows = [[s[i] if i < len(s) else "" for s in stacks] for i in range(depth)]
+    cut = [len(s) - depth for s in stacks]
+    if any(c > 0 for c in cut):
+        rows.append([f"… +{plural(c, 'frame')}" if c > 0 else "" for c in cut])
+    return rows
+
+
+def _user_frames(stack: tuple[str, ...]) -> list[str]:
+    """Short frames; a leading run of torch-internal frames is folded after its first frame."""
+    lead = 0
+    while lead < len(stack) and any(m in stack[lead] for m in _TORCH_INTERNAL):
+        lead += 1
+    out = [short_frame(stack[0])] if lead else []
+    if lead > 1:
+        out.append(f"(+{plural(lead - 1, 'torch frame')})")
+    out.extend(short_frame(f) for f in stack[lead:])
+    return out

@@ -1,0 +1,164 @@
+"""What to do next, specific to each finding: the command to run, the file to open.
+
+Advice names ranks, ops and call sites from the finding itself; nothing here is generic
+enough to print for every report.
+"""
+
+from __future__ import annotations
+
+from frtrace.findings import Finding, FindingKind, Report, Severity
+from frtrace.report.common import compact_ranks, idle_in_host_code, ranks_phrase, short_frame
+
+__all__ = ["DUMP_LOCATIONS", "MAX_STEPS", "finding_steps", "next_steps"]
+
+MAX_STEPS = 8  # steps listed in text, markdown and HTML; the JSON report lists all (None)
+
+DUMP_LOCATIONS = (
+    "torch writes each rank's dump to <prefix><rank> on that rank's host: "
+    "$XDG_CACHE_HOME or $HOME/.cache/torch/comm_lib_trace_rank_<rank> (torch 2.9+), "
+    "$HOME/.cache/torch/nccl_trace_rank_<rank> (2.6-2.8), /tmp/nccl_trace_rank_<rank> (2.2-2.5); "
+    "TORCH_FR_DUMP_TEMP_FILE (2.8+) or TORCH_NCCL_DEBUG_INFO_TEMP_FILE sets the prefix"
+)
+
+_PY_SPY = (
+    "on the host of {who}, run `py-spy dump --pid <PID>` on its training process (find the PID "
+    "with `pgrep -af python` and RANK={first} in /proc/<PID>/environ; add --native for C++ "
+    "frames): its Python stack shows where it is stuck"
+)
+
+
+def _site(stack: tuple[str, ...]) -> str | None:
+    for frame in stack:
+        if "torch/distributed/" not in frame and "c10d_logger.py" not in frame:
+            return short_frame(frame, parts=3)
+    return None
+
+
+def _sites(finding: Finding) -> tuple[str | None, dict[int, str | None]]:
+    majority = _site(finding.expected.stack) if finding.expected else None
+    return majority, {r: _site(s.stack) for r, s in sorted(finding.actual.items())}
+
+
+def finding_steps(finding: Finding, report: Report) -> list[str]:
+    """Next steps for one finding, most useful first."""
+    culprits = finding.culprit_ranks
+    who = ranks_phrase(culprits) if culprits else "the stuck ranks"
+    kind = finding.kind
+    steps: list[str] = []
+    if kind == FindingKind.NEVER_JOINED:
+        idle = [r for r in culprits if idle_in_host_code(report, r)]
+        if idle:
+            steps.append(_PY_SPY.format(who=ranks_phrase(idle), first=idle[0]))
+        stuck = [r for r in culprits if r not in idle]
+        if stuck:
+            steps.append(
+                f"{ranks_phrase(stuck)} still {'have' if len(stuck) > 1 else 'has'} an unfinished "
+                "op of another group: `frtrace show` with --ranks "
+                f"{compact_ranks(stuck)} shows which, and who that op waits on"
+            )
+        steps.append(
+            f"find why {who} went another way than its peers: a rank-dependent branch, an "
+            "exception caught and skipped, a data loader that ran out early on that rank; its "
+            "log shows the last step it began"
+        )
+    elif kind in (FindingKind.SIZE_MISMATCH, FindingKind.DTYPE_MISMATCH, FindingKind.OP_MISMATCH):
+        majority, theirs = _sites(finding)
+        what = {
+            FindingKind.SIZE_MISMATCH: "tensor sizes",
+            FindingKind.DTYPE_MISMATCH: "dtypes",
+            FindingKind.OP_MISMATCH: "collectives",
+        }[kind]
+        for rank, site in theirs.items():
+            if site and site == majority and kind != FindingKind.OP_MISMATCH:
+                steps.append(
+                    f"rank {rank} calls it from the same place as the majority ({site}): the "
+                    f"{what} differ in the data, not the code path; check what sets them on "
+                    f"rank {rank}"
+                )
+            elif site or majority:
+                steps.append(
+                    f"compare the two call sites: the majority at {majority or '(no stack)'}, "
+                    f"rank {rank} at {site or '(no stack)'}"
+                )
+        if not any(theirs.values()) and not majority:
+            steps.append(
+                "the dumps carry no Python stacks (JSON dumps never do): dump pickles with "
+                "stack traces to see both call sites"
+            )
+        steps.append(
+            f"make every member pass the same {what} at #{finding.seq}: look for shapes or "
+            "branches that depend on the rank (uneven last batch, rank-local config)"
+        )
+    elif kind == FindingKind.SEQUENCE_SHIFT:
+        steps.append(
+            f"{who} skipped or added a collective: diff its call sites with a peer's in "
+            f"`frtrace show --ranks {compact_ranks(culprits)},<a peer> --stacks`"
+        )
+    elif kind == FindingKind.NOT_STARTED:
+        steps.append(
+            f"{who} queued the op but its GPU never started it: the kernel before it is stuck "
+            "or slow; on its host check `nvidia-smi`, `dmesg` (GPU Xid errors) and "
+            "`py-spy dump --native --pid <PID>`"
+        )
+    elif kind == FindingKind.P2P_UNMATCHED:
+        steps.append(
+            f"{who} never posted the matching send/recv: check the pipeline schedule on both "
+            "ends (same micro-batch count, same order of send and recv)"
+        )
+    elif kind == FindingKind.DEADLOCK:
+        ring = " → ".join(str(r) for r in (*finding.cycle, *finding.cycle[:1]))
+        steps.append(
+            f"ranks wait in a cycle ({ring}): make every rank enter the shared groups in one "
+            f"order; the rank that changed order is {who}"
+        )
+    elif kind == FindingKind.MISSING_DUMP:
+        steps.append(f"get the dump of {who}: {DUMP_LOCATIONS}")
+        steps.append(
+            "Gloo never dumps on its own, and a rank that crashed writes nothing: use "
+            "`frtrace.recorder` in the job, and `frtrace env` for the settings"
+        )
+    elif kind == FindingKind.STUCK_IN_COLLECTIVE:
+        steps.append(_stuck_step(list(finding.waiting_ranks)))
+    return steps
+
+
+def next_steps(report: Report, *, limit: int | None = MAX_STEPS) -> list[str]:
+    """The report's next steps: per root-cause finding, then what is missing; deduplicated.
+
+    Findings of one kind that differ only in their ranks (hundreds of stuck groups) give one
+    step naming all their ranks; past ``limit`` (None: no limit) the rest are counted.
+    """
+    steps: list[str] = []
+    stuck: list[int] = []
+    for finding in report.findings:
+        if finding.severity < Severity.WARNING:
+            continue
+        if finding.kind == FindingKind.STUCK_IN_COLLECTIVE:
+            stuck.extend(finding.waiting_ranks)
+            continue
+        steps.extend(finding_steps(finding, report))
+    if stuck:
+        steps.append(_stuck_step(stuck))
+    absent = sorted(set(report.ranks_missing) | set(report.ranks_unreadable))
+    if absent and not any(f.kind == FindingKind.MISSING_DUMP for f in report.findings):
+        steps.append(f"get the dump of {ranks_phrase(absent)}: {DUMP_LOCATIONS}")
+    if report.stragglers:
+        late = [s.rank for s in report.stragglers]
+        steps.append(
+            f"{ranks_phrase(late)} arrived last most of the time: compare "
+            f"{'its' if len(late) == 1 else 'their'} host's load (data loading, CPU contention, "
+            "thermal throttling) with a peer's"
+        )
+    unique = list(dict.fromkeys(steps))
+    if limit is not None and len(unique) > limit:
+        cut = len(unique) - limit + 1
+        unique = [*unique[: limit - 1], f"… {cut} more steps in the JSON report (next_steps)"]
+    return unique
+
+
+def _stuck_step(ranks: list[int]) -> str:
+    return (
+        "every member is inside the op, so look below the recorder: rerun with "
+        f"NCCL_DEBUG=INFO, check the network between {ranks_phrase(sorted(set(ranks)))} and "
+        "`dmesg` for GPU Xid errors"
+    )

@@ -1,0 +1,79 @@
+"""The text, JSON and markdown reports of every fixture scenario equal their golden files.
+
+Golden files change only when asked: ``python3 -m pytest tests/test_golden.py --update-golden``,
+then review the diff like code. They pin the report layout and the JSON schema.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from frtrace.findings import Report
+from frtrace.pipeline import analyze
+from frtrace.report.json import SCHEMA_VERSION, render_json
+from frtrace.report.markdown import render_markdown
+from frtrace.report.text import render_text
+from tests.conftest import FIXTURES, GLOO
+
+GOLDEN = FIXTURES / "golden"
+SCENARIOS = sorted(p.name for p in GLOO.iterdir() if p.is_dir() and any(p.iterdir()))
+RENDERERS: dict[str, Callable[[Report], str]] = {
+    "txt": render_text,
+    "json": render_json,
+    "md": render_markdown,
+}
+
+
+@cache
+def report_of(scenario: str) -> Report:
+    return analyze(GLOO / scenario)
+
+
+@pytest.mark.parametrize("ext", sorted(RENDERERS))
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_report_matches_golden(scenario: str, ext: str, update_golden: bool) -> None:
+    """The report equals tests/fixtures/golden/<scenario>.<ext>."""
+    actual = RENDERERS[ext](report_of(scenario))
+    assert str(GLOO.resolve()) not in actual  # never the path of the dumps on this machine
+    golden = GOLDEN / f"{scenario}.{ext}"
+    if update_golden:
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(actual, encoding="utf-8")
+    assert golden.exists(), f"no golden file {golden.name}: run pytest --update-golden"
+    assert actual == golden.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_report_is_deterministic(scenario: str) -> None:
+    """Two analyses of the same dumps render the same bytes."""
+    assert render_text(analyze(GLOO / scenario)) == render_text(report_of(scenario))
+
+
+def test_every_golden_json_has_the_current_schema_version() -> None:
+    """Golden JSON files carry schema_version and the documented top-level fields."""
+    documented = {
+        "schema_version", "verdict", "has_problems", "headline", "culprit_ranks",
+        "suspected_ranks", "victim_ranks", "world_size", "ranks_loaded", "ranks_missing",
+        "ranks_unreadable", "selection", "findings", "stragglers", "data_notes", "next_steps",
+        "groups", "progress", "wait_edges",
+    }  # fmt: skip
+    files = sorted(GOLDEN.glob("*.json"))
+    assert {f.stem for f in files} == set(SCENARIOS)
+    for path in files:
+        data = json.loads(path.read_text())
+        assert data["schema_version"] == SCHEMA_VERSION
+        assert set(data) == documented, path.name
+
+
+def test_readme_lists_every_finding_code() -> None:
+    """The README's finding-code table matches frtrace.findings.KIND_CODES."""
+    from frtrace.findings import KIND_CODES
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    for kind, code in KIND_CODES.items():
+        assert f"| {code} | `{kind}` |" in readme, code

@@ -1,0 +1,127 @@
+"""frtrace.recorder in real Gloo processes: a hung job dumps on SIGUSR1; frtrace names the rank."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from frtrace import recorder
+from frtrace.cli import app
+from frtrace.env import DUMP_PREFIX
+
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parent.parent
+JOB = ROOT / "tests" / "recorder_job.py"
+WORLD = 4
+STUCK = 2
+DEADLINE_S = 60.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _spawn(rank: int, world: int, port: int, out: Path, mode: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    for name in list(env):
+        if name.startswith(("TORCH_FR_", "TORCH_NCCL_")):
+            del env[name]
+    return subprocess.Popen(
+        [sys.executable, str(JOB), str(rank), str(world), str(port), str(out), mode],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+
+
+def _wait_for_line(proc: subprocess.Popen[str], text: str, deadline: float) -> None:
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if line.strip() == text:
+            return
+        if not line and proc.poll() is not None:
+            err = proc.stderr.read() if proc.stderr else ""
+            pytest.fail(f"rank exited {proc.returncode} before {text!r}: {err[-2000:]}")
+    pytest.fail(f"no {text!r} within {DEADLINE_S} s")
+
+
+def test_importing_the_recorder_does_not_import_torch() -> None:
+    """`import frtrace.recorder` leaves torch unimported (a training script pays nothing)."""
+    code = "import sys, frtrace.recorder; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False, cwd=ROOT).returncode == 0
+
+
+def test_enable_sets_the_recording_environment_and_disable_restores_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """enable() sets buffer size and dump prefix without overriding the user's own values."""
+    monkeypatch.delenv("TORCH_FR_BUFFER_SIZE", raising=False)
+    monkeypatch.setenv("TORCH_NCCL_TRACE_BUFFER_SIZE", "77")
+    recorder.enable(tmp_path, signals=(), on_exception=False)
+    try:
+        assert os.environ["TORCH_FR_BUFFER_SIZE"] == "20000"
+        assert os.environ["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "77"  # the user's value wins
+        assert os.environ["TORCH_FR_DUMP_TEMP_FILE"] == str(tmp_path.resolve() / DUMP_PREFIX)
+        assert recorder.dump_path(3) == tmp_path.resolve() / f"{DUMP_PREFIX}3"
+    finally:
+        recorder.disable()
+    assert "TORCH_FR_BUFFER_SIZE" not in os.environ
+    assert recorder.state() is None
+
+
+def test_dump_before_enable_is_a_clear_error() -> None:
+    """dump() without enable() says what to call first."""
+    with pytest.raises(RuntimeError, match=r"enable\(\)"):
+        recorder.dump()
+
+
+def test_unhandled_exception_writes_the_dump(tmp_path: Path) -> None:
+    """A rank that dies of an exception leaves its dump behind (Gloo has no dump on error)."""
+    proc = _spawn(0, 1, _free_port(), tmp_path, "raise")
+    _, err = proc.communicate(timeout=DEADLINE_S)
+    assert proc.returncode == 1
+    assert "RuntimeError: the training step failed" in err
+    assert "frtrace.recorder: wrote" in err and "unhandled RuntimeError" in err
+    result = CliRunner().invoke(app, ["summary", "-d", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "1 of 1 ranks loaded" in result.output
+
+
+def test_hung_gloo_job_dumps_on_sigusr1_and_analyze_names_the_rank(tmp_path: Path) -> None:
+    """4 real Gloo ranks; rank 2 stalls in host code; SIGUSR1 dumps all; analyze names rank 2."""
+    port = _free_port()
+    procs = [_spawn(r, WORLD, port, tmp_path, "hang") for r in range(WORLD)]
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        for proc in procs:
+            _wait_for_line(proc, "ready", deadline)
+        for proc in procs:
+            proc.send_signal(signal.SIGUSR1)
+        expected = {tmp_path / f"{DUMP_PREFIX}{r}" for r in range(WORLD)}
+        while time.monotonic() < deadline and not all(p.exists() for p in expected):
+            time.sleep(0.05)
+        assert all(p.exists() for p in expected), sorted(tmp_path.iterdir())
+    finally:
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.communicate(timeout=10)
+    result = CliRunner().invoke(app, ["analyze", "-d", str(tmp_path)])
+    assert result.exit_code == 1, result.output
+    first = result.output.splitlines()[0]
+    assert first.startswith("HANG: culprit rank 2;"), result.output
+    assert "rank 2 never joined all_reduce" in result.output
