@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from frtrace.errors import InputError
@@ -18,8 +19,14 @@ def export_parquet(dumps: DumpSet, out: Path) -> list[tuple[Path, int]]:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"{out}: cannot create the output directory ({exc.strerror}).") from exc
+    entries = dumps.entries
+    for i, field in enumerate(entries.schema):
+        # Parquet cannot store a dictionary of lists (sizes, dtypes): write them plain
+        if pa.types.is_dictionary(field.type) and pa.types.is_list(field.type.value_type):
+            entries = entries.set_column(i, field.name, entries.column(i).cast(
+                field.type.value_type))
     tables = {
-        "entries": dumps.entries,
+        "entries": entries,
         "stacks": dumps.stacks,
         "groups": dumps.groups,
         "pg_status": dumps.pg_status,

@@ -248,7 +248,9 @@ class _Columns:
             except (TypeError, ValueError, OverflowError):
                 pass
         if pa.types.is_list(type_):
-            return self.convert_repeated(key, values, type_)[0]
+            return self.convert_repeated(key, values, type_)[0].cast(type_)
+        if type_ == schema.TEXT:
+            return _text(key, values, self)
         try:
             return pa.array(values, type=type_)
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
@@ -287,16 +289,18 @@ class _Columns:
                 distinct.append(value)
             picks.append(at)
         crcs = np.fromiter(
-            (zlib.crc32(repr(v).encode()) for v in distinct), dtype=np.int64, count=len(distinct)
+            (zlib.crc32(repr(v).encode()) for v in distinct), dtype=np.uint32, count=len(distinct)
         )
         valid = np.fromiter((p is not None for p in picks), dtype=bool, count=len(picks))
         where = np.fromiter((p or 0 for p in picks), dtype=np.int64, count=len(picks))
-        sig = np.where(valid, crcs[where] if len(crcs) else 0, 0)
+        sig = np.where(valid, crcs[where] if len(crcs) else 0, 0).astype(np.uint32)
+        indices = pa.array(picks, type=pa.int32())
         try:
             table = pa.array(distinct, type=type_)
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
-            return self.convert_slowly(key, values, type_), sig
-        return table.take(pa.array(picks, type=pa.int32())), sig
+            plain = self.convert_slowly(key, values, type_)
+            return plain.dictionary_encode(), sig
+        return pa.DictionaryArray.from_arrays(indices, table), sig
 
     def convert_slowly(self, key: str, values: list[Any], type_: pa.DataType) -> pa.Array:
         """Value by value: the bad ones become null and are reported."""
@@ -391,16 +395,14 @@ def _entries_batch(
         pa.array(range(n), type=pa.int32()),
         cols.take("record_id", pa.int64()),
         pg_ids,
-        pa.array(group_name, type=pa.string()),
-        pa.array(group_desc, type=pa.string()),
+        _text("group_name", group_name),
+        _text("group_desc", group_desc),
         cols.take("collective_seq_id", pa.int64(), alt="seq_id"),
         cols.take("p2p_seq_id", pa.int64()),
         cols.take("op_id", pa.int64()),
-        cols.convert(
-            "profiling_name", [x if isinstance(x, str) else None for x in names], pa.string()
-        ),
-        pa.array(backend, type=pa.string()),
-        pa.array(op, type=pa.string()),
+        _text("profiling_name", names),
+        _text("backend", backend),
+        _text("op", op),
         pa.array(is_p2p, type=pa.bool_()),
         pa.array(src, type=pa.int32()),
         pa.array(dst, type=pa.int32()),
@@ -408,23 +410,52 @@ def _entries_batch(
         out_sizes,
         in_dtypes,
         out_dtypes,
-        cols.take("state", pa.string()),
+        cols.take("state", schema.TEXT),
         cols.convert("time_created_ns", created, pa.int64()),
         cols.convert("time_discovered_started_ns", started, pa.int64()),
         cols.convert("time_discovered_completed_ns", completed, pa.int64()),
         cols.take("duration_ms", pa.float64()),
         cols.take("retired", pa.bool_()),
         cols.take("timeout_ms", pa.int64()),
-        cols.take("thread_id", pa.string()),
-        cols.take("thread_name", pa.string()),
+        cols.take("thread_id", schema.TEXT),
+        cols.take("thread_name", schema.TEXT),
         pa.array(stack_ids, type=pa.int32()),
-        pa.array(in_sig, mask=in_sizes.is_null().to_numpy(zero_copy_only=False)),
-        pa.array(out_sig, mask=out_sizes.is_null().to_numpy(zero_copy_only=False)),
-        pa.array(in_dt_sig, mask=in_dtypes.is_null().to_numpy(zero_copy_only=False)),
-        pa.array(out_dt_sig, mask=out_dtypes.is_null().to_numpy(zero_copy_only=False)),
+        _sig_array(in_sig, in_sizes),
+        _sig_array(out_sig, out_sizes),
+        _sig_array(in_dt_sig, in_dtypes),
+        _sig_array(out_dt_sig, out_dtypes),
     ]
     batch = pa.RecordBatch.from_arrays(arrays, schema=schema.ENTRIES)
     return batch, stacks, cols.problems
+
+
+def _sig_array(sig: np.ndarray, values: pa.Array) -> pa.Array:
+    return pa.array(sig, type=pa.uint32(), mask=values.is_null().to_numpy(zero_copy_only=False))
+
+
+def _text(key: str, values: list[Any], cols: _Columns | None = None) -> pa.Array:
+    """A dictionary-encoded string column: each distinct string converted once."""
+    index: dict[str, int] = {}
+    picks: list[int | None] = []
+    bad = 0
+    for value in values:
+        if value is None:
+            picks.append(None)
+        elif isinstance(value, str):
+            at = index.get(value)
+            if at is None:
+                at = index[value] = len(index)
+            picks.append(at)
+        else:
+            bad += 1
+            picks.append(None)
+    if bad and cols is not None:
+        cols.problems.append(
+            f"field {key!r} is not a string in {bad} entries; they are treated as unknown"
+        )
+    return pa.DictionaryArray.from_arrays(
+        pa.array(picks, type=pa.int32()), pa.array(list(index), type=pa.string())
+    )
 
 
 def _us_to_ns(value: Any) -> Any:

@@ -23,6 +23,12 @@ __all__ = ["ENTRIES", "FILES", "FRAME", "GROUPS", "PG_STATUS", "STACKS"]
 
 SIZES = pa.list_(pa.list_(pa.int64()))
 DTYPES = pa.list_(pa.string())
+# Repetitive columns are dictionary-encoded: a 4-byte index per entry into the distinct values
+# (a few dozen per job), which keeps 8 million entries in a few hundred MB. Arrow compute,
+# pandas (as Categorical) and to_pylist() read them like plain columns.
+TEXT = pa.dictionary(pa.int32(), pa.string())
+SIZES_DICT = pa.dictionary(pa.int32(), SIZES)
+DTYPES_DICT = pa.dictionary(pa.int32(), DTYPES)
 
 ENTRIES = pa.schema(
     [
@@ -30,37 +36,37 @@ ENTRIES = pa.schema(
         pa.field("entry_index", pa.int32(), nullable=False),  # position in the dump, 0 = oldest
         pa.field("record_id", pa.int64()),  # per-process counter over all groups (not per rank!)
         pa.field("pg_id", pa.int64()),  # per-process group creation index; keys pg_status
-        pa.field("group_name", pa.string()),  # process_group[0]; str(pg_id) before torch 2.4
-        pa.field("group_desc", pa.string()),  # process_group[1], e.g. "default_pg"
+        pa.field("group_name", TEXT),  # process_group[0]; str(pg_id) before torch 2.4
+        pa.field("group_desc", TEXT),  # process_group[1], e.g. "default_pg"
         pa.field("collective_seq", pa.int64()),  # collective_seq_id (seq_id before torch 2.4)
         pa.field("p2p_seq", pa.int64()),  # p2p_seq_id; null before torch 2.4
         pa.field("op_id", pa.int64()),
-        pa.field("profiling_name", pa.string()),  # as recorded, e.g. "nccl:send 1->0"
-        pa.field("backend", pa.string()),  # "nccl", "gloo", "xccl", ... (before the colon)
-        pa.field("op", pa.string()),  # "all_reduce", "send", "coalesced", ... (kept if unknown)
+        pa.field("profiling_name", TEXT),  # as recorded, e.g. "nccl:send 1->0"
+        pa.field("backend", TEXT),  # "nccl", "gloo", "xccl", ... (before the colon)
+        pa.field("op", TEXT),  # "all_reduce", "send", "coalesced", ... (kept if unknown)
         pa.field("is_p2p", pa.bool_()),
         pa.field("p2p_src_local", pa.int32()),  # send/recv source, group-local; null if "?"
         pa.field("p2p_dst_local", pa.int32()),  # send/recv destination, group-local
-        pa.field("input_sizes", SIZES),
-        pa.field("output_sizes", SIZES),
-        pa.field("input_dtypes", DTYPES),
-        pa.field("output_dtypes", DTYPES),
-        pa.field("state", pa.string()),  # "scheduled" | "started" | "completed" | other as-is
+        pa.field("input_sizes", SIZES_DICT),
+        pa.field("output_sizes", SIZES_DICT),
+        pa.field("input_dtypes", DTYPES_DICT),
+        pa.field("output_dtypes", DTYPES_DICT),
+        pa.field("state", TEXT),  # "scheduled" | "started" | "completed" | other as-is
         pa.field("time_created_ns", pa.int64()),  # enqueue time (time_created_us * 1000 in 2.2)
         pa.field("time_discovered_started_ns", pa.int64()),  # null when never observed
         pa.field("time_discovered_completed_ns", pa.int64()),
         pa.field("duration_ms", pa.float64()),  # GPU time, only with NCCL timing enabled
         pa.field("retired", pa.bool_()),
         pa.field("timeout_ms", pa.int64()),
-        pa.field("thread_id", pa.string()),
-        pa.field("thread_name", pa.string()),
+        pa.field("thread_id", TEXT),
+        pa.field("thread_name", TEXT),
         pa.field("stack_id", pa.int32()),  # -> STACKS.stack_id; null when no frames recorded
         # Fingerprints for fast comparison across ranks (CRC-32 of the value's repr): equal
         # sizes give equal fingerprints; null where the value is missing.
-        pa.field("input_sig", pa.int64()),
-        pa.field("output_sig", pa.int64()),
-        pa.field("input_dtype_sig", pa.int64()),
-        pa.field("output_dtype_sig", pa.int64()),
+        pa.field("input_sig", pa.uint32()),
+        pa.field("output_sig", pa.uint32()),
+        pa.field("input_dtype_sig", pa.uint32()),
+        pa.field("output_dtype_sig", pa.uint32()),
     ]
 )
 
@@ -83,7 +89,7 @@ GROUPS = pa.schema(
     [
         pa.field("rank", pa.int32(), nullable=False),  # whose pg_config this row comes from
         pa.field("group_name", pa.string(), nullable=False),  # pg_config key ('' for Gloo)
-        pa.field("group_desc", pa.string()),
+        pa.field("group_desc", TEXT),
         pa.field("ranks", pa.list_(pa.int32())),  # global members as recorded; null: unreadable
         pa.field("pg_id", pa.int64()),  # only in 1.x dumps, whose pg_config is keyed by pg_id
         pa.field("trusted", pa.bool_(), nullable=False),  # False: known to be unreliable
@@ -111,7 +117,7 @@ FILES = pa.schema(
         pa.field("encoding", pa.string()),  # "pickle" | "json"
         pa.field("format_version", pa.string()),  # the dump's "version"; null for torch 2.2
         pa.field("layout", pa.string()),  # "list" (2.2), "1.x" or "2.x", by fields present
-        pa.field("backend", pa.string()),  # most common profiling-name prefix
+        pa.field("backend", TEXT),  # most common profiling-name prefix
         pa.field("comm_lib_version", pa.string()),  # comm_lib_version / nccl_version
         pa.field("entry_count", pa.int64()),
         pa.field("record_id_min", pa.int64()),
