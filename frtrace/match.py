@@ -19,6 +19,7 @@ Matching produces, vectorised over all entries:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -92,28 +93,57 @@ class MatchResult:
     blocked: dict[int, OpRef]
 
 
-def _state_rank(state: pa.ChunkedArray) -> np.ndarray:
-    out = np.zeros(len(state), dtype=np.int8)
-    values = state.to_numpy(zero_copy_only=False)
-    out[values == "started"] = 1
-    out[values == "completed"] = 2
-    return out
+def codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str | None]]:
+    """A dictionary column as (int32 codes, -1 for null; the distinct values).
+
+    Works on the codes, never on one Python string per entry: 8 million entries stay cheap.
+    """
+    column = column.unify_dictionaries() if pa.types.is_dictionary(column.type) else column
+    if not pa.types.is_dictionary(column.type):
+        column = pa.chunked_array(
+            [c.dictionary_encode() for c in column.chunks], pa.dictionary(pa.int32(), column.type)
+        )
+    if column.num_chunks == 0:
+        return np.zeros(0, dtype=np.int32), []
+    values: list[str | None] = column.chunk(0).dictionary.to_pylist()
+    parts = [c.indices.fill_null(-1).to_numpy(zero_copy_only=False) for c in column.chunks]
+    return np.concatenate(parts).astype(np.int32, copy=False), values
+
+
+def _lookup(
+    codes_: np.ndarray, values: list[str | None], table: dict[str, Any], default: Any
+) -> np.ndarray:
+    """Map codes through ``table`` (by value); nulls and unknown values get ``default``."""
+    mapped = np.array(
+        [table.get(v, default) if v is not None else default for v in values] + [default]
+    )
+    return mapped[np.where(codes_ < 0, len(values), codes_)]
+
+
+def _state_rank(entries: pa.Table) -> np.ndarray:
+    state, values = codes(entries.column("state"))
+    ranks: np.ndarray = _lookup(state, values, {"started": 1, "completed": 2}, 0).astype(np.int8)
+    return ranks
 
 
 def _gid_column(entries: pa.Table, membership: Membership) -> np.ndarray:
     """Group id per entry row (-1 where the group is unknown)."""
-    keys = pd.DataFrame(
-        [(r, n, g) for (r, n), g in membership.of_rank.items()],
-        columns=["rank", "group_name", "gid"],
+    names, values = codes(entries.column("group_name"))
+    rank = entries.column("rank").to_numpy().astype(np.int64)
+    width = len(values) + 1
+    pair = rank * width + (names.astype(np.int64) + 1)
+    unique, inverse = np.unique(pair, return_inverse=True)
+    gids = np.array(
+        [
+            -1
+            if (n := int(p % width) - 1) < 0
+            else membership.of_rank.get((int(p // width), str(values[n])), -1)
+            for p in unique
+        ],
+        dtype=np.int32,
     )
-    frame = pd.DataFrame(
-        {
-            "rank": entries.column("rank").to_numpy(),
-            "group_name": entries.column("group_name").to_pandas(),
-        }
-    )
-    merged = frame.merge(keys, on=["rank", "group_name"], how="left", sort=False)
-    return merged["gid"].fillna(-1).to_numpy(dtype=np.int64)
+    out: np.ndarray = gids[inverse]
+    return out
 
 
 def _done_column(dumps: DumpSet, state_rank: np.ndarray) -> np.ndarray:
@@ -121,67 +151,75 @@ def _done_column(dumps: DumpSet, state_rank: np.ndarray) -> np.ndarray:
     entries = dumps.entries
     rank = entries.column("rank").to_numpy()
     retired = entries.column("retired").fill_null(False).to_numpy(zero_copy_only=False)
-    backend = entries.column("backend").fill_null("").to_numpy(zero_copy_only=False)
+    backend_codes, backends = codes(entries.column("backend"))
+    gloo = _lookup(backend_codes, backends, {"gloo": True}, False).astype(bool)
+    nccl = _lookup(backend_codes, backends, {"nccl": True}, False).astype(bool)
     ranks_with_states = np.unique(rank[state_rank > 0])
     # Gloo's recorder never moves `state`: completion shows only through `retired` (which it
     # sets a moment after the op finished, so the newest op can lag; matching forgives that).
     # On NCCL, `retired` without `completed` means the watchdog gave up (timeout, abort).
     # Another backend whose rank never shows a state is read like Gloo.
-    use_retired = (backend == "gloo") | ((backend != "nccl") & ~np.isin(rank, ranks_with_states))
+    use_retired = gloo | (~nccl & ~np.isin(rank, ranks_with_states))
     done: np.ndarray = np.where(use_retired, retired, state_rank == 2).astype(bool)
     return done
 
 
-def _sig_columns(entries: pa.Table, op: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _sig_columns(entries: pa.Table, op: np.ndarray, ops: list[str | None]) -> np.ndarray:
     """One int64 per entry that is equal across ranks exactly when the op's rules say so."""
-    sig_in = entries.column("input_sig").fill_null(0).to_numpy().astype(np.uint64)
-    sig_out = entries.column("output_sig").fill_null(0).to_numpy().astype(np.uint64)
-    dt_in = entries.column("input_dtype_sig").fill_null(0).to_numpy().astype(np.uint64)
-    dt_out = entries.column("output_dtype_sig").fill_null(0).to_numpy().astype(np.uint64)
-    uneven = np.isin(op, list(UNEVEN_OPS))
-    input_only = np.isin(op, list(COMPARE_INPUT_ONLY))
-    output_only = np.isin(op, list(COMPARE_OUTPUT_ONLY))
+
+    def family(names: frozenset[str]) -> np.ndarray:
+        flags: np.ndarray = _lookup(op, ops, dict.fromkeys(names, True), False).astype(bool)
+        return flags
+
+    def sig(column: str) -> np.ndarray:
+        values: np.ndarray = entries.column(column).fill_null(0).to_numpy().astype(np.uint64)
+        return values
+
+    uneven = family(UNEVEN_OPS)
+    input_only = family(COMPARE_INPUT_ONLY)
+    output_only = family(COMPARE_OUTPUT_ONLY)
     # the root-only side is empty on non-roots (gather: output, scatter: input): skip it
-    sig_in = np.where(uneven | output_only, 0, sig_in)
-    sig_out = np.where(uneven | input_only, 0, sig_out)
-    dt_in = np.where(output_only, 0, dt_in)
-    dt_out = np.where(input_only, 0, dt_out)
-    with np.errstate(over="ignore"):
-        sig_dt = dt_in * np.uint64(0x27D4EB2F165667C5) ^ dt_out
-    op_codes = pd.factorize(pd.Series(op))[0].astype(np.uint64)
+    sig_in = np.where(uneven | output_only, 0, sig("input_sig")).astype(np.uint64)
+    sig_out = np.where(uneven | input_only, 0, sig("output_sig")).astype(np.uint64)
+    dt_in = np.where(output_only, 0, sig("input_dtype_sig")).astype(np.uint64)
+    dt_out = np.where(input_only, 0, sig("output_dtype_sig")).astype(np.uint64)
     with np.errstate(over="ignore"):
         mixed = (
             sig_in * np.uint64(0x9E3779B97F4A7C15)
             ^ sig_out * np.uint64(0xC2B2AE3D27D4EB4F)
-            ^ sig_dt * np.uint64(0x165667B19E3779F9)
+            ^ (dt_in * np.uint64(0x27D4EB2F165667C5) ^ dt_out) * np.uint64(0x165667B19E3779F9)
         )
-    return mixed.view(np.int64), op_codes
+    out: np.ndarray = mixed.view(np.int64)
+    return out
 
 
 def match(dumps: DumpSet, membership: Membership) -> MatchResult:
     """Line up the entries of ``dumps`` by (group, seq); see the module docstring."""
     entries = dumps.entries
     n = entries.num_rows
-    op = entries.column("op").fill_null("?").to_numpy(zero_copy_only=False)
-    state_rank = _state_rank(entries.column("state").fill_null(""))
+    op_codes, ops = codes(entries.column("op"))
+    state_rank = _state_rank(entries)
     done = _done_column(dumps, state_rank)
-    sig, op_code = _sig_columns(entries, op)
+    sig = _sig_columns(entries, op_codes, ops)
+    names = [*(v if v is not None else "?" for v in ops), "?"]  # the last one: null op
+    distinct = list(dict.fromkeys(names))
+    remap = np.array([distinct.index(name) for name in names], dtype=np.int32)
+    op_index = remap[np.where(op_codes < 0, len(ops), op_codes)]
+    op_cat = pd.Categorical.from_codes(op_index, dtype=pd.CategoricalDtype(distinct))
     frame = pd.DataFrame(
         {
-            "row": np.arange(n, dtype=np.int64),
-            "rank": entries.column("rank").to_numpy().astype(np.int64),
+            "row": np.arange(n, dtype=np.int32),
+            "rank": entries.column("rank").to_numpy().astype(np.int32),
             "gid": _gid_column(entries, membership),
             "seq": entries.column("collective_seq").to_pandas().astype("Int64"),
             "p2p_seq": entries.column("p2p_seq").to_pandas().astype("Int64"),
             "is_p2p": entries.column("is_p2p").fill_null(False).to_numpy(zero_copy_only=False),
-            "op": op,
-            "op_code": op_code,
+            "op": op_cat,
+            "op_code": op_index,
             "sig": sig,
             "done": done,
             "state_rank": state_rank,
             "created_ns": entries.column("time_created_ns").to_pandas().astype("Int64"),
-            "src": entries.column("p2p_src_local").to_pandas().astype("Int64"),
-            "dst": entries.column("p2p_dst_local").to_pandas().astype("Int64"),
         }
     )
     frame["is_p2p"] = frame["is_p2p"].astype(bool) | frame["op"].isin(["send", "recv"])
@@ -198,7 +236,7 @@ def match(dumps: DumpSet, membership: Membership) -> MatchResult:
             spans.index.tolist(), spans["min"].tolist(), spans["max"].tolist(), strict=True
         )
     }
-    p2p = _p2p_ops(frame[frame["is_p2p"] & (frame["gid"] >= 0)], membership)
+    p2p = _p2p_ops(frame[frame["is_p2p"] & (frame["gid"] >= 0)], membership, entries)
     pending = _pending_collectives(collectives, consensus)
     pending_p2p = _pending_p2p(p2p)
     return MatchResult(
@@ -375,9 +413,14 @@ def _consensus(collectives: pd.DataFrame) -> pd.DataFrame:
     return consensus[["n_present", "done_any", "consistent"]].reset_index()
 
 
-def _p2p_ops(p2p: pd.DataFrame, membership: Membership) -> pd.DataFrame:
+def _p2p_ops(p2p: pd.DataFrame, membership: Membership, entries: pa.Table) -> pd.DataFrame:
     """Send/recv ops with their peer as a global rank (null where it cannot be known)."""
     ops = p2p[p2p["op"].isin(["send", "recv"])]
+    rows = pa.array(ops["row"].to_numpy(), type=pa.int64())
+    ops = ops.assign(
+        src=entries.column("p2p_src_local").take(rows).to_pandas().astype("Int64").to_numpy(),
+        dst=entries.column("p2p_dst_local").take(rows).to_pandas().astype("Int64").to_numpy(),
+    )
     peers: list[int | None] = []
     for rank, gid, op, src, dst in zip(
         ops["rank"].tolist(),

@@ -144,9 +144,9 @@ def build_dump_set(
         )
     # one dictionary per column across all ranks, so group-bys and joins see equal values
     entries = pa.Table.from_batches(batches, schema=schema.ENTRIES)
-    for i, field in enumerate(entries.schema):
-        if field.type == schema.TEXT:  # (Arrow cannot unify dictionaries of lists: sizes stay)
-            entries = entries.set_column(i, field, entries.column(i).unify_dictionaries())
+    for i, column in enumerate(entries.schema):
+        if column.type == schema.TEXT:  # (Arrow cannot unify dictionaries of lists: sizes stay)
+            entries = entries.set_column(i, column, entries.column(i).unify_dictionaries())
     frames = {sid: stack for stack, sid in interned.items()}
     stacks = pa.Table.from_pylist(
         [
