@@ -62,6 +62,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "chosen so every buffer fills and wraps (default 2000)",
     )
     p.add_argument("--steps", type=int, default=None, help="override the number of steps")
+    p.add_argument("--no-coalesced", action="store_true", help="no coalesced collectives")
+    p.add_argument("--no-all-to-all", action="store_true", help="no uneven all_to_all")
+    p.add_argument("--no-batched-p2p", action="store_true", help="standalone send/recv")
     p.add_argument("--fault", choices=[k.value for k in FaultKind], default=None)
     p.add_argument("--fault-rank", type=int, default=None)
     p.add_argument("--fault-step", type=int, default=-1, help="default: the last step")
@@ -107,6 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             steps=1,
             buffer_size=args.entries,
             timing=not args.no_timing,
+            coalesced=not args.no_coalesced,
+            all_to_all=not args.no_all_to_all,
+            batched_p2p=not args.no_batched_p2p,
             seed=args.seed,
         )
         steps = args.steps or steps_for_entries(spec, args.entries, args.version)
@@ -117,6 +123,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             steps=steps,
             buffer_size=args.entries,
             timing=not args.no_timing,
+            coalesced=not args.no_coalesced,
+            all_to_all=not args.no_all_to_all,
+            batched_p2p=not args.no_batched_p2p,
             seed=args.seed,
             fault=fault,
         )

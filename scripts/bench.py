@@ -1,7 +1,8 @@
 """Benchmark frtrace against the unpickling floor and torchfrtrace, on the same files, one run.
 
-For each size it makes (or reuses) a seeded frsim job in NCCL format (tp=8 x pp=2 x dp mesh,
-batched p2p, coalesced ops, 9-frame stacks, every ring buffer wrapped, one injected fault),
+For each size it makes (or reuses) a seeded frsim job in NCCL format (``--mesh 2d``: tp=8 x
+dp, collectives only; ``--mesh 3d``: tp=8 x pp=2 x dp with batched p2p, coalesced ops and
+uneven all_to_all), 9-frame stacks, every ring buffer wrapped, one injected fault,
 then measures in separate processes, one after another:
 
 - floor:        plain ``pickle.load`` of every file, one after another, nothing else;
@@ -102,39 +103,23 @@ def measure(argv: list[str], timeout_s: float, env: dict[str, str] | None = None
     return Measure(wall, peak / 2**20, proc.returncode, out.decode(errors="replace"))
 
 
-def make_job(workdir: Path, ranks: int, entries: int, fault: str, seed: int) -> Path:
+def make_job(
+    workdir: Path, ranks: int, entries: int, fault: str, seed: int, mesh: str = "2d"
+) -> Path:
     """A seeded dump set under workdir (reused when it already exists)."""
-    out = workdir / f"r{ranks}_e{entries}_{fault}_s{seed}"
+    out = workdir / f"{mesh}_r{ranks}_e{entries}_{fault}_s{seed}"
     truth = out.with_name(out.name + ".truth.json")
     if truth.exists() and out.is_dir():
         return out
     shutil.rmtree(out, ignore_errors=True)
     tp = min(8, ranks)
-    pp = 2 if ranks >= 2 * tp else 1
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "frsim",
-            "--world",
-            str(ranks),
-            "--tp",
-            str(tp),
-            "--pp",
-            str(pp),
-            "--entries",
-            str(entries),
-            "--fault",
-            fault,
-            "--seed",
-            str(seed),
-            "--no-shared-frames",
-            "--out",
-            str(out),
-        ],
-        check=True,
-        cwd=ROOT,
-    )
+    if mesh == "2d":  # the issue's setup: tp=8 x dp, collectives only
+        extra = ["--pp", "1", "--no-coalesced", "--no-all-to-all"]
+    else:  # tp=8 x pp=2 x dp, batched p2p, coalesced and uneven all_to_all
+        extra = ["--pp", str(2 if ranks >= 2 * tp else 1)]
+    argv = [sys.executable, "-m", "frsim", "--world", str(ranks), "--tp", str(tp), *extra]
+    argv += ["--entries", str(entries), "--fault", fault, "--seed", str(seed)]
+    subprocess.run([*argv, "--no-shared-frames", "--out", str(out)], check=True, cwd=ROOT)
     return out
 
 
@@ -164,7 +149,7 @@ class Row:
 
 
 def bench_one(args: argparse.Namespace, ranks: int) -> Row:
-    dumps = make_job(args.workdir, ranks, args.entries, args.fault, args.seed)
+    dumps = make_job(args.workdir, ranks, args.entries, args.fault, args.seed, args.mesh)
     truth = json.loads(dumps.with_name(dumps.name + ".truth.json").read_text())
     files_mb = sum(p.stat().st_size for p in dumps.iterdir()) / 2**20
     floor = measure([sys.executable, "-c", FLOOR, str(dumps)], args.timeout)
@@ -235,6 +220,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--entries", type=int, default=2000)
     parser.add_argument("--fault", default="host_stall")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--mesh",
+        choices=["2d", "3d"],
+        default="2d",
+        help="2d: tp=8 x dp, collectives only (the setup torchfrtrace's numbers were taken "
+        "on); 3d: adds pp=2 with batched p2p, coalesced ops, uneven all_to_all",
+    )
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/frtrace-bench"))
     parser.add_argument(
         "--torchfrtrace-max",

@@ -1,0 +1,55 @@
+"""The benchmark script runs end to end at a tiny size (a smoke test; no timing assertions)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+
+
+@pytest.mark.parametrize("mesh", ["2d", "3d"])
+def test_bench_runs_and_gets_the_verdict_right(tmp_path: Path, mesh: str) -> None:
+    """8 and 16 ranks x 120 entries: floor, frtrace and (with torch) torchfrtrace all measured."""
+    out = tmp_path / "bench.json"
+    limit = "16" if HAS_TORCH and mesh == "2d" else "0"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "scripts/bench.py",
+            "--ranks",
+            "8",
+            "16",
+            "--entries",
+            "120",
+            "--mesh",
+            mesh,
+            "--workdir",
+            str(tmp_path / "work"),
+            "--torchfrtrace-max",
+            limit,
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = json.loads(out.read_text())
+    assert [r["ranks"] for r in rows] == [8, 16]
+    for row in rows:
+        assert row["frtrace_correct"] is True
+        assert row["floor_s"] > 0 and row["frtrace_s"] > 0 and row["frtrace_mb"] > 0
+        assert row["vs_floor"] == pytest.approx(row["frtrace_s"] / row["floor_s"])
+        if limit != "0":
+            assert row["torchfrtrace_s"] is not None and row["speedup"] is not None
+    assert "x floor" in proc.stdout and "torchfrtrace" in proc.stdout
