@@ -23,8 +23,9 @@ def export_parquet(dumps: DumpSet, out: Path) -> list[tuple[Path, int]]:
     for i, field in enumerate(entries.schema):
         # Parquet cannot store a dictionary of lists (sizes, dtypes): write them plain
         if pa.types.is_dictionary(field.type) and pa.types.is_list(field.type.value_type):
-            entries = entries.set_column(i, field.name, entries.column(i).cast(
-                field.type.value_type))
+            entries = entries.set_column(
+                i, field.name, entries.column(i).cast(field.type.value_type)
+            )
     tables = {
         "entries": entries,
         "stacks": dumps.stacks,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from frtrace.findings import GroupRef
-from frtrace.tables import DumpSet
+from frtrace.tables import DumpSet, recorded_groups
 
 __all__ = ["Membership", "resolve_groups"]
 
@@ -82,15 +82,15 @@ def resolve_groups(dumps: DumpSet) -> Membership:
     by_entries = _entry_groups(dumps.entries)
     recorded: dict[str, dict[int, tuple[int, ...]]] = defaultdict(dict)  # name -> rank -> members
     recorded_desc: dict[str, Counter[str]] = defaultdict(Counter)
-    rows = dumps.groups.to_pylist()
+    rows = recorded_groups(dumps.groups)
     # Before torch 2.4 a group's only name is the per-process pg_id, which differs between
     # ranks (each counts the groups it is a member of): the members identify the group.
-    local_names = any(row["pg_id"] is not None for row in rows)
+    local_names = any(row.pg_id is not None for row in rows)
     for row in rows:
-        if row["trusted"] and row["ranks"]:
-            recorded[row["group_name"]][row["rank"]] = tuple(row["ranks"])
-            if row["group_desc"]:
-                recorded_desc[row["group_name"]][row["group_desc"]] += 1
+        if row.trusted and row.ranks:
+            recorded[row.name][row.rank] = row.ranks
+            if row.desc:
+                recorded_desc[row.name][row.desc] += 1
 
     keys: dict[tuple[str, tuple[int, ...]], int] = {}
     groups: list[GroupRef] = []

@@ -27,11 +27,13 @@ import zlib
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from frtrace import schema
 from frtrace.discover import Candidate
@@ -205,21 +207,45 @@ def _int_or_none(value: Any) -> int | None:
     return None
 
 
-def _parse_rank_list(value: Any) -> list[int] | None:
-    """``"[0, 1, 2]"`` (2.x), ``[0, 1, 2]`` (1.x): member ranks without eval."""
-    if isinstance(value, list | tuple):
-        items = [_int_or_none(v) for v in value]
-    elif isinstance(value, str):
-        body = value.strip()
-        if not (body.startswith("[") and body.endswith("]")):
-            return None
-        inner = body[1:-1].strip()
-        items = [_int_or_none(v) for v in inner.split(",")] if inner else []
-    else:
+# Every rank records the default group's member list, "[0, 1, ..., 4095]": the same text
+# thousands of times. Parsed once per worker process, and kept as a compact int32 array (a
+# list of Python ints would cost 36 bytes a rank, for every rank, in every file).
+_RANK_LISTS: dict[str, np.ndarray | None] = {}
+_RANK_LIST_CACHE_MAX = 4096
+_RANK_TEXT = re.compile(r"\[\s*\d+(\s*,\s*\d+)*\s*\]|\[\s*\]")
+_MAX_RANK = 2**31 - 1
+
+
+def _parse_rank_list(value: Any) -> np.ndarray | None:
+    """``"[0, 1, 2]"`` (2.x), ``[0, 1, 2]`` (1.x): member ranks as int32, without eval."""
+    if isinstance(value, str):
+        if value in _RANK_LISTS:
+            return _RANK_LISTS[value]
+        parsed = _parse_rank_text(value)
+        if len(_RANK_LISTS) < _RANK_LIST_CACHE_MAX:
+            _RANK_LISTS[value] = parsed
+        return parsed
+    if not isinstance(value, list | tuple):
         return None
-    if any(i is None or i < 0 for i in items):
+    items = [_int_or_none(v) for v in value]
+    if any(i is None or i < 0 or i > _MAX_RANK for i in items):
         return None
-    return [i for i in items if i is not None]
+    return np.array(items, dtype=np.int32)
+
+
+def _parse_rank_text(value: str) -> np.ndarray | None:
+    body = value.strip()
+    if not _RANK_TEXT.fullmatch(body):
+        return None
+    inner = body[1:-1].strip()
+    if not inner:
+        return np.zeros(0, dtype=np.int32)
+    numbers = np.fromiter(map(int, inner.split(",")), dtype=np.int64)
+    if numbers.size and numbers.max() > _MAX_RANK:
+        return None
+    ranks: np.ndarray = numbers.astype(np.int32)
+    ranks.flags.writeable = False  # shared by every row that recorded the same text
+    return ranks
 
 
 class _Columns:
@@ -234,7 +260,10 @@ class _Columns:
     def take(self, key: str, type_: pa.DataType, alt: str | None = None) -> pa.Array:
         """Column ``key`` (or ``alt`` where ``key`` is absent), validated by Arrow."""
         if alt is None:
-            values = [e.get(key) for e in self.entries]
+            try:  # every entry has the key (the usual case): one C-level pass
+                values = list(map(itemgetter(key), self.entries))
+            except KeyError:
+                values = [e.get(key) for e in self.entries]
         else:
             values = [e[key] if key in e else e.get(alt) for e in self.entries]
         return self.convert(key, values, type_)
@@ -270,31 +299,24 @@ class _Columns:
         Returns the column and a fingerprint per entry: CRC-32 of the value's repr, equal
         exactly when the values are equal, deterministic across processes.
         """
-        index: dict[Any, int] = {}
-        distinct: list[Any] = []
-        picks: list[int | None] = []
         nested = pa.types.is_list(type_.value_type)
-        for value in values:
-            if value is None:
-                picks.append(None)
-                continue
-            twin: Any
-            try:  # a hashable twin of the value; repr() is the slow fallback
-                twin = tuple(map(tuple, value)) if nested else tuple(value)
-            except TypeError:
-                twin = repr(value)
-            at = index.get(twin)
-            if at is None:
-                at = index[twin] = len(distinct)
-                distinct.append(value)
-            picks.append(at)
+        twins: list[Any]
+        try:  # a hashable twin of each value, in one comprehension (the hot path)
+            if nested:
+                twins = [None if v is None else tuple(map(tuple, v)) for v in values]
+            else:
+                twins = [None if v is None else tuple(v) for v in values]
+        except TypeError:  # a value of the wrong shape: repr() keys, Arrow reports it below
+            twins = [None if v is None else repr(v) for v in values]
+        index: dict[Any, int] = {}
+        codes = np.array([index.setdefault(t, len(index)) for t in twins], dtype=np.int32)
+        distinct = list(index)  # the twins: tuples convert like the lists they stand for
+        valid = codes != index.get(None, -1)
         crcs = np.fromiter(
-            (zlib.crc32(repr(v).encode()) for v in distinct), dtype=np.uint32, count=len(distinct)
+            (zlib.crc32(repr(t).encode()) for t in distinct), dtype=np.uint32, count=len(distinct)
         )
-        valid = np.fromiter((p is not None for p in picks), dtype=bool, count=len(picks))
-        where = np.fromiter((p or 0 for p in picks), dtype=np.int64, count=len(picks))
-        sig = np.where(valid, crcs[where] if len(crcs) else 0, 0).astype(np.uint32)
-        indices = pa.array(picks, type=pa.int32())
+        sig = np.where(valid, crcs[codes] if len(crcs) else 0, 0).astype(np.uint32)
+        indices = pa.array(codes, type=pa.int32(), mask=~valid)
         try:
             table = pa.array(distinct, type=type_)
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
@@ -330,47 +352,25 @@ def _entries_batch(
     n = len(entries)
 
     names = [e.get("profiling_name") for e in entries]
-    split_cache: dict[str, tuple[str | None, str, int | None, int | None]] = {}
-    backend: list[str | None] = []
-    op: list[str | None] = []
-    src: list[int | None] = []
-    dst: list[int | None] = []
-    bad_names = 0
-    for name in names:
-        if not isinstance(name, str):
-            bad_names += 1
-            backend.append(None)
-            op.append(None)
-            src.append(None)
-            dst.append(None)
-            continue
-        parts = split_cache.get(name)
-        if parts is None:
-            parts = split_cache[name] = split_profiling_name(name)
-        backend.append(parts[0])
-        op.append(parts[1])
-        src.append(parts[2])
-        dst.append(parts[3])
+    name_codes, name_values = _encode([x if isinstance(x, str) else None for x in names])
+    bad_names = int((name_codes < 0).sum())
     if bad_names:
         cols.problems.append(f"{bad_names} entries have no profiling_name; their op is unknown")
+    parts = [split_profiling_name(v) for v in name_values]  # once per distinct name
+    backend = _decoded(name_codes, [p[0] for p in parts])
+    op_arr = _decoded(name_codes, [p[1] for p in parts])
+    src = _gather_ints(name_codes, [p[2] for p in parts])
+    dst = _gather_ints(name_codes, [p[3] for p in parts])
+    is_send_recv = np.array([p[1] in ("send", "recv") for p in parts] + [False])[name_codes]
 
-    groups = [e.get("process_group") for e in entries]
-    group_name: list[str | None] = []
-    group_desc: list[str | None] = []
     pg_ids = cols.take("pg_id", pa.int64())
-    pg_id_list = pg_ids.to_pylist()
-    for grp, pg_id in zip(groups, pg_id_list, strict=True):
-        if isinstance(grp, list | tuple) and len(grp) >= 1:
-            group_name.append(str(grp[0]))
-            group_desc.append(str(grp[1]) if len(grp) > 1 else None)
-        else:  # before torch 2.4 only the per-process pg_id identifies the group
-            group_name.append(None if pg_id is None else str(pg_id))
-            group_desc.append(None)
+    group_name, group_desc = _group_columns(
+        [e.get("process_group") for e in entries], pg_ids.to_pylist()
+    )
 
     is_p2p_raw = [e.get("is_p2p") for e in entries]
     is_p2p = [
-        v if isinstance(v, bool) else (o in ("send", "recv"))
-        for v, o in zip(is_p2p_raw, op, strict=True)
+        v if isinstance(v, bool) else bool(o) for v, o in zip(is_p2p_raw, is_send_recv, strict=True)
     ]
 
     if n and "time_created_ns" not in entries[0] and "time_created_us" in entries[0]:
@@ -395,17 +395,17 @@ def _entries_batch(
         pa.array(range(n), type=pa.int32()),
         cols.take("record_id", pa.int64()),
         pg_ids,
-        _text("group_name", group_name),
-        _text("group_desc", group_desc),
+        group_name,
+        group_desc,
         cols.take("collective_seq_id", pa.int64(), alt="seq_id"),
         cols.take("p2p_seq_id", pa.int64()),
         cols.take("op_id", pa.int64()),
-        _text("profiling_name", names),
-        _text("backend", backend),
-        _text("op", op),
+        _dictionary(name_codes, name_values),
+        backend,
+        op_arr,
         pa.array(is_p2p, type=pa.bool_()),
-        pa.array(src, type=pa.int32()),
-        pa.array(dst, type=pa.int32()),
+        src,
+        dst,
         in_sizes,
         out_sizes,
         in_dtypes,
@@ -429,12 +429,73 @@ def _entries_batch(
     return batch, stacks, cols.problems
 
 
+def _encode(values: list[str | None]) -> tuple[np.ndarray, list[str]]:
+    """(int32 codes with -1 for None, distinct strings) of a string list."""
+    index: dict[str | None, int] = {}
+    codes = np.array([index.setdefault(v, len(index)) for v in values], dtype=np.int32)
+    distinct = list(index)
+    if None in index:
+        none_at = index[None]
+        codes = np.where(codes == none_at, -1, codes - (codes > none_at)).astype(np.int32)
+        distinct.remove(None)
+    return codes, [str(v) for v in distinct]
+
+
+def _dictionary(codes: np.ndarray, values: list[Any]) -> pa.Array:
+    """A dictionary<int32, string> array from codes (-1: null) and their values."""
+    return pa.DictionaryArray.from_arrays(
+        pa.array(codes, type=pa.int32(), mask=codes < 0), pa.array(values, type=pa.string())
+    )
+
+
+def _decoded(codes: np.ndarray, values: list[str | None]) -> pa.Array:
+    """Map each code to a (possibly repeated or None) string, dictionary-encoded."""
+    inner, distinct = _encode(values)
+    mapped = np.append(inner, -1)[codes]  # code -1 picks the appended -1 (null)
+    return _dictionary(mapped, distinct)
+
+
+def _gather_ints(codes: np.ndarray, values: list[int | None]) -> pa.Array:
+    table = np.array([-1 if v is None else v for v in values] + [-1], dtype=np.int64)
+    picked = table[codes]
+    return pa.array(picked, type=pa.int32(), mask=picked < 0)
+
+
+def _group_columns(groups: list[Any], pg_ids: list[int | None]) -> tuple[pa.Array, pa.Array]:
+    """group_name, group_desc from ``process_group`` (2.x), else ``str(pg_id)`` (1.x, 2.2)."""
+    twins = [
+        g if g.__class__ is tuple else (tuple(g) if g.__class__ is list else None) for g in groups
+    ]
+    if None not in twins:  # every entry names its group: once per distinct pair
+        index: dict[Any, int] = {}
+        codes = np.array([index.setdefault(t, len(index)) for t in twins], dtype=np.int32)
+        distinct = list(index)
+        names = [str(t[0]) if len(t) >= 1 else None for t in distinct]
+        descs = [str(t[1]) if len(t) > 1 else None for t in distinct]
+        return _decoded(codes, names), _decoded(codes, descs)
+    name: list[str | None] = []
+    desc: list[str | None] = []
+    for grp, pg_id in zip(groups, pg_ids, strict=True):
+        if isinstance(grp, list | tuple) and len(grp) >= 1:
+            name.append(str(grp[0]))
+            desc.append(str(grp[1]) if len(grp) > 1 else None)
+        else:  # before torch 2.4 only the per-process pg_id identifies the group
+            name.append(None if pg_id is None else str(pg_id))
+            desc.append(None)
+    return _text("group_name", name), _text("group_desc", desc)
+
+
 def _sig_array(sig: np.ndarray, values: pa.Array) -> pa.Array:
     return pa.array(sig, type=pa.uint32(), mask=values.is_null().to_numpy(zero_copy_only=False))
 
 
 def _text(key: str, values: list[Any], cols: _Columns | None = None) -> pa.Array:
     """A dictionary-encoded string column: each distinct string converted once."""
+    try:  # all strings or None (the usual case): Arrow converts and encodes in C
+        encoded: pa.Array = pa.array(values, type=pa.string()).dictionary_encode()
+        return encoded
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        pass
     index: dict[str, int] = {}
     picks: list[int | None] = []
     bad = 0
@@ -472,15 +533,20 @@ def _intern_stacks(
     seen: dict[Any, int | None] = {}
     stacks: list[Stack] = []
     malformed = 0
+    fields = itemgetter("name", "filename", "line")
     for e in entries:
         frames = e.get("frames")
         if not frames or not isinstance(frames, list):
             ids.append(None)
             continue
+        key: Any
         try:  # cheap identity of a stack: its frames' values in recorded order
-            key = tuple(map(tuple, map(dict.values, frames)))
-            sid = seen[key]
-        except KeyError:
+            key = tuple(map(fields, frames))
+            hash(key)
+        except (KeyError, TypeError):  # a frame that is not a dict, lacks a field, unhashable
+            key = None
+        sid = seen.get(key, -1) if key is not None else -1
+        if sid == -1:
             stack = _convert_stack(frames)
             if stack is None:
                 malformed += 1
@@ -488,10 +554,8 @@ def _intern_stacks(
             else:
                 sid = len(stacks)
                 stacks.append(stack)
-            seen[key] = sid
-        except (AttributeError, TypeError):  # a frame that is not a dict, unhashable values
-            malformed += 1
-            sid = None
+            if key is not None:
+                seen[key] = sid
         ids.append(sid)
     if malformed:
         problems.append(f"{malformed} entries have malformed stack frames; stacks not shown")
@@ -646,9 +710,19 @@ def parse_payload(payload: Any, encoding: str, cand: Candidate) -> ParsedDump:
     groups = _group_rows(rank, top.get("pg_config"), problems)
     pg_status = _pg_status_rows(rank, top.get("pg_status"), problems)
 
-    record_ids = [r for r in batch.column("record_id").to_pylist() if r is not None]
+    span = pc.min_max(batch.column("record_id"))
+    lowest, highest = span["min"].as_py(), span["max"].as_py()
     lib = top.get("comm_lib_version", top.get("nccl_version"))
-    backends = Counter(b for b in batch.column("backend").to_pylist() if b)
+    counts = pc.value_counts(batch.column("backend").dictionary_decode().drop_null())
+    backends = Counter(
+        {
+            v: n
+            for v, n in zip(
+                counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True
+            )
+            if v
+        }
+    )
     backend = backends.most_common(1)[0][0] if backends else None
     if backend is None and lib == "":
         backend = "gloo"  # the generic recorder writes "" as Gloo's library version
@@ -662,9 +736,9 @@ def parse_payload(payload: Any, encoding: str, cand: Candidate) -> ParsedDump:
         backend=backend,
         comm_lib_version=str(lib) if lib is not None else None,
         entry_count=len(entries),
-        record_id_min=min(record_ids) if record_ids else None,
-        record_id_max=max(record_ids) if record_ids else None,
-        wrapped=(min(record_ids) > 0) if record_ids else None,
+        record_id_min=lowest,
+        record_id_max=highest,
+        wrapped=(lowest > 0) if lowest is not None else None,
         has_stacks=bool(stacks),
         problems=tuple(problems),
     )

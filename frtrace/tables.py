@@ -7,6 +7,7 @@ have no usable dump.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -95,10 +96,8 @@ def load_dumps(directory: Path, *, jobs: int | None = None, progress: bool = Fal
 
 def _give_back_memory() -> None:
     """Return the freed per-file buffers to the OS (glibc keeps them otherwise: ~40% of RSS)."""
-    try:
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to do
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to do
-        pass
 
 
 def build_dump_set(
@@ -167,7 +166,7 @@ def build_dump_set(
         ],
         schema=schema.STACKS,
     )
-    groups = pa.Table.from_pylist(group_rows, schema=schema.GROUPS)
+    groups = _groups_table(group_rows)
     files = pa.Table.from_pylist(file_rows, schema=schema.FILES)
     return DumpSet(
         directory=directory,
@@ -181,6 +180,65 @@ def build_dump_set(
         skipped=tuple(skipped),
         _frames=frames,
     )
+
+
+def _groups_table(rows: list[dict[str, Any]]) -> pa.Table:
+    """schema.GROUPS from the loader's rows, whose ``ranks`` are int32 arrays (or None)."""
+    lists = [r["ranks"] for r in rows]
+    lengths = np.array([0 if x is None else len(x) for x in lists], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    flat = [x for x in lists if x is not None and len(x)]
+    values = np.concatenate(flat).astype(np.int32) if flat else np.zeros(0, dtype=np.int32)
+    mask = pa.array([x is None for x in lists], type=pa.bool_())
+    ranks = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values), mask=mask)
+    plain = {
+        name: [r[name] for r in rows]
+        for name in ("rank", "group_name", "group_desc", "pg_id", "trusted", "note")
+    }
+    columns = {name: pa.array(plain[name], type=schema.GROUPS.field(name).type) for name in plain}
+    columns["ranks"] = ranks.cast(schema.GROUPS.field("ranks").type)
+    return pa.table({f.name: columns[f.name] for f in schema.GROUPS}, schema=schema.GROUPS)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordedGroup:
+    """One row of the groups table, with its member tuple shared by identical rows."""
+
+    rank: int
+    name: str
+    desc: str | None
+    ranks: tuple[int, ...] | None
+    pg_id: int | None
+    trusted: bool
+
+
+def recorded_groups(groups: pa.Table) -> list[RecordedGroup]:
+    """The groups table as rows, parsing each distinct member list once (rank lists repeat:
+    every rank records the default group's thousands of members)."""
+    ranks = groups.column("ranks").combine_chunks() if groups.num_rows else None
+    interned: dict[bytes, tuple[int, ...]] = {}
+    out = []
+    meta = groups.select(["rank", "group_name", "group_desc", "pg_id", "trusted"]).to_pylist()
+    for i, row in enumerate(meta):
+        members: tuple[int, ...] | None = None
+        if ranks is not None and ranks[i].is_valid:
+            start, stop = ranks.offsets[i].as_py(), ranks.offsets[i + 1].as_py()
+            raw = ranks.values.slice(start, stop - start).to_numpy(zero_copy_only=False)
+            key = raw.astype(np.int32).tobytes()
+            members = interned.get(key)
+            if members is None:
+                members = interned[key] = tuple(int(x) for x in raw)
+        out.append(
+            RecordedGroup(
+                rank=row["rank"],
+                name=row["group_name"],
+                desc=row["group_desc"],
+                ranks=members,
+                pg_id=row["pg_id"],
+                trusted=row["trusted"],
+            )
+        )
+    return out
 
 
 def _consolidate(batches: list[pa.RecordBatch]) -> pa.Table:
@@ -255,12 +313,12 @@ def infer_world_size(files: pa.Table, groups: pa.Table) -> WorldSize:
     """The job's world size from the default group's recorded members, else from file names."""
     file_ranks = files.column("rank").to_pylist()
     highest = max(file_ranks) + 1 if file_ranks else 0
-    rows = groups.to_pylist()
-    recorded = max((max(r["ranks"]) + 1 for r in rows if r["ranks"]), default=0)
+    rows = recorded_groups(groups)
+    recorded = max((max(r.ranks) + 1 for r in rows if r.ranks), default=0)
     size = max(highest, recorded)
     for row in rows:
-        if row["trusted"] and row["group_desc"] == "default_pg" and row["ranks"]:
-            size = max(size, len(row["ranks"]))
+        if row.trusted and row.desc == "default_pg" and row.ranks:
+            size = max(size, len(row.ranks))
             return WorldSize(size=size, source="pg_config of the default group", certain=True)
     source = "highest rank among the file names and recorded groups"
     return WorldSize(size=size, source=source, certain=False)
