@@ -292,18 +292,28 @@ def _logical_collectives(coll: pd.DataFrame) -> pd.DataFrame:
     out = single.assign(last_row=single["row"], n_entries=1)
     if dup.any():
         runs = coll[dup].sort_values("row")
+        # the run's signature: every member entry's op and sizes, in order (position-weighted
+        # so that two runs with the same entries in another order differ)
+        position = runs.groupby(keys, sort=False).cumcount().to_numpy().astype(np.uint64)
+        with np.errstate(over="ignore"):
+            part = (
+                runs["sig"].to_numpy().view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+                + runs["op_code"].to_numpy().astype(np.uint64) * np.uint64(0x632BE59BD9B4E019)
+            ) * (position * np.uint64(2) + np.uint64(1))
+        runs = runs.assign(part=part)
         folded = runs.groupby(keys, sort=False).agg(
             row=("row", "first"),
             last_row=("row", "last"),
             op=("op", "last"),  # the closing "*coalesced" entry names the run
             op_code=("op_code", "last"),
-            sig=("sig", lambda s: hash(tuple(s.tolist()))),
+            sig=("part", "sum"),
             done=("done", "any"),
             state_rank=("state_rank", "max"),
             created_ns=("created_ns", "first"),
             n_entries=("row", "size"),
         )
         folded = folded.reset_index()
+        folded["sig"] = folded["sig"].to_numpy().astype(np.uint64).view(np.int64)
         out = pd.concat([out, folded], ignore_index=True)
     cols = [
         "rank",
@@ -421,28 +431,38 @@ def _p2p_ops(p2p: pd.DataFrame, membership: Membership, entries: pa.Table) -> pd
         src=entries.column("p2p_src_local").take(rows).to_pandas().astype("Int64").to_numpy(),
         dst=entries.column("p2p_dst_local").take(rows).to_pandas().astype("Int64").to_numpy(),
     )
-    peers: list[int | None] = []
-    for rank, gid, op, src, dst in zip(
-        ops["rank"].tolist(),
-        ops["gid"].tolist(),
-        ops["op"].tolist(),
-        _ints(ops["src"]),
-        _ints(ops["dst"]),
-        strict=True,
-    ):
-        members = membership.groups[gid].members
-        local, me = (dst, src) if op == "send" else (src, dst)
-        peer = None
-        if local is not None and 0 <= local < len(members):
-            peer = members[local]
-            # the name's other end must be this rank, else the names are not group-local
-            if me is not None and 0 <= me < len(members) and members[me] != rank:
-                peer = None
-        peers.append(peer)
+    # group-local rank -> global rank, for every group at once
+    lookup = pd.DataFrame(
+        [
+            (gid, local, rank)
+            for gid, g in enumerate(membership.groups)
+            for local, rank in enumerate(g.members)
+        ],
+        columns=["gid", "local", "global"],
+    )
+    is_send = (ops["op"] == "send").to_numpy()
+    local = np.where(is_send, ops["dst"].fillna(-1), ops["src"].fillna(-1)).astype(np.int64)
+    me = np.where(is_send, ops["src"].fillna(-1), ops["dst"].fillna(-1)).astype(np.int64)
+    gid = ops["gid"].to_numpy().astype(np.int64)
+    peer = _to_global(lookup, gid, local)
+    mine = _to_global(lookup, gid, me)
+    # the name's other end must be this rank, else the names are not group-local
+    wrong = (me >= 0) & (mine != ops["rank"].to_numpy())
+    unknown = wrong | (peer < 0)
+    peers = pd.array(np.where(unknown, 0, peer), dtype="Int64")
+    peers[unknown] = pd.NA
     out = ops[["rank", "gid", "row", "done", "state_rank", "p2p_seq", "created_ns"]].copy()
     out["kind"] = ops["op"].to_numpy()
-    out["peer"] = pd.array(peers, dtype="Int64")
+    out["peer"] = peers
     return out.reset_index(drop=True)
+
+
+def _to_global(lookup: pd.DataFrame, gid: np.ndarray, local: np.ndarray) -> np.ndarray:
+    """Global rank of (group, group-local rank); -1 where there is none."""
+    query = pd.DataFrame({"gid": gid, "local": local})
+    found = query.merge(lookup, on=["gid", "local"], how="left")["global"]
+    out: np.ndarray = found.fillna(-1).to_numpy().astype(np.int64)
+    return out
 
 
 def _ints(series: pd.Series) -> list[int | None]:
