@@ -264,10 +264,9 @@ def _hang_finding(
     blocked_total = victims_of(waits, culprits)
     who = f"rank{'s' if len(culprits) > 1 else ''} {format_ranks(culprits)}"
     where = f"{op} #{seq} of {group.label}" if seq is not None else f"{op} in {group.label}"
-    also = (
-        f"; {len(blocked_total)} rank{'s' if len(blocked_total) != 1 else ''} wait on "
-        f"{'them' if len(culprits) > 1 else 'it'}"
-    )
+    them = "them" if len(culprits) > 1 else "it"
+    n_blocked = len(blocked_total)
+    also = f"; {n_blocked} rank{'s wait' if n_blocked != 1 else ' waits'} on {them}"
     evidence: list[str] = []
     actual = {}
     for c in culprits:
@@ -277,7 +276,8 @@ def _hang_finding(
             if row is not None:
                 actual[c] = signature_at(dumps, row)
     evidence.append(
-        f"ranks {format_ranks(waiting)}: inside {where} ({expected.state or 'no state'})"
+        f"rank{'s' if len(waiting) > 1 else ''} {format_ranks(waiting)}: inside {where} "
+        f"({expected.state or 'no state'})"
     )
     site = call_site(expected.stack)
     if site:
@@ -307,7 +307,8 @@ def _hang_finding(
         summary = f"{who} never posted the p2p op matching {where} ({peers}){also}"
     else:
         summary = (
-            f"{who} ha{'ve' if len(culprits) > 1 else 's'} no dump, and {where} waits on them{also}"
+            f"{who} ha{'ve' if len(culprits) > 1 else 's'} no dump, and {where} waits on "
+            f"{them}{also}"
         )
         confidence, why = (
             Confidence.LOW,
