@@ -44,6 +44,7 @@ class _Disagreement:
     rows: dict[int, int]  # rank -> entries row
     ops: dict[int, str]
     sibling_backers: int = 0  # >0: the majority was decided by sibling groups (a tie inside)
+    by_size_rule: bool = False  # the tie was decided by the op family's size rule
 
 
 def _classify(a: OpSignature, b: OpSignature) -> FindingKind:
@@ -64,7 +65,8 @@ def find_mismatches(dumps: DumpSet, membership: Membership, match: MatchResult) 
     siblings = _Siblings(membership, match)
     for _, part in rows.groupby(["gid", "seq"], sort=True):
         gid, seq = int(part["gid"].iloc[0]), int(part["seq"].iloc[0])
-        d = _disagreement(seq, part, lambda g=gid, q=seq: siblings.votes(g, q))
+        size_rule = _SizeRule(dumps, len(membership.groups[gid].members))
+        d = _disagreement(seq, part, lambda g=gid, q=seq: siblings.votes(g, q), size_rule)
         if d is not None:
             by_group[gid].append(d)
     findings: list[Finding] = []
@@ -129,8 +131,49 @@ def _tie_break(
     return sides[ranked[0][0]], ranked[0][1]
 
 
+# all_gather's output holds every member's input; reduce_scatter the reverse. A side of a tie
+# whose sizes break the rule for the group's size is the wrong one.
+GATHER_OPS = frozenset(
+    {"all_gather", "_all_gather_base", "all_gather_into_tensor", "all_gather_single", "allgather"}
+)
+SCATTER_OPS = frozenset(
+    {"reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor", "reduce_scatter_single"}
+)
+
+
+class _SizeRule:
+    """Checks one entry's sizes against its op family's rule for the group's size."""
+
+    def __init__(self, dumps: DumpSet, group_size: int) -> None:
+        self.dumps = dumps
+        self.group_size = group_size
+
+    def holds(self, op: str, row: int) -> bool | None:
+        """True / False for the ops the rule covers; None for every other op."""
+        if op not in GATHER_OPS and op not in SCATTER_OPS:
+            return None
+        sig = signature_at(self.dumps, row, op=op)
+        numel_in = sum(_numel(s) for s in sig.input_sizes)
+        numel_out = sum(_numel(s) for s in sig.output_sizes)
+        if not numel_in or not numel_out:
+            return None
+        if op in GATHER_OPS:
+            return numel_out == numel_in * self.group_size
+        return numel_in == numel_out * self.group_size
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    out = 1
+    for d in shape:
+        out *= d
+    return out
+
+
 def _disagreement(
-    seq: int, part: pd.DataFrame, sibling_votes: Callable[..., dict[tuple[str, int], int]]
+    seq: int,
+    part: pd.DataFrame,
+    sibling_votes: Callable[..., dict[tuple[str, int], int]],
+    size_rule: _SizeRule | None = None,
 ) -> _Disagreement | None:
     sides: dict[tuple[str, int], list[int]] = defaultdict(list)
     rows: dict[int, int] = {}
@@ -149,16 +192,26 @@ def _disagreement(
         return None
     ranked = sorted(sides.values(), key=lambda ranks: (-len(ranks), min(ranks)))
     backers = 0
+    by_rule = False
     majority: frozenset[int] = frozenset()
     if len(ranked[0]) > len(ranked[1]):
         majority = frozenset(ranked[0])
     else:
-        broken = _tie_break(sides, sibling_votes())
-        if broken is not None:
-            majority, backers = frozenset(broken[0]), broken[1]
+        lawful = [
+            ranks
+            for ranks in sides.values()
+            if size_rule is not None and size_rule.holds(ops[ranks[0]], rows[ranks[0]])
+        ]
+        if len(lawful) == 1 and len(sides) == 2:  # only one side obeys the op's size rule
+            majority = frozenset(lawful[0])
+            by_rule = True
+        else:
+            broken = _tie_break(sides, sibling_votes())
+            if broken is not None:
+                majority, backers = frozenset(broken[0]), broken[1]
     culprits = frozenset(rows) - majority if majority else frozenset(rows)
     kind = FindingKind.OP_MISMATCH if len(set(ops.values())) > 1 else FindingKind.SIZE_MISMATCH
-    return _Disagreement(seq, culprits, majority, kind, rows, ops, backers)
+    return _Disagreement(seq, culprits, majority, kind, rows, ops, backers, by_rule)
 
 
 def _finding(
@@ -188,13 +241,20 @@ def _finding(
         summary = (
             f"{who} {noun} at {expected.op} #{d.seq} of {group.label}: "
             f"{_describe(next(iter(actual.values())), kind)} where "
-            f"{len(waiting)} other ranks have {_describe(expected, kind)}"
+            f"{len(waiting)} other rank{'s have' if len(waiting) != 1 else ' has'} "
+            f"{_describe(expected, kind)}"
         )
         confidence, why = (
             Confidence.HIGH,
             (f"{len(waiting)} of {len(d.rows)} members that recorded #{d.seq} agree"),
         )
-        if d.sibling_backers:
+        if d.by_size_rule:
+            confidence, why = (
+                Confidence.MEDIUM,
+                f"the group's members are split evenly; only ranks {format_ranks(waiting)} pass "
+                f"sizes that fit {expected.op} on {len(group.members)} ranks",
+            )
+        elif d.sibling_backers:
             confidence, why = (
                 Confidence.MEDIUM,
                 f"the group's members are split evenly; {d.sibling_backers} members of other "

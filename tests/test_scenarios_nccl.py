@@ -277,3 +277,25 @@ def test_uneven_all_to_all_and_gather_roots_are_legitimate(tmp_path: Path) -> No
     }
     report = analyze(_write(tmp_path, per_rank, world=2))
     assert report.verdict == Verdict.HEALTHY and not report.findings
+
+
+def test_size_rule_breaks_a_tie_in_a_two_rank_group(tmp_path: Path) -> None:
+    """1 vs 1 on an all_gather: the side whose output is not input x group size is wrong."""
+    per_rank = {
+        r: [
+            make_entry(),
+            make_entry(
+                collective_seq_id=2,
+                profiling_name="nccl:_all_gather_base",
+                input_sizes=[[4]],
+                output_sizes=[[8]] if r == 0 else [[12]],
+                state="scheduled",
+                retired=False,
+            ),
+        ]
+        for r in range(2)
+    }
+    report = analyze(_write(tmp_path, per_rank, world=2))
+    assert report.culprit_ranks == (1,)
+    (finding,) = report.findings
+    assert finding.kind == FindingKind.SIZE_MISMATCH and "fit _all_gather_base" in finding.why
