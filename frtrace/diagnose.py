@@ -18,6 +18,7 @@ from collections import defaultdict
 from dataclasses import replace
 
 import pandas as pd
+import pyarrow.compute as pc
 
 from frtrace.deadlock import find_deadlocks
 from frtrace.findings import (
@@ -228,8 +229,6 @@ def _hang_findings(
 def _last_seen(dumps: DumpSet, membership: Membership, rank: int) -> tuple[str, int | None]:
     """Where a rank was last seen: its newest entry, described, and that entry's row."""
     rows = dumps.entries.column("rank")
-    import pyarrow.compute as pc
-
     idx = pc.indices_nonzero(pc.equal(rows, rank)).to_pylist()
     if not idx:
         return "no entries in its dump", None
@@ -292,6 +291,7 @@ def _hang_finding(
             )
         elif any(m not in dumps.loaded_ranks for m in group.members):
             confidence, why = Confidence.MEDIUM, "some members of the group have no dump"
+        evidence.extend(_pg_status_evidence(dumps, group.name, culprits[:4], seq))
         host = [c for c in culprits if c in actual and _all_done(matched, c)]
         if host:
             evidence.append(
@@ -344,6 +344,35 @@ def _hang_finding(
         why=why,
         evidence=tuple(evidence),
     )
+
+
+def _pg_status_evidence(
+    dumps: DumpSet, group_name: str, ranks: tuple[int, ...], seq: int | None
+) -> list[str]:
+    """What each rank's own pg_status says about the group (torch 2.5+): corroboration."""
+    if seq is None or dumps.pg_status.num_rows == 0:
+        return []
+    out = []
+    entries = dumps.entries
+    status = dumps.pg_status.to_pylist()
+    for rank in ranks:
+        mine = entries.filter(
+            pc.and_(
+                pc.equal(entries.column("rank"), rank),
+                pc.equal(entries.column("group_name"), group_name),
+            )
+        )
+        pg_ids = {p for p in mine.column("pg_id").to_pylist() if p is not None}
+        for row in status:
+            if row["rank"] == rank and row["pg_id"] in pg_ids:
+                enqueued = row["last_enqueued"]
+                agrees = enqueued is not None and enqueued < seq
+                out.append(
+                    f"rank {rank}'s pg_status for this group: last enqueued #{enqueued}, last "
+                    f"completed #{row['last_completed']}"
+                    + (f" (it never enqueued #{seq})" if agrees else "")
+                )
+    return out
 
 
 def _all_done(matched: MatchResult, rank: int) -> bool:
