@@ -163,7 +163,7 @@ class Straggler:
     rank: int
     collectives: int  # completed collectives with arrival times from every member
     last_share: float  # fraction of those where this rank arrived last
-    median_late_ms: float  # median of (its arrival - the median arrival), milliseconds
+    median_late_ms: float  # median of how much later it arrived than the next-latest member, ms
     groups: tuple[str, ...]  # group names where it was late
     corroborated: bool  # host-local timing (duration, completion) agrees: not clock skew
     note: str
