@@ -135,23 +135,29 @@ def _explain_missing(
             out.append(f)
             continue
         keep = []
+        # Per group, once: its members that could be r's peers, and the groups of each rank
+        # (asking every group about every missing rank is quadratic: 10^10 steps for a
+        # 100,000-rank job with a handful of dumps).
+        waiting_on_r = set(f.waiting_ranks)
+        eligible = [
+            {m for m in g.members if m in loaded and m not in waiting_on_r and m not in culprits}
+            for g in membership.groups
+        ]
+        groups_of: dict[int, list[int]] = {}
+        for gi, g in enumerate(membership.groups):
+            for m in g.members:
+                groups_of.setdefault(m, []).append(gi)
+        confirmed_members = [set(c.group.members) if c.group else set() for c in confirmed]
         for r in f.culprit_ranks:
             why = next(
                 (
                     c
-                    for c in confirmed
-                    if c.group is not None and r in c.group.members and r not in c.culprit_ranks
+                    for c, members in zip(confirmed, confirmed_members, strict=True)
+                    if c.group is not None and r in members and r not in c.culprit_ranks
                 ),
                 None,
             )
-            waiting_on_r = set(f.waiting_ranks)
-            peers = {
-                m
-                for g in membership.groups
-                if r in g.members
-                for m in g.members
-                if m != r and m in loaded and m not in waiting_on_r and m not in culprits
-            }
+            peers = {m for gi in groups_of.get(r, ()) for m in eligible[gi] if m != r}
             if why is not None and why.group is not None:
                 presumed[r] = (why.group.label, why.culprit_ranks)
             elif culprits and peers and peers <= held:
@@ -268,9 +274,10 @@ def _hang_finding(
     also = f"; {n_blocked} rank{'s wait' if n_blocked != 1 else ' waits'} on {them}"
     evidence: list[str] = []
     actual = {}
+    loaded = set(dumps.loaded_ranks)
     for c in culprits:
-        seen, row = _last_seen(dumps, membership, c)
-        if c in dumps.loaded_ranks:
+        if c in loaded:
+            seen, row = _last_seen(dumps, membership, c)
             evidence.append(f"rank {c}: {seen}")
             if row is not None:
                 actual[c] = signature_at(dumps, row)
@@ -289,7 +296,7 @@ def _hang_finding(
                 Confidence.MEDIUM,
                 ("group membership was inferred from the entries (pg_config not usable)"),
             )
-        elif any(m not in dumps.loaded_ranks for m in group.members):
+        elif any(m not in loaded for m in group.members):
             confidence, why = Confidence.MEDIUM, "some members of the group have no dump"
         evidence.extend(_pg_status_evidence(dumps, group.name, culprits[:4], seq))
         host = [c for c in culprits if c in actual and _all_done(matched, c)]

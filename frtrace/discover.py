@@ -16,7 +16,12 @@ from pathlib import Path
 
 from frtrace.errors import DumpDirNotFound, DuplicateRank, NoDumpsFound
 
-__all__ = ["Candidate", "Discovery", "SkippedFile", "discover"]
+__all__ = ["MAX_WORLD_SIZE", "Candidate", "Discovery", "SkippedFile", "discover"]
+
+# No job has this many ranks (the largest run ~10^5 GPUs). A rank number at or beyond it, in a
+# file name or a recorded group, is damage: taken at face value it would make frtrace build
+# per-rank structures for 10^12 ranks.
+MAX_WORLD_SIZE = 1 << 20
 
 # Extensions a dump may carry; anything else with letters after its last dot is not a dump.
 DUMP_SUFFIXES = {"": "auto", ".json": "json", ".pkl": "pickle", ".pickle": "pickle"}
@@ -103,11 +108,21 @@ def discover(directory: Path) -> Discovery:
                 # Never open a FIFO: torch's `<stem><rank>.pipe` would block the reader.
                 skipped.append(SkippedFile(path=path, reason="not a regular file"))
                 continue
+            if not name.isprintable():
+                # a newline in a name would break the one-line messages that name the file
+                reason = "name has control or undecodable characters"
+                skipped.append(SkippedFile(path=path, reason=reason))
+                continue
             parsed = None if name.startswith(".") else parse_dump_name(name)
             if parsed is None:
                 skipped.append(SkippedFile(path=path, reason="name does not end in a rank number"))
                 continue
             prefix, rank, encoding = parsed
+            if rank >= MAX_WORLD_SIZE:
+                skipped.append(
+                    SkippedFile(path=path, reason=f"rank {rank} is beyond any job's world size")
+                )
+                continue
             candidates.append(
                 Candidate(
                     path=path,

@@ -10,7 +10,9 @@ FrtraceError
     │                       files are still analysed (recorded as a problem, never raised
     │                       past the loader)
     ├── UnsafePickleError   the pickle asks to import or call something: refused unread
-    └── DumpTooLargeError   the file is larger than any real dump, refused before reading
+    ├── DumpTooLargeError   the file is larger than any real dump, refused before reading,
+    │                       or reading it needs more memory than any real dump does
+    └── ReaderFailedError   the worker reading the file crashed or ran past its time limit
 
 Messages are one line: where, what is wrong, what to do next.
 """
@@ -51,4 +53,8 @@ class UnsafePickleError(DumpFormatError):
 
 
 class DumpTooLargeError(DumpFormatError):
-    """The file is larger than the loader accepts."""
+    """The file is larger than the loader accepts, or decoding it needs too much memory."""
+
+
+class ReaderFailedError(DumpFormatError):
+    """The worker process reading the file died or ran past its time limit."""

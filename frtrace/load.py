@@ -18,6 +18,7 @@ in ``pg_status`` become ints, a missing ``entries`` key is an empty buffer.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import io
 import json
@@ -27,6 +28,7 @@ import zlib
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -36,12 +38,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from frtrace import schema
-from frtrace.discover import Candidate
+from frtrace.discover import MAX_WORLD_SIZE, Candidate
 from frtrace.errors import DumpFormatError, DumpTooLargeError, UnsafePickleError
 
 __all__ = [
     "KNOWN_VERSION",
     "MAX_DUMP_BYTES",
+    "MAX_ENTRIES",
     "DumpMeta",
     "ParsedDump",
     "parse_dump",
@@ -54,11 +57,30 @@ KNOWN_VERSION = (2, 10)
 # A 2,000-entry dump with 20-frame stacks is a few MB; 1 GiB is far beyond any real buffer
 # and refuses junk (a core file, a checkpoint) before it is read into memory.
 MAX_DUMP_BYTES = 1 << 30
+# The recorder keeps TORCH_FR_BUFFER_SIZE entries (2,000 by default). A pickle can repeat one
+# entry a million times in a few MB (memo references), and each entry costs ~1 KB here.
+MAX_ENTRIES = 1 << 20
+# Frames kept per stack (innermost first): real Python stacks are tens of frames deep.
+MAX_FRAMES = 1 << 11
+# Sizes/dtypes values with more tensors, or shapes with more dimensions, are damage.
+_MAX_TENSORS = 1 << 16
+_MAX_DIMS = 64
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 # At most this many per-field problems are spelled out per file; the rest are counted.
 _MAX_DETAILS = 3
 
 # Arrow types whose columns numpy can build in one C loop when no value is missing.
 _NUMPY_TYPES = {pa.int64(): np.int64, pa.float64(): np.float64}
+# What may reach Arrow's converter for a scalar column. Anything else is nulled first: Arrow's
+# error message for a bad value prints the whole value, and a pickle can make a list whose
+# text is exponentially long (sub-lists shared through the memo) or nested 100,000 deep.
+_SCALARS = frozenset((int, float, bool, type(None)))
+_SEQUENCES = frozenset((list, tuple, type(None)))
+# Leaves (tensor dimensions, dtype names) one sizes/dtypes column may expand to: 8,000 per
+# entry of a 2,000-entry dump. A pickle reaches far more by repeating one shared list.
+_MAX_LEAVES = 1 << 24
+_BAD = object()
+_UNSEEN = object()
 
 Frame = tuple[str, str, int]
 Stack = tuple[Frame, ...]
@@ -109,7 +131,8 @@ class _PlainDataUnpickler(pickle.Unpickler):
     """
 
     def find_class(self, module: str, name: str) -> Any:
-        raise UnsafePickleError(f"the pickle asks for {module}.{name}")
+        # (the names come from the file: escaped and cut, so the message stays one line)
+        raise UnsafePickleError(f"the pickle asks for {_escaped(module)}.{_escaped(name)}")
 
     def persistent_load(self, pid: Any) -> Any:
         raise UnsafePickleError("the pickle asks for a persistent object")
@@ -126,16 +149,19 @@ def safe_loads(data: bytes) -> Any:
 def read_payload(path: Path, size_bytes: int) -> tuple[Any, str]:
     """Read and decode one file: (decoded object, "pickle" | "json"), or DumpFormatError."""
     if size_bytes > MAX_DUMP_BYTES:
-        raise DumpTooLargeError(
-            f"{path}: refused: {size_bytes / 2**20:.0f} MiB is larger than any Flight Recorder "
-            f"dump ({MAX_DUMP_BYTES >> 20} MiB limit); check this is a dump and not another file."
-        )
+        raise _too_large(path, size_bytes)
     try:
-        data = path.read_bytes()
+        with path.open("rb") as f:  # never more than was checked, even if the file grew
+            data = f.read(size_bytes + 1)
     except OSError as exc:
         raise DumpFormatError(
             f"{path}: cannot read: {exc.strerror}; check the file's permissions."
         ) from exc
+    if len(data) > size_bytes:
+        raise DumpFormatError(
+            f"{path}: the file grew while it was read (is the job still writing its dumps?); "
+            "run again once the dumps are complete."
+        )
     if not data:
         raise DumpFormatError(
             f"{path}: empty file: the rank was probably killed while writing its dump; "
@@ -157,6 +183,12 @@ def read_payload(path: Path, size_bytes: int) -> tuple[Any, str]:
             f"{path}: refused to load: {exc}; Flight Recorder dumps contain only plain data. "
             "Do not trust this file; take the dump again from the job."
         ) from None
+    except MemoryError:  # a length or memo index far beyond the data (one flipped bit will do)
+        raise DumpTooLargeError(
+            f"{path}: refused: the pickle asks for more memory than a dump of "
+            f"{len(data) / 2**20:.1f} MiB can need (a damaged length or memo index); re-dump "
+            "the rank or analyse without it."
+        ) from None
     except Exception as exc:  # any decoding failure of a damaged pickle
         kind = "truncated" if isinstance(exc, EOFError) or "truncated" in str(exc) else "corrupt"
         raise DumpFormatError(
@@ -165,8 +197,24 @@ def read_payload(path: Path, size_bytes: int) -> tuple[Any, str]:
         ) from exc
 
 
+def _escaped(text: str, limit: int = 60) -> str:
+    """``text`` cut to ``limit`` characters, control characters escaped."""
+    return repr(text[:limit])[1:-1] + ("..." if len(text) > limit else "")
+
+
+def _too_large(path: Path, size_bytes: int) -> DumpTooLargeError:
+    return DumpTooLargeError(
+        f"{path}: refused: {size_bytes / 2**20:.0f} MiB is larger than any Flight Recorder "
+        f"dump ({MAX_DUMP_BYTES >> 20} MiB limit); check this is a dump and not another file."
+    )
+
+
 def _short(exc: BaseException) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    try:
+        lines = [line for line in str(exc).splitlines() if line.strip()]
+    except Exception:  # e.g. the str() of an int too long to print
+        lines = []
+    text = _clean(lines[0]) if lines else type(exc).__name__
     return text if len(text) <= 120 else text[:117] + "..."
 
 
@@ -174,7 +222,10 @@ def _short(exc: BaseException) -> str:
 # From the decoded object to columns
 
 
-_P2P_META = re.compile(r"^\s*(?P<a>\d+|\?)\s*(?P<arrow>->|<-)\s*(?P<b>\d+|\?)\s*$")
+# Group-local peer ranks: more than 7 digits is damage (and would not fit the int32 column).
+_P2P_META = re.compile(
+    r"^\s*(?P<a>\d{1,7}|\?)\s*(?P<arrow>->|<-)\s*(?P<b>\d{1,7}|\?)\s*$", re.ASCII
+)
 
 
 def split_profiling_name(name: str) -> tuple[str | None, str, int | None, int | None]:
@@ -193,18 +244,69 @@ def split_profiling_name(name: str) -> tuple[str | None, str, int | None, int | 
 
 
 def _int_or_none(value: Any) -> int | None:
+    """An int64 from an int, an integral float or a decimal string; None for anything else."""
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value
-    if isinstance(value, str):
+        number = value
+    elif isinstance(value, str):
+        text = value.strip()
+        if len(text) > 20:  # more digits than an int64 has (and int() of 5,000 raises)
+            return None
         try:
-            return int(value.strip())
+            number = int(text)
         except ValueError:
             return None
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    else:
+        return None
+    return number if _INT64_MIN <= number <= _INT64_MAX else None
+
+
+def _label(value: Any) -> str | None:
+    """A group name, description or version: a string, or a plain number as text.
+
+    Never ``str()`` of a container: a pickle can make one whose text is exponentially long
+    (lists that share sub-lists through the memo).
+    """
+    if isinstance(value, str):
+        return _clean(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value) if abs(value) < 1e18 else None
     return None
+
+
+def _clean(text: str) -> str:
+    """Text that Arrow can store: a lone surrogate ("\\udcff", which a pickle or a JSON
+    escape can hold but UTF-8 cannot) is spelled out with a backslash."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def _strings(values: list[Any]) -> pa.Array:
+    """pa.array(values, string), lone surrogates spelled out (see _clean)."""
+    try:
+        return pa.array(values, type=pa.string())
+    except UnicodeEncodeError:
+        return pa.array([v if v is None else _clean(v) for v in values], type=pa.string())
+
+
+def _preview(value: Any) -> str:
+    """A short, safe rendering of any decoded value for a message."""
+    if isinstance(value, str):
+        return repr(value[:40] + ("..." if len(value) > 40 else ""))
+    if value is None or isinstance(value, bool | float):
+        return repr(value)
+    if isinstance(value, int):
+        return repr(value) if abs(value) < 1e18 else "a huge number"
+    size = f" of {len(value)}" if isinstance(value, list | tuple | dict) else ""
+    return f"a {type(value).__name__}{size}"
 
 
 # Every rank records the default group's member list, "[0, 1, ..., 4095]": the same text
@@ -212,8 +314,10 @@ def _int_or_none(value: Any) -> int | None:
 # list of Python ints would cost 36 bytes a rank, for every rank, in every file).
 _RANK_LISTS: dict[str, np.ndarray | None] = {}
 _RANK_LIST_CACHE_MAX = 4096
-_RANK_TEXT = re.compile(r"\[\s*\d+(\s*,\s*\d+)*\s*\]|\[\s*\]")
-_MAX_RANK = 2**31 - 1
+# (7 digits at most: MAX_WORLD_SIZE has 7; longer numbers are damage, and int() of a
+# 5,000-digit one raises)
+_RANK_TEXT = re.compile(r"\[\s*\d{1,7}(\s*,\s*\d{1,7})*\s*\]|\[\s*\]", re.ASCII)
+_MAX_RANK = MAX_WORLD_SIZE - 1
 
 
 def _parse_rank_list(value: Any) -> np.ndarray | None:
@@ -225,7 +329,7 @@ def _parse_rank_list(value: Any) -> np.ndarray | None:
         if len(_RANK_LISTS) < _RANK_LIST_CACHE_MAX:
             _RANK_LISTS[value] = parsed
         return parsed
-    if not isinstance(value, list | tuple):
+    if not isinstance(value, list | tuple) or len(value) > MAX_WORLD_SIZE:
         return None
     items = [_int_or_none(v) for v in value]
     if any(i is None or i < 0 or i > _MAX_RANK for i in items):
@@ -280,10 +384,11 @@ class _Columns:
             return self.convert_repeated(key, values, type_)[0].cast(type_)
         if type_ == schema.TEXT:
             return _text(key, values, self)
-        try:
-            return pa.array(values, type=type_)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
-            pass
+        if _SCALARS.issuperset(map(type, values)):
+            try:
+                return pa.array(values, type=type_)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+                pass
         return self.convert_slowly(key, values, type_)
 
     def take_repeated(self, key: str, type_: pa.DataType) -> tuple[pa.Array, np.ndarray]:
@@ -305,44 +410,141 @@ class _Columns:
             if nested:
                 twins = [None if v is None else tuple(map(tuple, v)) for v in values]
             else:
+                if not _SEQUENCES.issuperset(map(type, values)):
+                    raise TypeError("not a list")  # (tuple("Float") would be 5 dtypes)
                 twins = [None if v is None else tuple(v) for v in values]
-        except TypeError:  # a value of the wrong shape: repr() keys, Arrow reports it below
-            twins = [None if v is None else repr(v) for v in values]
-        index: dict[Any, int] = {}
-        codes = np.array([index.setdefault(t, len(index)) for t in twins], dtype=np.int32)
-        distinct = list(index)  # the twins: tuples convert like the lists they stand for
-        valid = codes != index.get(None, -1)
+            index: dict[Any, int] = {}
+            codes = np.array([index.setdefault(t, len(index)) for t in twins], dtype=np.int32)
+            distinct = list(index)  # the twins: tuples convert like the lists they stand for
+            none_at = index.get(None, -1)
+            shapes = list(filter(None, distinct))
+            if max(map(len, shapes), default=0) > _MAX_TENSORS or (
+                nested and max(map(len, chain.from_iterable(shapes)), default=0) > _MAX_DIMS
+            ):
+                raise ValueError("more tensors or dimensions than any op has")
+            table = pa.array(distinct, type=type_)
+            inner = table.flatten()
+            if inner.null_count or (nested and inner.flatten().null_count):
+                raise ValueError("a None inside a value")  # [[None]]: Arrow takes it as null
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+            # a value of the wrong shape or type: checked one by one, never hashed or printed
+            codes, distinct = self.repeated_slowly(key, values, nested)
+            table = pa.array(distinct, type=type_)
+            none_at = 0
+        valid = codes != none_at
         crcs = np.fromiter(
             (zlib.crc32(repr(t).encode()) for t in distinct), dtype=np.uint32, count=len(distinct)
         )
         sig = np.where(valid, crcs[codes] if len(crcs) else 0, 0).astype(np.uint32)
         indices = pa.array(codes, type=pa.int32(), mask=~valid)
-        try:
-            table = pa.array(distinct, type=type_)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
-            plain = self.convert_slowly(key, values, type_)
-            return plain.dictionary_encode(), sig
         return pa.DictionaryArray.from_arrays(indices, table), sig
+
+    def repeated_slowly(
+        self, key: str, values: list[Any], nested: bool
+    ) -> tuple[np.ndarray, list[Any]]:
+        """Codes and distinct twins (None first) of a sizes/dtypes column, each value checked
+        alone."""
+        checked: dict[int, Any] = {}  # id(value) -> twin: a shared value is checked once
+        index: dict[Any, int] = {None: 0}
+        codes = np.zeros(len(values), dtype=np.int32)
+        bad: list[int] = []
+        budget = _MAX_LEAVES
+        for i, value in enumerate(values):
+            if value is None:
+                continue
+            twin = checked.get(id(value), _UNSEEN)
+            if twin is _UNSEEN:
+                # what checking it will cost, counted in C before doing it (a value that is
+                # not a list of lists raises, and is rejected below at no cost)
+                with contextlib.suppress(TypeError):
+                    budget -= sum(map(len, value)) if nested else len(value)
+                if budget < 0:
+                    raise DumpFormatError(
+                        f"{self.path}: field {key!r} holds more than {_MAX_LEAVES:,} sizes "
+                        "in all, far beyond any real dump; the file is damaged or built to "
+                        "exhaust memory."
+                    )
+                twin = checked[id(value)] = _checked_twin(value, nested)
+            if twin is _BAD:
+                bad.append(i)
+                continue
+            codes[i] = index.setdefault(twin, len(index))
+        if bad:
+            self.report(key, values, bad)
+        return codes, list(index)
 
     def convert_slowly(self, key: str, values: list[Any], type_: pa.DataType) -> pa.Array:
         """Value by value: the bad ones become null and are reported."""
+        fits = _FITS.get(type_)
+        fixed = list(values)
         bad: list[int] = []
-        fixed: list[Any] = []
         for i, value in enumerate(values):
-            try:
-                pa.array([value], type=type_)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+            if value is None:
+                continue
+            if fits is not None:
+                ok = fits(value)
+            else:  # a type without a rule: ask Arrow, but only about plain scalars
+                ok = type(value) in _SCALARS and _arrow_accepts(value, type_)
+            if not ok:
                 bad.append(i)
-                fixed.append(None)
-            else:
-                fixed.append(value)
+                fixed[i] = None
+        if bad:
+            self.report(key, values, bad)
+        return pa.array(fixed, type=type_)
+
+    def report(self, key: str, values: list[Any], bad: list[int]) -> None:
         shown = ", ".join(f"#{i} ({type(values[i]).__name__})" for i in bad[:_MAX_DETAILS])
         more = f" and {len(bad) - _MAX_DETAILS} more" if len(bad) > _MAX_DETAILS else ""
         self.problems.append(
             f"field {key!r} has values of the wrong type in entries {shown}{more}; "
             "they are treated as unknown"
         )
-        return pa.array(fixed, type=type_)
+
+
+def _checked_twin(value: Any, nested: bool) -> Any:
+    """The hashable twin of one sizes (nested) or dtypes value, or _BAD."""
+    if not isinstance(value, list | tuple) or len(value) > _MAX_TENSORS:
+        return _BAD
+    if not nested:
+        return tuple(map(_clean, value)) if all(type(x) is str for x in value) else _BAD
+    shapes = []
+    for shape in value:
+        if not isinstance(shape, list | tuple) or len(shape) > _MAX_DIMS:
+            return _BAD
+        if not all(type(x) is int and _INT64_MIN <= x <= _INT64_MAX for x in shape):
+            return _BAD
+        shapes.append(tuple(shape))
+    return tuple(shapes)
+
+
+def _arrow_accepts(value: Any, type_: pa.DataType) -> bool:
+    try:
+        pa.array([value], type=type_)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+        return False
+    return True
+
+
+def _fits_int64(v: Any) -> bool:
+    if type(v) is int:
+        return _INT64_MIN <= v <= _INT64_MAX
+    return type(v) is float and v.is_integer() and _INT64_MIN <= v <= _INT64_MAX
+
+
+def _fits_float64(v: Any) -> bool:
+    return type(v) in (float, bool) or (type(v) is int and abs(v) <= 2**53)
+
+
+def _fits_bool(v: Any) -> bool:
+    return type(v) is bool
+
+
+# Which Python values each scalar column accepts (Arrow's rules, without Arrow's messages).
+_FITS: dict[pa.DataType, Callable[[Any], bool]] = {
+    pa.int64(): _fits_int64,
+    pa.float64(): _fits_float64,
+    pa.bool_(): _fits_bool,
+}
 
 
 def _entries_batch(
@@ -365,7 +567,7 @@ def _entries_batch(
 
     pg_ids = cols.take("pg_id", pa.int64())
     group_name, group_desc = _group_columns(
-        [e.get("process_group") for e in entries], pg_ids.to_pylist()
+        [e.get("process_group") for e in entries], pg_ids.to_pylist(), cols.problems
     )
 
     is_p2p_raw = [e.get("is_p2p") for e in entries]
@@ -444,7 +646,7 @@ def _encode(values: list[str | None]) -> tuple[np.ndarray, list[str]]:
 def _dictionary(codes: np.ndarray, values: list[Any]) -> pa.Array:
     """A dictionary<int32, string> array from codes (-1: null) and their values."""
     return pa.DictionaryArray.from_arrays(
-        pa.array(codes, type=pa.int32(), mask=codes < 0), pa.array(values, type=pa.string())
+        pa.array(codes, type=pa.int32(), mask=codes < 0), _strings(values)
     )
 
 
@@ -461,27 +663,43 @@ def _gather_ints(codes: np.ndarray, values: list[int | None]) -> pa.Array:
     return pa.array(picked, type=pa.int32(), mask=picked < 0)
 
 
-def _group_columns(groups: list[Any], pg_ids: list[int | None]) -> tuple[pa.Array, pa.Array]:
+def _group_columns(
+    groups: list[Any], pg_ids: list[int | None], problems: list[str]
+) -> tuple[pa.Array, pa.Array]:
     """group_name, group_desc from ``process_group`` (2.x), else ``str(pg_id)`` (1.x, 2.2)."""
     twins = [
         g if g.__class__ is tuple else (tuple(g) if g.__class__ is list else None) for g in groups
     ]
     if None not in twins:  # every entry names its group: once per distinct pair
         index: dict[Any, int] = {}
-        codes = np.array([index.setdefault(t, len(index)) for t in twins], dtype=np.int32)
-        distinct = list(index)
-        names = [str(t[0]) if len(t) >= 1 else None for t in distinct]
-        descs = [str(t[1]) if len(t) > 1 else None for t in distinct]
-        return _decoded(codes, names), _decoded(codes, descs)
+        try:
+            codes = np.array([index.setdefault(t, len(index)) for t in twins], dtype=np.int32)
+        except TypeError:  # a list inside a process_group: the careful loop below
+            pass
+        else:
+            distinct = list(index)
+            names = [_label(t[0]) if len(t) >= 1 else None for t in distinct]
+            descs = [_label(t[1]) if len(t) > 1 else None for t in distinct]
+            unnamed = [i for i, name in enumerate(names) if name is None]
+            if unnamed:
+                bad = int(np.isin(codes, unnamed).sum())
+                problems.append(
+                    f"{bad} entries have a malformed process_group; their group is unknown"
+                )
+            return _decoded(codes, names), _decoded(codes, descs)
     name: list[str | None] = []
     desc: list[str | None] = []
+    bad = 0
     for grp, pg_id in zip(groups, pg_ids, strict=True):
         if isinstance(grp, list | tuple) and len(grp) >= 1:
-            name.append(str(grp[0]))
-            desc.append(str(grp[1]) if len(grp) > 1 else None)
+            name.append(_label(grp[0]))
+            desc.append(_label(grp[1]) if len(grp) > 1 else None)
+            bad += name[-1] is None
         else:  # before torch 2.4 only the per-process pg_id identifies the group
             name.append(None if pg_id is None else str(pg_id))
             desc.append(None)
+    if bad:
+        problems.append(f"{bad} entries have a malformed process_group; their group is unknown")
     return _text("group_name", name), _text("group_desc", desc)
 
 
@@ -492,7 +710,7 @@ def _sig_array(sig: np.ndarray, values: pa.Array) -> pa.Array:
 def _text(key: str, values: list[Any], cols: _Columns | None = None) -> pa.Array:
     """A dictionary-encoded string column: each distinct string converted once."""
     try:  # all strings or None (the usual case): Arrow converts and encodes in C
-        encoded: pa.Array = pa.array(values, type=pa.string()).dictionary_encode()
+        encoded: pa.Array = _strings(values).dictionary_encode()
         return encoded
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
         pass
@@ -514,9 +732,7 @@ def _text(key: str, values: list[Any], cols: _Columns | None = None) -> pa.Array
         cols.problems.append(
             f"field {key!r} is not a string in {bad} entries; they are treated as unknown"
         )
-    return pa.DictionaryArray.from_arrays(
-        pa.array(picks, type=pa.int32()), pa.array(list(index), type=pa.string())
-    )
+    return pa.DictionaryArray.from_arrays(pa.array(picks, type=pa.int32()), _strings(list(index)))
 
 
 def _us_to_ns(value: Any) -> Any:
@@ -534,11 +750,26 @@ def _intern_stacks(
     stacks: list[Stack] = []
     malformed = 0
     fields = itemgetter("name", "filename", "line")
-    for e in entries:
-        frames = e.get("frames")
+    # A pickle can give every entry the same long frames list (a memo reference): when the
+    # frames add up to more than any real dump holds, each list's stack id is worked out
+    # once, so the work stays proportional to the file, not to entries x frames.
+    lists = [e.get("frames") for e in entries]
+    try:  # counted in C: real dumps hold tens of frames per entry
+        careful = sum(map(len, filter(None, lists))) > _MAX_LEAVES
+    except TypeError:  # a value without a length: the loop below says it is malformed
+        careful = True
+    by_list: dict[int, int | None] = {}  # id(frames) -> stack id, when careful
+    for frames in lists:
         if not frames or not isinstance(frames, list):
             ids.append(None)
             continue
+        list_id = id(frames)
+        if careful:
+            known = by_list.get(list_id, -1)
+            if known != -1:
+                ids.append(known)
+                continue
+            frames = frames[:MAX_FRAMES]  # the innermost frames: where the op was called
         key: Any
         try:  # cheap identity of a stack: its frames' values in recorded order
             key = tuple(map(fields, frames))
@@ -556,6 +787,8 @@ def _intern_stacks(
                 stacks.append(stack)
             if key is not None:
                 seen[key] = sid
+        if careful:
+            by_list[list_id] = sid
         ids.append(sid)
     if malformed:
         problems.append(f"{malformed} entries have malformed stack frames; stacks not shown")
@@ -570,7 +803,7 @@ def _convert_stack(frames: list[Any]) -> Stack | None:
         name, filename, line = f.get("name"), f.get("filename"), _int_or_none(f.get("line"))
         if not isinstance(name, str) or not isinstance(filename, str):
             return None
-        out.append((name, filename, -1 if line is None else line))
+        out.append((_clean(name), _clean(filename), -1 if line is None else line))
     return tuple(out)
 
 
@@ -582,15 +815,21 @@ def _group_rows(rank: int, pg_config: Any, problems: list[str]) -> list[dict[str
     rows: list[dict[str, Any]] = []
     for key, value in pg_config.items():
         if isinstance(value, dict):  # 2.x: {name: {"name", "desc", "ranks": "[0, 1]"}}
-            name = str(value.get("name", key))
+            name = _label(value.get("name", key))
+            if name is None:
+                name = _label(key)
             desc = value.get("desc")
-            ranks = _parse_rank_list(value.get("ranks"))
+            raw_ranks = value.get("ranks")
             pg_id = None
         else:  # 1.x: {pg_id: [ranks]}
-            name = str(key)
+            name = _label(key)
             desc = None
-            ranks = _parse_rank_list(value)
+            raw_ranks = value
             pg_id = _int_or_none(key)
+        if name is None:
+            problems.append(f"pg_config entry {_preview(key)} has no usable name; ignored")
+            continue
+        ranks = _parse_rank_list(raw_ranks)
         note = None
         if name == "":
             note = (
@@ -598,12 +837,12 @@ def _group_rows(rank: int, pg_config: Any, problems: list[str]) -> list[dict[str
                 "ranks; membership must come from the entries"
             )
         elif ranks is None:
-            note = f"unreadable ranks {value!r:.60}"
+            note = f"unreadable ranks {_preview(raw_ranks)}"
         rows.append(
             {
                 "rank": rank,
                 "group_name": name,
-                "group_desc": desc if isinstance(desc, str) else None,
+                "group_desc": _clean(desc) if isinstance(desc, str) else None,
                 "ranks": ranks,
                 "pg_id": pg_id,
                 "trusted": note is None,
@@ -622,7 +861,7 @@ def _pg_status_rows(rank: int, pg_status: Any, problems: list[str]) -> list[dict
     for key, value in pg_status.items():
         pg_id = _int_or_none(key)
         if pg_id is None or not isinstance(value, dict):
-            problems.append(f"pg_status entry {key!r:.40} is malformed; ignored")
+            problems.append(f"pg_status entry {_preview(key)} is malformed; ignored")
             continue
         rows.append(
             {
@@ -636,15 +875,21 @@ def _pg_status_rows(rank: int, pg_status: Any, problems: list[str]) -> list[dict
     return rows
 
 
+_VERSION = re.compile(r"(\d{1,9})(?:\.(\d{1,9}))?", re.ASCII)
+
+
 def _parse_version(version: Any, problems: list[str]) -> str | None:
     if version is None:
         return None
-    text = str(version)
-    major, _, minor = text.partition(".")
-    if not (major.isdigit() and (minor.isdigit() or not minor)):
-        problems.append(f"unrecognised format version {text!r:.40}; read by the fields present")
-        return text
-    if (int(major), int(minor or 0)) > KNOWN_VERSION:
+    text = _label(version)
+    if text is None:
+        problems.append(f"format version is {_preview(version)}; read by the fields present")
+        return None
+    match = _VERSION.fullmatch(text)
+    if match is None:
+        problems.append(f"unrecognised format version {_preview(text)}; read by the fields present")
+        return text[:100]
+    if (int(match[1]), int(match[2] or 0)) > KNOWN_VERSION:
         problems.append(
             f"format version {text} is newer than this frtrace knows "
             f"({KNOWN_VERSION[0]}.{KNOWN_VERSION[1]}); loaded best-effort, unknown fields "
@@ -687,6 +932,12 @@ def parse_payload(payload: Any, encoding: str, cand: Candidate) -> ParsedDump:
         raise DumpFormatError(
             f"{path}: 'entries' is a {type(raw_entries).__name__}, not a list; the file is "
             "damaged or not a dump."
+        )
+    if len(raw_entries) > MAX_ENTRIES:
+        raise DumpFormatError(
+            f"{path}: refused: {len(raw_entries):,} entries, more than any Flight Recorder "
+            f"buffer holds ({MAX_ENTRIES:,} limit; TORCH_FR_BUFFER_SIZE is 2,000 by default); "
+            "the file is damaged or built to exhaust memory."
         )
     entries = [e for e in raw_entries if isinstance(e, dict)]
     if len(entries) != len(raw_entries):
@@ -734,7 +985,7 @@ def parse_payload(payload: Any, encoding: str, cand: Candidate) -> ParsedDump:
         format_version=version,
         layout=layout,
         backend=backend,
-        comm_lib_version=str(lib) if lib is not None else None,
+        comm_lib_version=_label(lib),
         entry_count=len(entries),
         record_id_min=lowest,
         record_id_max=highest,
@@ -775,6 +1026,12 @@ def try_parse(cand: Candidate) -> ParsedDump | DumpFormatError:
         return parse_dump(cand)
     except DumpFormatError as exc:
         return exc
+    except MemoryError:  # past the worker's memory limit (frtrace.parallel): refused
+        return DumpTooLargeError(
+            f"{cand.path}: refused: reading it needs more memory than a dump of "
+            f"{cand.size_bytes / 2**20:.1f} MiB ever does (real dumps need about 10 times "
+            "their size); the file is damaged or built to exhaust memory."
+        )
     except Exception as exc:  # a bug or an input we never imagined: still one line
         return DumpFormatError(
             f"{cand.path}: could not be read ({type(exc).__name__}: {_short(exc)}); "

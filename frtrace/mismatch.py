@@ -15,8 +15,9 @@ sequence shift at the first disagreement instead of a cascade of mismatches.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -305,13 +306,19 @@ def _describe(sig: OpSignature, kind: FindingKind) -> str:
         return sig.op
     if kind == FindingKind.SIZE_MISMATCH:
         return _sizes_text(sig)
-    return f"{sig.op} dtypes={list(sig.input_dtypes)}"
+    return f"{sig.op} dtypes={_first(sig.input_dtypes)}"
 
 
 def _sizes_text(sig: OpSignature) -> str:
-    ins = [list(s) for s in sig.input_sizes]
-    outs = [list(s) for s in sig.output_sizes]
+    ins = _first([list(s) for s in sig.input_sizes])
+    outs = _first([list(s) for s in sig.output_sizes])
     return f"{sig.op} in={ins} out={outs}"
+
+
+def _first(values: Sequence[Any], shown: int = 4) -> str:
+    """``[a, b, c, d] +N``: a coalesced op can carry thousands of tensors."""
+    more = f" +{len(values) - shown}" if len(values) > shown else ""
+    return f"{list(values[:shown])}{more}"
 
 
 def _shift(match: MatchResult, gid: int, seq: int, culprits: tuple[int, ...]) -> str | None:

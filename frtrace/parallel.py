@@ -1,25 +1,53 @@
-"""Parse many dump files at once: worker processes for large sets, a progress line on a TTY."""
+"""Parse many dump files at once, each in a watched worker process; a progress line on a TTY.
+
+Files are read in worker processes even when there is a single file, because decoding a
+pickle can fail beyond recovery in-process: the C unpickler hashes every dict key it builds,
+and a crafted key (a tuple nested 200,000 deep, or a few hundred bytes of tuples sharing
+sub-tuples through the memo) crashes the interpreter or hashes for centuries; one opcode
+(``LONG_BINPUT`` with a large index, which one damaged byte can make) has it allocate and
+zero up to 32 GB. No check of the opcode stream written in Python keeps pace with the C
+unpickler (genops takes ten times as long as the whole load), so the parent watches each
+worker instead: a worker that dies, runs past the file's time limit (``file_timeout_s``) or
+past its memory limit (RLIMIT_AS, ``FILE_MEMORY_*``) costs that one file, reported in one
+line; the other files go on.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
+import gc
 import multiprocessing
 import os
+import signal
 import sys
 import time
+from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import pyarrow as pa
 
 from frtrace.discover import Candidate
-from frtrace.errors import DumpFormatError
+from frtrace.errors import DumpFormatError, DumpTooLargeError, ReaderFailedError
 from frtrace.load import ParsedDump, try_parse
 
 __all__ = ["default_jobs", "parse_candidates"]
 
-# Below this many bytes in total, starting worker processes costs more than it saves
-# (a fork and the transfer of results is a few ms per worker; parsing 8 MB takes ~50 ms).
+# Below this many bytes in total, one worker reads every file: starting more costs more than
+# it saves (a fork and the transfer of results is a few ms per worker; parsing 8 MB ~50 ms).
 PARALLEL_MIN_BYTES = 8 << 20
 # A progress line appears only once loading has taken this long, so quick runs stay quiet.
 PROGRESS_AFTER_S = 1.0
+# Time a worker may spend on one file: a real dump reads at 30+ MB/s.
+FILE_TIMEOUT_S = 60.0
+FILE_TIMEOUT_S_PER_MIB = 1.0
+# Memory a worker may add while reading one file (address space, set with RLIMIT_AS): real
+# dumps need about 10 times their size.
+FILE_MEMORY_BYTES = 512 << 20
+FILE_MEMORY_PER_BYTE = 64
 
 
 def default_jobs() -> int:
@@ -60,18 +88,248 @@ def parse_candidates(
     jobs = default_jobs() if jobs is None else max(1, jobs)
     total_bytes = sum(c.size_bytes for c in candidates)
     bar = _Progress(len(candidates), progress)
-    if jobs == 1 or len(candidates) < 2 or total_bytes < PARALLEL_MIN_BYTES:
-        out: list[ParsedDump | DumpFormatError] = []
-        for cand in candidates:
-            out.append(try_parse(cand))
-            bar.update(len(out))
+    workers = 1 if total_bytes < PARALLEL_MIN_BYTES else min(jobs, len(candidates))
+    if not candidates:
+        return []
+    return _WatchedPool(candidates, workers, bar).run()
+
+
+def file_timeout_s(cand: Candidate) -> float:
+    """How long one file may take to read before it is refused."""
+    return FILE_TIMEOUT_S + FILE_TIMEOUT_S_PER_MIB * cand.size_bytes / 2**20
+
+
+# --------------------------------------------------------------------------------------------
+# The worker side
+
+
+def _serve(conn: Connection, candidates: Sequence[Candidate]) -> None:
+    """Worker loop: read the file whose index the parent sends, send back the result."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    # Everything a worker has to say comes back as its result, in one line; a crash is
+    # reported by the parent. So nothing reaches the terminal from here: no fault handler
+    # trace, and not the "SystemError: deallocated bytearray object has exported buffers"
+    # that CPython 3.11 prints while decoding some corrupt pickles (a BYTEARRAY8 opcode
+    # claiming exabytes).
+    faulthandler.disable()
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+    while True:
+        try:
+            index = conn.recv()
+        except (EOFError, OSError):
+            return
+        if index is None:
+            return
+        cand = candidates[index]
+        _limit_memory(cand.size_bytes)
+        result = try_parse(cand)
+        try:
+            conn.send(result)
+        except (OSError, ValueError):  # the parent is gone
+            return
+        if isinstance(result, DumpTooLargeError):
+            return  # after a MemoryError the next file gets a fresh process
+
+
+def _address_space() -> int | None:
+    """This process's virtual memory size in bytes (Linux), else None."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _limit_memory(size_bytes: int) -> None:
+    """Cap this worker's address space for the next file (soft RLIMIT_AS; Linux)."""
+    base = _address_space()
+    if base is None:
+        return
+    try:
+        import resource
+
+        limit = base + FILE_MEMORY_BYTES + FILE_MEMORY_PER_BYTE * size_bytes
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    except (ImportError, OSError, ValueError):
+        pass
+
+
+# --------------------------------------------------------------------------------------------
+# The parent side
+
+
+@dataclass(slots=True)
+class _Worker:
+    process: Any  # multiprocessing.Process (its context's class)
+    conn: Connection
+    index: int | None = None  # the file it is reading
+    started: float = 0.0
+
+
+class _WatchedPool:
+    """Hand files one at a time to worker processes; survive their crashes and hangs."""
+
+    def __init__(self, candidates: Sequence[Candidate], workers: int, bar: _Progress) -> None:
+        self.candidates = candidates
+        self.size = max(1, workers)
+        self.bar = bar
+        self.todo = deque(range(len(candidates)))
+        self.results: list[ParsedDump | DumpFormatError | None] = [None] * len(candidates)
+        self.done = 0
+        # Arrow's allocator reserves its address space (1 GiB) on first use: done here, before
+        # the fork, it is part of every worker's starting size rather than of its allowance.
+        pa.allocate_buffer(1)
+        methods = multiprocessing.get_all_start_methods()
+        # fork: workers inherit the imported modules and the candidates, starting in ms
+        self.ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+
+    def run(self) -> list[ParsedDump | DumpFormatError]:
+        busy: dict[Connection, _Worker] = {}
+        try:
+            for _ in range(min(self.size, len(self.todo))):
+                worker = self.start()
+                if worker is None:
+                    break
+                self.assign(worker, busy)
+            if not busy:  # no processes here (a sandbox, a daemon process): read in this one
+                return self.in_process()
+            while busy:
+                now = time.monotonic()
+                deadline = min(
+                    w.started + file_timeout_s(self.candidates[w.index])
+                    for w in busy.values()
+                    if w.index is not None
+                )
+                for ready in wait(list(busy), timeout=max(0.0, deadline - now)):
+                    self.collect(busy.pop(ready), busy)  # type: ignore[call-overload]
+                now = time.monotonic()
+                for conn, worker in list(busy.items()):
+                    assert worker.index is not None
+                    limit = file_timeout_s(self.candidates[worker.index])
+                    if now - worker.started > limit:
+                        del busy[conn]
+                        self.stop(worker)
+                        self.finish(worker.index, self.timed_out(worker.index, limit))
+                        self.replace(busy)
+        finally:
+            for worker in busy.values():
+                self.stop(worker)
+        out = [r for r in self.results if r is not None]
+        assert len(out) == len(self.candidates)
         return out
-    # fork: workers inherit the imported modules, so they start in milliseconds.
-    ctx = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
-    chunk = max(1, min(16, len(candidates) // (jobs * 8)))
-    results: list[ParsedDump | DumpFormatError] = []
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-        for result in pool.map(try_parse, candidates, chunksize=chunk):
-            results.append(result)
-            bar.update(len(results))
-    return results
+
+    def in_process(self) -> list[ParsedDump | DumpFormatError]:
+        out = [try_parse(c) for c in self.candidates]
+        self.bar.update(len(out))
+        return out
+
+    def start(self) -> _Worker | None:
+        recv, send = self.ctx.Pipe(duplex=True)
+        process = self.ctx.Process(  # type: ignore[attr-defined]
+            target=_serve, args=(send, self.candidates), daemon=True
+        )
+        # Frozen, the parent's objects are never scanned by the child's garbage collector,
+        # which would otherwise write to (and so copy) the pages that hold them.
+        gc.freeze()
+        try:
+            process.start()
+        except (OSError, AssertionError):  # (AssertionError: started from a daemon process)
+            return None
+        finally:
+            gc.unfreeze()
+        send.close()
+        return _Worker(process=process, conn=recv)
+
+    def assign(self, worker: _Worker, busy: dict[Connection, _Worker]) -> None:
+        """Give the worker the next file, or tell it to stop."""
+        if not self.todo:
+            self.stop(worker, politely=True)
+            return
+        worker.index = self.todo.popleft()
+        worker.started = time.monotonic()
+        try:
+            worker.conn.send(worker.index)
+        except OSError:  # it died between two files (after a MemoryError, say): restart it
+            self.todo.appendleft(worker.index)
+            self.stop(worker)
+            self.replace(busy)
+            return
+        busy[worker.conn] = worker
+
+    def replace(self, busy: dict[Connection, _Worker]) -> None:
+        """Start a worker in place of one that is gone, if files remain."""
+        if not self.todo:
+            return
+        worker = self.start()
+        if worker is None:
+            while self.todo:
+                index = self.todo.popleft()
+                self.finish(index, try_parse(self.candidates[index]))
+            return
+        self.assign(worker, busy)
+
+    def collect(self, worker: _Worker, busy: dict[Connection, _Worker]) -> None:
+        """Take the worker's result (or note that it died), then give it the next file."""
+        assert worker.index is not None
+        try:
+            result = worker.conn.recv()
+        except Exception:  # EOF: it died (a half-sent result fails to unpickle the same way)
+            self.stop(worker)
+            self.finish(worker.index, self.crashed(worker))
+            self.replace(busy)
+            return
+        self.finish(worker.index, result)
+        worker.index = None
+        if isinstance(result, DumpTooLargeError):  # it exits: see _serve
+            self.stop(worker)
+            self.replace(busy)
+            return
+        self.assign(worker, busy)
+
+    def finish(self, index: int, result: ParsedDump | DumpFormatError) -> None:
+        self.results[index] = result
+        self.done += 1
+        self.bar.update(self.done)
+
+    def stop(self, worker: _Worker, *, politely: bool = False) -> None:
+        if politely:  # an idle worker: it exits on its own (reaped by the next start)
+            with contextlib.suppress(OSError):
+                worker.conn.send(None)
+                worker.conn.close()
+                return
+        if worker.process.is_alive():
+            worker.process.kill()
+        worker.process.join()
+        worker.conn.close()
+
+    def crashed(self, worker: _Worker) -> ReaderFailedError:
+        assert worker.index is not None
+        path = self.candidates[worker.index].path
+        code = worker.process.exitcode
+        if code is not None and code < 0:
+            try:
+                how = f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"killed by signal {-code}"
+            if -code == getattr(signal, "SIGKILL", None):
+                how += " (out of memory?)"
+        else:
+            how = f"exit status {code}"
+        return ReaderFailedError(
+            f"{path}: the process reading this file crashed ({how}); the file is damaged or "
+            "built to crash a pickle reader. The other ranks are analysed without it."
+        )
+
+    def timed_out(self, index: int, limit: float) -> ReaderFailedError:
+        cand = self.candidates[index]
+        return ReaderFailedError(
+            f"{cand.path}: refused: reading it took longer than {limit:.0f} s (a real dump "
+            f"of {cand.size_bytes / 2**20:.1f} MiB reads in well under a second); the file is "
+            "damaged or built to stall a pickle reader. The other ranks are analysed without it."
+        )

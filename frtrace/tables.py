@@ -59,12 +59,21 @@ class DumpSet:
     problems: tuple[LoadProblem, ...] = ()
     skipped: tuple[SkippedFile, ...] = ()
     _frames: dict[int, Stack] = field(default_factory=dict, repr=False)
+    # Worked out once (the analysis asks per rank, and a job can have 10^5 ranks).
+    _loaded: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    _missing: tuple[int, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        loaded = self.files.filter(self.files.column("loaded")).column("rank").to_pylist()
+        object.__setattr__(self, "_loaded", tuple(sorted(loaded)))
+        present = set(self.files.column("rank").to_pylist())
+        missing = tuple(r for r in range(self.world.size) if r not in present)
+        object.__setattr__(self, "_missing", missing)
 
     @property
     def loaded_ranks(self) -> tuple[int, ...]:
         """Ranks whose dump was read."""
-        files = self.files.filter(self.files.column("loaded"))
-        return tuple(sorted(files.column("rank").to_pylist()))
+        return self._loaded
 
     @property
     def unreadable_ranks(self) -> tuple[int, ...]:
@@ -74,8 +83,7 @@ class DumpSet:
     @property
     def missing_ranks(self) -> tuple[int, ...]:
         """Ranks of the job with no file at all."""
-        present = set(self.files.column("rank").to_pylist())
-        return tuple(r for r in range(self.world.size) if r not in present)
+        return self._missing
 
     def stack(self, stack_id: int | None) -> Stack:
         """The frames of an interned stack (innermost first); () for None."""

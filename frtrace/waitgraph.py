@@ -307,8 +307,14 @@ def _one_cycle(sub: nx.DiGraph[int]) -> tuple[int, ...]:
 
 def victims_of(waits: WaitGraph, culprits: tuple[int, ...]) -> set[int]:
     """Every rank that waits, directly or through others, on one of ``culprits``."""
-    out: set[int] = set()
-    for c in culprits:
-        if waits.graph.has_node(c):
-            out |= nx.ancestors(waits.graph, c)
-    return out - set(culprits)
+    # one walk up the wait edges from all culprits at once (one nx.ancestors per culprit
+    # costs ~10 us each: seconds when 10^5 ranks without a dump are suspects)
+    seen = {c for c in culprits if waits.graph.has_node(c)}
+    todo = list(seen)
+    pred = waits.graph.pred
+    while todo:
+        for waiter in pred[todo.pop()]:
+            if waiter not in seen:
+                seen.add(waiter)
+                todo.append(waiter)
+    return seen - set(culprits)

@@ -106,7 +106,8 @@ def headline(report: Report) -> str:
     if verdict == Verdict.CANNOT_TELL:
         return "CANNOT TELL: ranks are stuck, and the dumps do not show which rank caused it"
     label = "HANG" if verdict == Verdict.HANG else "DESYNC"
-    confirmed = [r for r in report.culprit_ranks if r not in report.suspected_ranks]
+    suspected = set(report.suspected_ranks)
+    confirmed = [r for r in report.culprit_ranks if r not in suspected]
     parts = []
     if confirmed:
         parts.append(f"culprit {ranks_phrase(confirmed)}")
