@@ -116,6 +116,9 @@ def _serve(conn: Connection, candidates: Sequence[Candidate]) -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 2)
         os.close(devnull)
+        # Python-level writes (unraisable-exception messages) go through sys.stderr, which a
+        # caller may have pointed elsewhere than descriptor 2 (pytest's capture does)
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (lives as long as the worker)
     while True:
         try:
             index = conn.recv()
