@@ -415,29 +415,44 @@ class _Columns:
                 twins = [None if v is None else tuple(v) for v in values]
             index: dict[Any, int] = {}
             codes = np.array([index.setdefault(t, len(index)) for t in twins], dtype=np.int32)
-            distinct = list(index)  # the twins: tuples convert like the lists they stand for
-            none_at = index.get(None, -1)
-            shapes = list(filter(None, distinct))
-            if max(map(len, shapes), default=0) > _MAX_TENSORS or (
-                nested and max(map(len, chain.from_iterable(shapes)), default=0) > _MAX_DIMS
-            ):
-                raise ValueError("more tensors or dimensions than any op has")
-            table = pa.array(distinct, type=type_)
-            inner = table.flatten()
-            if inner.null_count or (nested and inner.flatten().null_count):
-                raise ValueError("a None inside a value")  # [[None]]: Arrow takes it as null
+            return _repeated_array(codes, list(index), type_)
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
             # a value of the wrong shape or type: checked one by one, never hashed or printed
             codes, distinct = self.repeated_slowly(key, values, nested)
-            table = pa.array(distinct, type=type_)
-            none_at = 0
-        valid = codes != none_at
-        crcs = np.fromiter(
-            (zlib.crc32(repr(t).encode()) for t in distinct), dtype=np.uint32, count=len(distinct)
-        )
-        sig = np.where(valid, crcs[codes] if len(crcs) else 0, 0).astype(np.uint32)
-        indices = pa.array(codes, type=pa.int32(), mask=~valid)
-        return pa.DictionaryArray.from_arrays(indices, table), sig
+            return _repeated_array(codes, distinct, type_, checked=True)
+
+    def shape_columns(self) -> list[tuple[pa.Array, np.ndarray]]:
+        """input_sizes, output_sizes, input_dtypes, output_dtypes with their fingerprints.
+
+        The four at once when every entry has them as lists: one hashable key per entry (an
+        op's sizes and dtypes repeat together); otherwise column by column, as
+        ``take_repeated``, with the same result.
+        """
+        try:
+            rows = list(map(_SHAPE_FIELDS, self.entries))
+            if not _LISTS.issuperset(map(type, chain.from_iterable(rows))):
+                raise TypeError("not lists")  # (tuple("Float") would be 5 dtypes)
+            index: dict[Any, int] = {}
+            codes = np.array(
+                [
+                    index.setdefault(
+                        (tuple(map(tuple, a)), tuple(map(tuple, b)), tuple(c), tuple(d)),
+                        len(index),
+                    )
+                    for a, b, c, d in rows
+                ],
+                dtype=np.int32,
+            )
+            combos = list(index)
+            out = []
+            for part, type_ in enumerate(_SHAPE_TYPES):
+                inner: dict[Any, int] = {}
+                picks = np.array([inner.setdefault(c[part], len(inner)) for c in combos])
+                out.append(_repeated_array(picks[codes].astype(np.int32), list(inner), type_))
+            return out
+        except (KeyError, pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+            pairs = zip(_SHAPE_KEYS, _SHAPE_TYPES, strict=True)
+            return [self.take_repeated(key, type_) for key, type_ in pairs]
 
     def repeated_slowly(
         self, key: str, values: list[Any], nested: bool
@@ -499,6 +514,40 @@ class _Columns:
             f"field {key!r} has values of the wrong type in entries {shown}{more}; "
             "they are treated as unknown"
         )
+
+
+def _repeated_array(
+    codes: np.ndarray, distinct: list[Any], type_: pa.DataType, *, checked: bool = False
+) -> tuple[pa.Array, np.ndarray]:
+    """A dictionary column from per-entry codes into distinct hashable twins (None: null),
+    and the per-entry fingerprints. Raises ValueError (or Arrow's errors) for a value no op
+    has, unless the twins were ``checked`` one by one already."""
+    none_at = distinct.index(None) if None in distinct else -1
+    if not checked:
+        nested = pa.types.is_list(type_.value_type)
+        shapes = list(filter(None, distinct))
+        if max(map(len, shapes), default=0) > _MAX_TENSORS or (
+            nested and max(map(len, chain.from_iterable(shapes)), default=0) > _MAX_DIMS
+        ):
+            raise ValueError("more tensors or dimensions than any op has")
+    table = pa.array(distinct, type=type_)  # the twins: tuples convert like the lists they are
+    if not checked:
+        inner = table.flatten()
+        if inner.null_count or (nested and inner.flatten().null_count):
+            raise ValueError("a None inside a value")  # [[None]]: Arrow takes it as null
+    valid = codes != none_at
+    crcs = np.fromiter(
+        (zlib.crc32(repr(t).encode()) for t in distinct), dtype=np.uint32, count=len(distinct)
+    )
+    sig = np.where(valid, crcs[codes] if len(crcs) else 0, 0).astype(np.uint32)
+    indices = pa.array(codes, type=pa.int32(), mask=~valid)
+    return pa.DictionaryArray.from_arrays(indices, table), sig
+
+
+_SHAPE_KEYS = ("input_sizes", "output_sizes", "input_dtypes", "output_dtypes")
+_SHAPE_FIELDS = itemgetter(*_SHAPE_KEYS)
+_SHAPE_TYPES = (schema.SIZES, schema.SIZES, schema.DTYPES, schema.DTYPES)
+_LISTS = frozenset((list, tuple))
 
 
 def _checked_twin(value: Any, nested: bool) -> Any:
@@ -587,10 +636,9 @@ def _entries_batch(
         completed = [None if v == 0 else v for v in completed]
 
     stack_ids, stacks = _intern_stacks(entries, cols.problems)
-    in_sizes, in_sig = cols.take_repeated("input_sizes", schema.SIZES)
-    out_sizes, out_sig = cols.take_repeated("output_sizes", schema.SIZES)
-    in_dtypes, in_dt_sig = cols.take_repeated("input_dtypes", schema.DTYPES)
-    out_dtypes, out_dt_sig = cols.take_repeated("output_dtypes", schema.DTYPES)
+    shapes = cols.shape_columns()
+    (in_sizes, in_sig), (out_sizes, out_sig) = shapes[0], shapes[1]
+    (in_dtypes, in_dt_sig), (out_dtypes, out_dt_sig) = shapes[2], shapes[3]
 
     arrays = [
         pa.array([rank] * n, type=pa.int32()),
@@ -745,54 +793,78 @@ def _intern_stacks(
     entries: list[dict[str, Any]], problems: list[str]
 ) -> tuple[list[int | None], tuple[Stack, ...]]:
     """Local stack id per entry; each distinct stack is converted and stored once."""
-    ids: list[int | None] = []
-    seen: dict[Any, int | None] = {}
-    stacks: list[Stack] = []
-    malformed = 0
-    fields = itemgetter("name", "filename", "line")
-    # A pickle can give every entry the same long frames list (a memo reference): when the
-    # frames add up to more than any real dump holds, each list's stack id is worked out
-    # once, so the work stays proportional to the file, not to entries x frames.
     lists = [e.get("frames") for e in entries]
+    interner = _StackInterner()
     try:  # counted in C: real dumps hold tens of frames per entry
         careful = sum(map(len, filter(None, lists))) > _MAX_LEAVES
-    except TypeError:  # a value without a length: the loop below says it is malformed
+    except TypeError:  # a value without a length: the careful loop says it is malformed
         careful = True
-    by_list: dict[int, int | None] = {}  # id(frames) -> stack id, when careful
-    for frames in lists:
-        if not frames or not isinstance(frames, list):
-            ids.append(None)
-            continue
-        list_id = id(frames)
-        if careful:
-            known = by_list.get(list_id, -1)
-            if known != -1:
-                ids.append(known)
+    ids = interner.by_list(lists) if careful else interner.by_identity(lists)
+    malformed = sum(1 for frames, sid in zip(lists, ids, strict=True) if frames and sid is None)
+    if malformed:
+        problems.append(f"{malformed} entries have malformed stack frames; stacks not shown")
+    return ids, tuple(interner.stacks)
+
+
+class _StackInterner:
+    """Stack ids by the content of the frames (name, filename, line in recorded order)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[Any, int | None] = {}
+        self.stacks: list[Stack] = []
+
+    def by_identity(self, lists: list[Any]) -> list[int | None]:
+        """torch's pickler writes a frame shared by many entries once (memoized by pointer),
+        so a dump decodes to a few hundred frame dicts referenced ~10^5 times: entries whose
+        frames are the same objects get their id from one look at the content."""
+        keys = [tuple(map(id, f)) if f.__class__ is list and f else None for f in lists]
+        # (the frame objects stay alive with ``lists``, so their ids cannot be reused)
+        distinct = dict(zip(keys, lists, strict=True))  # one frames list per key
+        ids = {key: self.stack_id(frames) for key, frames in distinct.items()}
+        ids[None] = None
+        return list(map(ids.__getitem__, keys))
+
+    def by_list(self, lists: list[Any]) -> list[int | None]:
+        """A pickle can give every entry the same long frames list (a memo reference): each
+        list's stack id is worked out once, from its innermost MAX_FRAMES frames, so the work
+        stays proportional to the file, not to entries x frames."""
+        by_list: dict[int, int | None] = {}
+        out: list[int | None] = []
+        for frames in lists:
+            if not frames or not isinstance(frames, list):
+                out.append(None)
                 continue
-            frames = frames[:MAX_FRAMES]  # the innermost frames: where the op was called
+            sid = by_list.get(id(frames), -1)
+            if sid == -1:
+                sid = by_list[id(frames)] = self.stack_id(frames[:MAX_FRAMES])
+            out.append(sid)
+        return out
+
+    def stack_id(self, frames: Any) -> int | None:
+        """The id of this frames list's stack (None: no frames, or malformed ones)."""
+        if not frames or not isinstance(frames, list):
+            return None
         key: Any
         try:  # cheap identity of a stack: its frames' values in recorded order
-            key = tuple(map(fields, frames))
+            key = tuple(map(_FRAME_FIELDS, frames))
             hash(key)
         except (KeyError, TypeError):  # a frame that is not a dict, lacks a field, unhashable
             key = None
-        sid = seen.get(key, -1) if key is not None else -1
-        if sid == -1:
-            stack = _convert_stack(frames)
-            if stack is None:
-                malformed += 1
-                sid = None
-            else:
-                sid = len(stacks)
-                stacks.append(stack)
-            if key is not None:
-                seen[key] = sid
-        if careful:
-            by_list[list_id] = sid
-        ids.append(sid)
-    if malformed:
-        problems.append(f"{malformed} entries have malformed stack frames; stacks not shown")
-    return ids, tuple(stacks)
+        sid = self.seen.get(key, -1) if key is not None else -1
+        if sid != -1:
+            return sid
+        stack = _convert_stack(frames)
+        if stack is None:
+            sid = None
+        else:
+            sid = len(self.stacks)
+            self.stacks.append(stack)
+        if key is not None:
+            self.seen[key] = sid
+        return sid
+
+
+_FRAME_FIELDS = itemgetter("name", "filename", "line")
 
 
 def _convert_stack(frames: list[Any]) -> Stack | None:

@@ -23,7 +23,7 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -81,17 +81,29 @@ class _Progress:
         sys.stderr.flush()
 
 
+Consumer = Callable[[int, "ParsedDump | DumpFormatError"], None]
+
+
 def parse_candidates(
-    candidates: Sequence[Candidate], *, jobs: int | None = None, progress: bool = False
+    candidates: Sequence[Candidate],
+    *,
+    jobs: int | None = None,
+    progress: bool = False,
+    consume: Consumer | None = None,
 ) -> list[ParsedDump | DumpFormatError]:
-    """Parse each candidate, in the given order; failures come back as DumpFormatError."""
+    """Parse each candidate; failures come back as DumpFormatError.
+
+    Without ``consume``: the results, in the candidates' order. With it: each result is handed
+    to ``consume(index, result)`` in the candidates' order as soon as it and those before it
+    are in, and not kept (the list returned is empty), so a caller can merge and drop them.
+    """
     jobs = default_jobs() if jobs is None else max(1, jobs)
     total_bytes = sum(c.size_bytes for c in candidates)
     bar = _Progress(len(candidates), progress)
     workers = 1 if total_bytes < PARALLEL_MIN_BYTES else min(jobs, len(candidates))
     if not candidates:
         return []
-    return _WatchedPool(candidates, workers, bar).run()
+    return _WatchedPool(candidates, workers, bar, consume).run()
 
 
 def file_timeout_s(cand: Candidate) -> float:
@@ -178,12 +190,20 @@ class _Worker:
 class _WatchedPool:
     """Hand files one at a time to worker processes; survive their crashes and hangs."""
 
-    def __init__(self, candidates: Sequence[Candidate], workers: int, bar: _Progress) -> None:
+    def __init__(
+        self,
+        candidates: Sequence[Candidate],
+        workers: int,
+        bar: _Progress,
+        consume: Consumer | None = None,
+    ) -> None:
         self.candidates = candidates
         self.size = max(1, workers)
         self.bar = bar
         self.todo = deque(range(len(candidates)))
-        self.results: list[ParsedDump | DumpFormatError | None] = [None] * len(candidates)
+        self.consume = consume
+        self.results: dict[int, ParsedDump | DumpFormatError] = {}  # not yet handed over
+        self.handed = 0  # results [0, handed) went to consume
         self.done = 0
         # Arrow's allocator reserves its address space (1 GiB) on first use: done here, before
         # the fork, it is part of every worker's starting size rather than of its allowance.
@@ -223,14 +243,13 @@ class _WatchedPool:
         finally:
             for worker in busy.values():
                 self.stop(worker)
-        out = [r for r in self.results if r is not None]
-        assert len(out) == len(self.candidates)
-        return out
+        assert self.done == len(self.candidates)
+        return [self.results.pop(i) for i in range(len(self.candidates)) if i in self.results]
 
     def in_process(self) -> list[ParsedDump | DumpFormatError]:
-        out = [try_parse(c) for c in self.candidates]
-        self.bar.update(len(out))
-        return out
+        for index, cand in enumerate(self.candidates):
+            self.finish(index, try_parse(cand))
+        return [self.results.pop(i) for i in range(len(self.candidates)) if i in self.results]
 
     def start(self) -> _Worker | None:
         recv, send = self.ctx.Pipe(duplex=True)
@@ -299,6 +318,10 @@ class _WatchedPool:
         self.results[index] = result
         self.done += 1
         self.bar.update(self.done)
+        if self.consume is not None:  # hand over, in order, what is complete
+            while self.handed in self.results:
+                self.consume(self.handed, self.results.pop(self.handed))
+                self.handed += 1
 
     def stop(self, worker: _Worker, *, politely: bool = False) -> None:
         if politely:  # an idle worker: it exits on its own (reaped by the next start)

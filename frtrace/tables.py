@@ -93,11 +93,15 @@ class DumpSet:
 
 
 def load_dumps(directory: Path, *, jobs: int | None = None, progress: bool = False) -> DumpSet:
-    """Load every dump under ``directory``; unreadable files become problems, not errors."""
+    """Load every dump under ``directory``; unreadable files become problems, not errors.
+
+    Each file's result is merged into the tables as it arrives (in file order) and then
+    dropped, so the parsed files and the merged tables are never all in memory at once.
+    """
     discovery = discover(directory)
-    results = parse_candidates(discovery.candidates, jobs=jobs, progress=progress)
-    dumps = build_dump_set(directory, discovery.candidates, results, discovery.skipped)
-    del results
+    assembler = _Assembler(directory, discovery.candidates)
+    parse_candidates(discovery.candidates, jobs=jobs, progress=progress, consume=assembler.add)
+    dumps = assembler.finish(discovery.skipped)
     _give_back_memory()
     return dumps
 
@@ -114,29 +118,64 @@ def build_dump_set(
     results: Sequence[ParsedDump | DumpFormatError],
     skipped: Iterable[SkippedFile] = (),
 ) -> DumpSet:
-    """Assemble the tables from per-file results (in rank order)."""
-    problems: list[LoadProblem] = []
-    batches: list[pa.RecordBatch] = []
-    file_rows: list[dict[str, Any]] = []
-    group_rows: list[dict[str, Any]] = []
-    status_rows: list[dict[str, Any]] = []
-    interned: dict[Stack, int] = {}
-    for cand, result in zip(candidates, results, strict=True):
+    """Assemble the tables from per-file results (in the candidates' order)."""
+    assembler = _Assembler(directory, candidates)
+    for index, result in enumerate(results):
+        assembler.add(index, result)
+    return assembler.finish(skipped)
+
+
+class _Assembler:
+    """Merges per-file results, in file order, into the tables of one DumpSet.
+
+    Each rank's batch arrives with its own small dictionaries (its thread id, its groups...)
+    and its own stack ids. Both are mapped to ids shared by every rank as the batch arrives;
+    the batch is then dropped. ``finish`` puts each column in one chunk with one dictionary:
+    Arrow's own unification would leave every chunk holding a copy of the merged dictionary
+    (thread ids x ranks grows with the square of the job) and cannot unify dictionaries of
+    lists (sizes, dtypes) at all. Memory stays linear in the number of entries.
+    """
+
+    def __init__(self, directory: Path, candidates: Sequence[Candidate]) -> None:
+        self.directory = directory
+        self.candidates = candidates
+        self.problems: list[LoadProblem] = []
+        self.file_rows: list[dict[str, Any]] = []
+        self.group_rows: list[dict[str, Any]] = []
+        self.status_rows: list[dict[str, Any]] = []
+        self.interned: dict[Stack, int] = {}
+        self.loaded = 0
+        fields = list(schema.ENTRIES)
+        self.plain: dict[int, list[pa.Array]] = {
+            i: [] for i, f in enumerate(fields) if not pa.types.is_dictionary(f.type)
+        }
+        self.coded: dict[int, _Dictionary] = {
+            i: _Dictionary() for i, f in enumerate(fields) if pa.types.is_dictionary(f.type)
+        }
+
+    def add(self, index: int, result: ParsedDump | DumpFormatError) -> None:
+        """Merge the result of ``candidates[index]``; call in index order."""
+        cand = self.candidates[index]
         if isinstance(result, DumpFormatError):
-            problems.append(
+            self.problems.append(
                 LoadProblem(rank=cand.rank, path=str(cand.path), message=str(result), fatal=True)
             )
-            file_rows.append(_failed_file_row(cand, str(result)))
-            continue
+            self.file_rows.append(_failed_file_row(cand, str(result)))
+            return
         meta = result.meta
-        problems.extend(
+        self.problems.extend(
             LoadProblem(rank=meta.rank, path=meta.path, message=f"{meta.path}: {p}", fatal=False)
             for p in meta.problems
         )
-        batches.append(_remap_stacks(result, interned))
-        group_rows.extend(result.groups)
-        status_rows.extend(result.pg_status)
-        file_rows.append(
+        batch = _remap_stacks(result, self.interned)
+        for i, chunks in self.plain.items():
+            chunks.append(batch.column(i))
+        for i, merged in self.coded.items():
+            merged.add(batch.column(i))
+        self.loaded += 1
+        self.group_rows.extend(result.groups)
+        self.status_rows.extend(result.pg_status)
+        self.file_rows.append(
             {
                 "rank": meta.rank,
                 "path": meta.path,
@@ -156,38 +195,81 @@ def build_dump_set(
                 "problems": list(meta.problems),
             }
         )
-    if not batches:
-        first = problems[0].message if problems else "no files"
-        raise NoReadableDumps(
-            f"{directory}: none of the {len(candidates)} dump files could be read (first: {first})"
+
+    def finish(self, skipped: Iterable[SkippedFile] = ()) -> DumpSet:
+        if not self.loaded:
+            first = self.problems[0].message if self.problems else "no files"
+            raise NoReadableDumps(
+                f"{self.directory}: none of the {len(self.candidates)} dump files could be "
+                f"read (first: {first})"
+            )
+        columns: list[pa.Array] = []
+        for i, spec in enumerate(schema.ENTRIES):
+            # Each column's chunks are freed once it is joined. They came from Python's
+            # allocator and the joined column from Arrow's, which can reuse that memory only
+            # once it is given back to the OS: the peak is then the tables plus one column.
+            if i in self.plain:
+                chunks = self.plain.pop(i)
+                columns.append(pa.concat_arrays(chunks))
+                del chunks
+            else:
+                columns.append(self.coded.pop(i).finish(spec.type))
+            _give_back_memory()
+        entries = pa.Table.from_arrays(columns, schema=schema.ENTRIES)
+        frames = {sid: stack for stack, sid in self.interned.items()}
+        stacks = pa.Table.from_pylist(
+            [
+                {
+                    "stack_id": sid,
+                    "frames": [{"name": n, "filename": f, "line": ln} for n, f, ln in frames[sid]],
+                }
+                for sid in sorted(frames)
+            ],
+            schema=schema.STACKS,
         )
-    entries = _consolidate(batches)
-    del batches
-    frames = {sid: stack for stack, sid in interned.items()}
-    stacks = pa.Table.from_pylist(
-        [
-            {
-                "stack_id": sid,
-                "frames": [{"name": n, "filename": f, "line": ln} for n, f, ln in frames[sid]],
-            }
-            for sid in sorted(frames)
-        ],
-        schema=schema.STACKS,
-    )
-    groups = _groups_table(group_rows)
-    files = pa.Table.from_pylist(file_rows, schema=schema.FILES)
-    return DumpSet(
-        directory=directory,
-        entries=entries,
-        stacks=stacks,
-        groups=groups,
-        pg_status=pa.Table.from_pylist(status_rows, schema=schema.PG_STATUS),
-        files=files,
-        world=infer_world_size(files, groups),
-        problems=tuple(problems),
-        skipped=tuple(skipped),
-        _frames=frames,
-    )
+        groups = _groups_table(self.group_rows)
+        files = pa.Table.from_pylist(self.file_rows, schema=schema.FILES)
+        return DumpSet(
+            directory=self.directory,
+            entries=entries,
+            stacks=stacks,
+            groups=groups,
+            pg_status=pa.Table.from_pylist(self.status_rows, schema=schema.PG_STATUS),
+            files=files,
+            world=infer_world_size(files, groups),
+            problems=tuple(self.problems),
+            skipped=tuple(skipped),
+            _frames=frames,
+        )
+
+
+class _Dictionary:
+    """One dictionary column being merged: shared values, and each chunk's codes into them."""
+
+    def __init__(self) -> None:
+        self.index: dict[Any, int] = {}
+        self.values: list[Any] = []
+        self.parts: list[np.ndarray] = []
+
+    def add(self, chunk: pa.DictionaryArray) -> None:
+        local = chunk.dictionary.to_pylist()
+        remap = np.empty(len(local) + 1, dtype=np.int32)
+        for j, value in enumerate(local):
+            key = repr(value) if isinstance(value, list) else value
+            at = self.index.get(key)
+            if at is None:
+                at = self.index[key] = len(self.values)
+                self.values.append(value)
+            remap[j] = at
+        remap[len(local)] = -1  # null
+        codes = chunk.indices.fill_null(len(local)).to_numpy(zero_copy_only=False)
+        self.parts.append(remap[codes])
+
+    def finish(self, type_: pa.DictionaryType) -> pa.DictionaryArray:
+        codes = np.concatenate(self.parts) if self.parts else np.zeros(0, dtype=np.int32)
+        self.parts = []
+        indices = pa.array(codes, type=pa.int32(), mask=codes < 0)
+        return pa.DictionaryArray.from_arrays(indices, pa.array(self.values, type=type_.value_type))
 
 
 def _groups_table(rows: list[dict[str, Any]]) -> pa.Table:
@@ -247,43 +329,6 @@ def recorded_groups(groups: pa.Table) -> list[RecordedGroup]:
             )
         )
     return out
-
-
-def _consolidate(batches: list[pa.RecordBatch]) -> pa.Table:
-    """One chunk per column, one dictionary per dictionary column, shared by all ranks.
-
-    Each rank's batch arrives with its own small dictionaries (its thread id, its groups...).
-    Arrow's own unification would leave every chunk holding a copy of the merged dictionary
-    (thread ids x ranks grows with the square of the job), and cannot unify dictionaries of
-    lists (sizes, dtypes) at all. Merging here keeps memory linear in the number of entries.
-    """
-    columns: list[pa.Array] = []
-    for i, spec in enumerate(schema.ENTRIES):
-        chunks = [b.column(i) for b in batches]
-        if not pa.types.is_dictionary(spec.type):
-            columns.append(pa.concat_arrays(chunks) if chunks else pa.array([], spec.type))
-            continue
-        index: dict[Any, int] = {}
-        values: list[Any] = []
-        parts: list[np.ndarray] = []
-        for chunk in chunks:
-            local = chunk.dictionary.to_pylist()
-            remap = np.empty(len(local) + 1, dtype=np.int32)
-            for j, value in enumerate(local):
-                key = repr(value) if isinstance(value, list) else value
-                at = index.get(key)
-                if at is None:
-                    at = index[key] = len(values)
-                    values.append(value)
-                remap[j] = at
-            remap[len(local)] = -1  # null
-            codes = chunk.indices.fill_null(len(local)).to_numpy(zero_copy_only=False)
-            parts.append(remap[codes])
-        codes_all = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
-        indices = pa.array(codes_all, type=pa.int32(), mask=codes_all < 0)
-        dictionary = pa.array(values, type=spec.type.value_type)
-        columns.append(pa.DictionaryArray.from_arrays(indices, dictionary))
-    return pa.Table.from_arrays(columns, schema=schema.ENTRIES)
 
 
 def _remap_stacks(parsed: ParsedDump, interned: dict[Stack, int]) -> pa.RecordBatch:

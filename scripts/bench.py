@@ -2,8 +2,9 @@
 
 For each size it makes (or reuses) a seeded frsim job in NCCL format (``--mesh 2d``: tp=8 x
 dp, collectives only; ``--mesh 3d``: tp=8 x pp=2 x dp with batched p2p, coalesced ops and
-uneven all_to_all), 9-frame stacks, every ring buffer wrapped, one injected fault,
-then measures in separate processes, one after another:
+uneven all_to_all), 9-frame stacks (frames shared as torch's pickler writes them, or
+``--frames distinct``: a new dict per frame per entry), every ring buffer wrapped, one
+injected fault, then measures in separate processes, one after another:
 
 - floor:        plain ``pickle.load`` of every file, one after another, nothing else;
 - frtrace:      ``python -m frtrace analyze -d DIR --format json`` (checks the verdict);
@@ -104,10 +105,17 @@ def measure(argv: list[str], timeout_s: float, env: dict[str, str] | None = None
 
 
 def make_job(
-    workdir: Path, ranks: int, entries: int, fault: str, seed: int, mesh: str = "2d"
+    workdir: Path,
+    ranks: int,
+    entries: int,
+    fault: str,
+    seed: int,
+    mesh: str = "2d",
+    frames: str = "shared",
 ) -> Path:
     """A seeded dump set under workdir (reused when it already exists)."""
-    out = workdir / f"{mesh}_r{ranks}_e{entries}_{fault}_s{seed}"
+    tag = "" if frames == "shared" else "_distinct"
+    out = workdir / f"{mesh}_r{ranks}_e{entries}_{fault}_s{seed}{tag}"
     truth = out.with_name(out.name + ".truth.json")
     if truth.exists() and out.is_dir():
         return out
@@ -119,7 +127,9 @@ def make_job(
         extra = ["--pp", str(2 if ranks >= 2 * tp else 1)]
     argv = [sys.executable, "-m", "frsim", "--world", str(ranks), "--tp", str(tp), *extra]
     argv += ["--entries", str(entries), "--fault", fault, "--seed", str(seed)]
-    subprocess.run([*argv, "--no-shared-frames", "--out", str(out)], check=True, cwd=ROOT)
+    if frames == "distinct":
+        argv.append("--no-shared-frames")
+    subprocess.run([*argv, "--out", str(out)], check=True, cwd=ROOT)
     return out
 
 
@@ -149,7 +159,9 @@ class Row:
 
 
 def bench_one(args: argparse.Namespace, ranks: int) -> Row:
-    dumps = make_job(args.workdir, ranks, args.entries, args.fault, args.seed, args.mesh)
+    dumps = make_job(
+        args.workdir, ranks, args.entries, args.fault, args.seed, args.mesh, args.frames
+    )
     truth = json.loads(dumps.with_name(dumps.name + ".truth.json").read_text())
     files_mb = sum(p.stat().st_size for p in dumps.iterdir()) / 2**20
     floor = measure([sys.executable, "-c", FLOOR, str(dumps)], args.timeout)
@@ -226,6 +238,14 @@ def main(argv: list[str] | None = None) -> int:
         default="2d",
         help="2d: tp=8 x dp, collectives only (the setup torchfrtrace's numbers were taken "
         "on); 3d: adds pp=2 with batched p2p, coalesced ops, uneven all_to_all",
+    )
+    parser.add_argument(
+        "--frames",
+        choices=["shared", "distinct"],
+        default="shared",
+        help="shared: a frame recorded by many entries is one object, as torch's pickler "
+        "writes it (memoized by pointer); distinct: a new dict per frame per entry (the worst "
+        "case for a reader: 60%% more bytes and objects)",
     )
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/frtrace-bench"))
     parser.add_argument(

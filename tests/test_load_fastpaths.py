@@ -1,0 +1,158 @@
+"""The loader's fast paths give exactly what its careful, value-by-value paths give.
+
+The fast paths (stacks interned by frame identity, the four sizes/dtypes columns keyed
+together) exist only for speed; on every input they either produce the same columns as the
+careful paths or step aside for them. Checked on every committed fixture and on hand-made
+entries with the odd values real and damaged dumps hold.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from frtrace import load, schema
+from frtrace.load import _Columns, _intern_stacks, _StackInterner
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SHAPE_KEYS = ("input_sizes", "output_sizes", "input_dtypes", "output_dtypes")
+SHAPE_TYPES = (schema.SIZES, schema.SIZES, schema.DTYPES, schema.DTYPES)
+
+
+def _fixture_entries() -> list[tuple[str, list[dict[str, Any]]]]:
+    out = []
+    for path in sorted(FIXTURES.rglob("*")):
+        if not path.is_file() or path.suffix in (".md", ".txt") or path.name == "MANIFEST.json":
+            continue
+        if "golden" in path.parts:
+            continue
+        raw = path.read_bytes()
+        try:
+            payload = json.loads(raw) if raw[:1] in (b"{", b"[") else pickle.loads(raw)
+        except Exception:  # a deliberately damaged fixture
+            continue
+        entries = payload.get("entries") if isinstance(payload, dict) else payload
+        if isinstance(entries, list) and entries:
+            dicts = [e for e in entries if isinstance(e, dict)]
+            out.append((str(path.relative_to(FIXTURES)), dicts))
+    return out
+
+
+FIXTURE_ENTRIES = _fixture_entries()
+
+
+def _careful_shapes(entries: list[dict[str, Any]]) -> list[tuple[pa.Array, list[int]]]:
+    cols = _Columns(Path("x"), 0, entries)
+    out = [cols.take_repeated(k, t) for k, t in zip(SHAPE_KEYS, SHAPE_TYPES, strict=True)]
+    return [(a, s.tolist()) for a, s in out]
+
+
+def _fast_shapes(entries: list[dict[str, Any]]) -> list[tuple[pa.Array, list[int]]]:
+    cols = _Columns(Path("x"), 0, entries)
+    return [(a, s.tolist()) for a, s in cols.shape_columns()]
+
+
+def _same(a: list[tuple[pa.Array, list[int]]], b: list[tuple[pa.Array, list[int]]]) -> None:
+    for (arr_a, sig_a), (arr_b, sig_b) in zip(a, b, strict=True):
+        assert arr_a.equals(arr_b)
+        assert arr_a.dictionary.equals(arr_b.dictionary)
+        assert sig_a == sig_b
+
+
+def test_fixtures_cover_many_files() -> None:
+    assert len(FIXTURE_ENTRIES) >= 50
+
+
+@pytest.mark.parametrize(("name", "entries"), FIXTURE_ENTRIES, ids=[n for n, _ in FIXTURE_ENTRIES])
+def test_shapes_fast_equals_careful_on_fixtures(name: str, entries: list[dict[str, Any]]) -> None:
+    _same(_fast_shapes(entries), _careful_shapes(entries))
+
+
+def _entry(**kw: Any) -> dict[str, Any]:
+    e: dict[str, Any] = {
+        "input_sizes": [[4, 8]],
+        "output_sizes": [[4, 8]],
+        "input_dtypes": ["Float"],
+        "output_dtypes": ["Float"],
+    }
+    e.update(kw)
+    return e
+
+
+ODD = {
+    "dtype as a string": _entry(input_dtypes="Float"),
+    "sizes missing": {"input_dtypes": ["Float"], "output_dtypes": ["Float"]},
+    "sizes None": _entry(output_sizes=None),
+    "a None inside": _entry(input_sizes=[[None]]),
+    "a float dimension": _entry(input_sizes=[[4.0, 8]]),
+    "a bool dimension": _entry(input_sizes=[[True]]),
+    "a string dimension": _entry(input_sizes=[["4"]]),
+    "a flat sizes list": _entry(input_sizes=[4, 8]),
+    "tuples": _entry(input_sizes=((4, 8),), input_dtypes=("Float",)),
+    "a huge dimension": _entry(output_sizes=[[2**70]]),
+    "a lone surrogate dtype": _entry(input_dtypes=["\udcff"]),
+    "a non-string dtype": _entry(output_dtypes=[3]),
+    "empty lists": _entry(input_sizes=[], output_sizes=[], input_dtypes=[], output_dtypes=[]),
+    "too many tensors": _entry(input_sizes=[[1]] * (load._MAX_TENSORS + 1)),
+    "too many dimensions": _entry(input_sizes=[[1] * (load._MAX_DIMS + 1)]),
+}
+
+
+@pytest.mark.parametrize("odd", list(ODD), ids=list(ODD))
+def test_shapes_fast_equals_careful_on_odd_values(odd: str) -> None:
+    entries = [_entry(), ODD[odd], _entry(input_sizes=[[2]]), _entry()]
+    _same(_fast_shapes(copy.deepcopy(entries)), _careful_shapes(copy.deepcopy(entries)))
+
+
+def _with_shared_frames(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The entries as torch's pickler writes them: equal frames are one dict object."""
+    pool: dict[Any, dict[str, Any]] = {}
+    out = []
+    for e in entries:
+        e = dict(e)
+        frames = e.get("frames")
+        if isinstance(frames, list):
+            e["frames"] = [
+                pool.setdefault(repr(sorted(f.items())), f) if isinstance(f, dict) else f
+                for f in frames
+            ]
+        out.append(e)
+    return out
+
+
+@pytest.mark.parametrize(("name", "entries"), FIXTURE_ENTRIES, ids=[n for n, _ in FIXTURE_ENTRIES])
+def test_stacks_by_identity_equal_stacks_by_content(
+    name: str, entries: list[dict[str, Any]]
+) -> None:
+    lists = [e.get("frames") for e in entries]
+    by_content = _StackInterner()
+    expected = by_content.by_list(lists)
+    for variant in (entries, _with_shared_frames(entries)):
+        interner = _StackInterner()
+        assert interner.by_identity([e.get("frames") for e in variant]) == expected
+        assert interner.stacks == by_content.stacks
+
+
+def test_stacks_odd_frames_are_reported_per_entry() -> None:
+    good = [{"name": "f", "filename": "a.py", "line": 1}]
+    shared_bad = [{"name": 3}]
+    entries: list[dict[str, Any]] = [
+        {"frames": good},
+        {"frames": shared_bad},
+        {"frames": shared_bad},
+        {"frames": "not a list"},
+        {"frames": []},
+        {},
+        {"frames": [good[0], good[0]]},
+    ]
+    problems: list[str] = []
+    ids, stacks = _intern_stacks(entries, problems)
+    assert ids == [0, None, None, None, None, None, 1]
+    assert stacks == ((("f", "a.py", 1),), (("f", "a.py", 1), ("f", "a.py", 1)))
+    assert problems == ["3 entries have malformed stack frames; stacks not shown"]

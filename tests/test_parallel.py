@@ -1,0 +1,59 @@
+"""Files parsed in worker processes reach the tables in file order, whatever order they finish."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from frtrace import parallel
+from frtrace.discover import discover
+from frtrace.errors import DumpFormatError
+from frtrace.load import ParsedDump
+from frtrace.tables import build_dump_set, load_dumps
+from tests.conftest import healthy_set
+
+
+def _set_with_damage(tmp_path: Path) -> Path:
+    directory = healthy_set(tmp_path / "dumps", world=9, steps=40)
+    (directory / "nccl_trace_rank_4").write_bytes(b"\x80\x05damaged")  # a truncated pickle
+    return directory
+
+
+@pytest.mark.parametrize("jobs", [1, 2, 3])
+def test_consume_gets_every_result_in_file_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jobs: int
+) -> None:
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 0)  # workers even for small files
+    candidates = discover(_set_with_damage(tmp_path)).candidates
+    expected = parallel.parse_candidates(candidates, jobs=jobs)
+    seen: list[tuple[int, ParsedDump | DumpFormatError]] = []
+    rest = parallel.parse_candidates(
+        candidates, jobs=jobs, consume=lambda i, r: seen.append((i, r))
+    )
+    assert rest == []
+    assert [i for i, _ in seen] == list(range(len(candidates)))
+    for (_, got), want in zip(seen, expected, strict=True):
+        assert type(got) is type(want)
+        if isinstance(got, ParsedDump) and isinstance(want, ParsedDump):
+            assert got.entries.equals(want.entries)
+        else:
+            assert str(got) == str(want)
+
+
+def test_streamed_tables_equal_tables_built_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 0)
+    directory = _set_with_damage(tmp_path)
+    streamed = load_dumps(directory, jobs=2)
+    discovery = discover(directory)
+    at_once = build_dump_set(
+        directory, discovery.candidates, parallel.parse_candidates(discovery.candidates)
+    )
+    assert streamed.entries.equals(at_once.entries)
+    assert streamed.files.equals(at_once.files)
+    assert streamed.groups.equals(at_once.groups)
+    assert streamed.stacks.equals(at_once.stacks)
+    assert streamed.unreadable_ranks == at_once.unreadable_ranks == (4,)
+    assert streamed.entries.column("input_sizes").num_chunks == 1
