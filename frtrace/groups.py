@@ -97,12 +97,24 @@ def resolve_groups(dumps: DumpSet) -> Membership:
     of_rank: dict[tuple[int, str], int] = {}
     notes: list[str] = []
 
+    placed: set[tuple[str, tuple[int, ...]]] = set()  # (name, members) already in of_rank
+
     def key_for(name: str, members: tuple[int, ...], desc: str | None, inferred: bool) -> int:
         key = ("" if local_names else name, tuple(sorted(members)))
         if key not in keys:
             keys[key] = len(groups)
             groups.append(GroupRef(name=name, desc=desc, members=members, inferred=inferred))
         return keys[key]
+
+    def place(name: str, members: tuple[int, ...], gid: int) -> None:
+        """Members without dumps belong to the group too (the first group found wins).
+        Every rank of a 4,096-rank job records the default group's 4,096 members: each
+        distinct member list is placed once, not once per rank that recorded it."""
+        if (name, members) in placed:
+            return
+        placed.add((name, members))
+        for member in members:
+            of_rank.setdefault((member, name), gid)
 
     for name in sorted(set(by_entries) | set(recorded), key=_name_order):
         users = by_entries.get(name, {})
@@ -111,6 +123,7 @@ def resolve_groups(dumps: DumpSet) -> Membership:
         sets = recorded.get(name, {})
         distinct = set(sets.values())
         unresolved: list[int] = []
+        known: dict[tuple[int, ...], int] = {}  # members -> gid, for this name
         for rank in sorted(set(users) | set(sets)):
             members = sets.get(rank)
             if members is None:
@@ -119,9 +132,10 @@ def resolve_groups(dumps: DumpSet) -> Membership:
             if members is None:
                 unresolved.append(rank)
                 continue
-            gid = key_for(name, members, desc, inferred=False)
-            for member in members:  # members without dumps belong here too
-                of_rank.setdefault((member, name), gid)
+            gid = known.get(members, -1)
+            if gid == -1:
+                gid = known[members] = key_for(name, members, desc, inferred=False)
+            place(name, members, gid)
             of_rank[(rank, name)] = gid
         if not unresolved:
             continue
@@ -133,8 +147,7 @@ def resolve_groups(dumps: DumpSet) -> Membership:
             members = tuple(unresolved)
             how = "the ranks that recorded entries in it"
         gid = key_for(name, members, desc, inferred=True)
-        for member in members:
-            of_rank.setdefault((member, name), gid)
+        place(name, members, gid)
         notes.append(
             f"membership of {groups[gid].label} inferred as {how}, since pg_config does not "
             "record it (Gloo, or an old dump)"

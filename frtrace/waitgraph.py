@@ -20,8 +20,9 @@ that waits on no one outside it (a cross-group deadlock). Everyone upstream is a
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 import networkx as nx
 
@@ -101,12 +102,17 @@ def build_wait_graph(dumps: DumpSet, membership: Membership, match: MatchResult)
     )
     edges: list[Edge] = []
     co_waiting: dict[tuple[int, int], set[int]] = defaultdict(set)
+    inside: dict[tuple[int, int], bool] = {}
     for u, op in match.blocked.items():
         if op.kind == COLLECTIVE:
             found = _collective_edges(ctx, op)
             assert op.seq is not None
-            if not found and _everyone_inside(ctx, op):
-                co_waiting[(op.gid, op.seq)].add(u)
+            if not found:
+                key = (op.gid, op.seq)
+                if key not in inside:  # the same for every rank blocked in it
+                    inside[key] = _everyone_inside(ctx, op)
+                if inside[key]:
+                    co_waiting[key].add(u)
         else:
             found = _p2p_edges(ctx, op)
         edges.extend(found)
@@ -119,6 +125,13 @@ class _Context:
     match: MatchResult
     loaded: set[int]
     wrapped: set[int]
+    # What the members of one collective are to a waiter, which depends only on the
+    # collective and the waiter's own op: worked out once for the ~10^3 ranks of a large
+    # group that block in the same collective (see _collective_edges).
+    targets: dict[tuple[Any, ...], tuple[list[tuple[int, EdgeKind]], list[int]]] = field(
+        default_factory=dict
+    )
+    majorities: dict[tuple[int, int], set[int] | None] = field(default_factory=dict)
 
     def same_op(self, rank: int, op: OpRef) -> bool:
         """Is ``rank`` blocked in exactly this (group, seq) or p2p batch?"""
@@ -137,23 +150,44 @@ def _everyone_inside(ctx: _Context, op: OpRef) -> bool:
 def _collective_edges(ctx: _Context, mine: OpRef) -> list[Edge]:
     u, gid, seq = mine.rank, mine.gid, mine.seq
     assert seq is not None
-    members = ctx.membership.groups[gid].members
-    pending = ctx.match.pending
-    present = [pending[(m, gid, seq)] for m in members if (m, gid, seq) in pending]
-    majority = _majority([(p.rank, (p.op, p.sig)) for p in present])
-    out: list[Edge] = []
-    no_dump: list[int] = []
-
-    def edge(v: int, kind: EdgeKind) -> None:
-        out.append(
-            Edge(waiter=u, target=v, kind=kind, gid=gid, seq=seq, p2p_seq=None, row=mine.row)
-        )
-
+    majority = _collective_majority(ctx, gid, seq)
     if majority is not None and u not in majority:
-        return out  # u is the odd one out: a culprit, not a waiter
-    for v in members:
-        if v == u:
-            continue
+        return []  # u is the odd one out: a culprit, not a waiter
+    key = (gid, seq, mine.op, mine.sig, mine.state_rank)
+    known = ctx.targets.get(key)
+    if known is None:
+        known = ctx.targets[key] = _collective_targets(ctx, mine, majority)
+    targets, no_dump = known
+
+    def edge(v: int, kind: EdgeKind) -> Edge:
+        return Edge(waiter=u, target=v, kind=kind, gid=gid, seq=seq, p2p_seq=None, row=mine.row)
+
+    out = [edge(v, kind) for v, kind in targets if v != u]
+    if not out:
+        out = [edge(v, EdgeKind.NO_DUMP) for v in no_dump if v != u]
+    return out
+
+
+def _collective_majority(ctx: _Context, gid: int, seq: int) -> set[int] | None:
+    key = (gid, seq)
+    if key not in ctx.majorities:
+        pending = ctx.match.pending
+        members = ctx.membership.groups[gid].members
+        present = [pending[(m, gid, seq)] for m in members if (m, gid, seq) in pending]
+        ctx.majorities[key] = _majority([(p.rank, (p.op, p.sig)) for p in present])
+    return ctx.majorities[key]
+
+
+def _collective_targets(
+    ctx: _Context, mine: OpRef, majority: set[int] | None
+) -> tuple[list[tuple[int, EdgeKind]], list[int]]:
+    """Whom a rank blocked in ``mine`` waits on (and why), and the members without a dump."""
+    gid, seq = mine.gid, mine.seq
+    assert seq is not None
+    pending = ctx.match.pending
+    out: list[tuple[int, EdgeKind]] = []
+    no_dump: list[int] = []
+    for v in ctx.membership.groups[gid].members:
         if v not in ctx.loaded:
             no_dump.append(v)
             continue
@@ -162,25 +196,22 @@ def _collective_edges(ctx: _Context, mine: OpRef) -> list[Edge]:
             if (majority is not None and v not in majority) or (
                 majority is None and (theirs.op, theirs.sig) != (mine.op, mine.sig)
             ):
-                edge(v, EdgeKind.MISMATCH)  # without a majority each side waits on the other
+                out.append((v, EdgeKind.MISMATCH))  # without a majority each waits on the other
             elif theirs.done:
                 pass  # v finished its part: it holds nobody here
             elif not ctx.same_op(v, mine):
-                edge(v, EdgeKind.BLOCKED_ELSEWHERE)
+                out.append((v, EdgeKind.BLOCKED_ELSEWHERE))
             elif mine.state_rank == 1 and theirs.state_rank == 0:
-                edge(v, EdgeKind.NOT_STARTED)
+                out.append((v, EdgeKind.NOT_STARTED))
             continue
         span = ctx.match.extent.get((v, gid))
         if span is None:
             if v not in ctx.wrapped:  # its whole history is there: it never used this group
-                edge(v, EdgeKind.NEVER_JOINED)
+                out.append((v, EdgeKind.NEVER_JOINED))
         elif seq > span[1]:
-            edge(v, EdgeKind.NEVER_JOINED)
+            out.append((v, EdgeKind.NEVER_JOINED))
         # else: seq inside or below v's window without an entry: a gap or a wrapped-out op
-    if not out:
-        for v in no_dump:
-            edge(v, EdgeKind.NO_DUMP)
-    return out
+    return out, no_dump
 
 
 def _p2p_edges(ctx: _Context, first: OpRef) -> list[Edge]:
