@@ -76,6 +76,9 @@ _NUMPY_TYPES = {pa.int64(): np.int64, pa.float64(): np.float64}
 # text is exponentially long (sub-lists shared through the memo) or nested 100,000 deep.
 _SCALARS = frozenset((int, float, bool, type(None)))
 _SEQUENCES = frozenset((list, tuple, type(None)))
+_ONLY_STR = frozenset((str,))
+_ONLY_BOOL = frozenset((bool,))
+_ONLY_TUPLE = frozenset((tuple,))
 # Leaves (tensor dimensions, dtype names) one sizes/dtypes column may expand to: 8,000 per
 # entry of a 2,000-entry dump. A pickle reaches far more by repeating one shared list.
 _MAX_LEAVES = 1 << 24
@@ -361,15 +364,20 @@ class _Columns:
         self.entries = entries
         self.problems: list[str] = []
 
+    def values(self, key: str) -> list[Any]:
+        """Every entry's ``key`` (None where absent)."""
+        try:  # every entry has the key (the usual case): one C-level pass
+            return list(map(itemgetter(key), self.entries))
+        except KeyError:
+            return [e.get(key) for e in self.entries]
+
     def take(self, key: str, type_: pa.DataType, alt: str | None = None) -> pa.Array:
         """Column ``key`` (or ``alt`` where ``key`` is absent), validated by Arrow."""
-        if alt is None:
-            try:  # every entry has the key (the usual case): one C-level pass
-                values = list(map(itemgetter(key), self.entries))
-            except KeyError:
-                values = [e.get(key) for e in self.entries]
-        else:
-            values = [e[key] if key in e else e.get(alt) for e in self.entries]
+        try:  # every entry has the key (the usual case): one C-level pass
+            values = list(map(itemgetter(key), self.entries))
+        except KeyError:
+            other = alt or key
+            values = [e[key] if key in e else e.get(other) for e in self.entries]
         return self.convert(key, values, type_)
 
     def convert(self, key: str, values: list[Any], type_: pa.DataType) -> pa.Array:
@@ -602,8 +610,10 @@ def _entries_batch(
     cols = _Columns(path, rank, entries)
     n = len(entries)
 
-    names = [e.get("profiling_name") for e in entries]
-    name_codes, name_values = _encode([x if isinstance(x, str) else None for x in names])
+    names = cols.values("profiling_name")
+    if not _ONLY_STR.issuperset(map(type, names)):
+        names = [x if isinstance(x, str) else None for x in names]
+    name_codes, name_values = _encode(names)
     bad_names = int((name_codes < 0).sum())
     if bad_names:
         cols.problems.append(f"{bad_names} entries have no profiling_name; their op is unknown")
@@ -615,22 +625,27 @@ def _entries_batch(
     is_send_recv = np.array([p[1] in ("send", "recv") for p in parts] + [False])[name_codes]
 
     pg_ids = cols.take("pg_id", pa.int64())
-    group_name, group_desc = _group_columns(
-        [e.get("process_group") for e in entries], pg_ids.to_pylist(), cols.problems
-    )
+    group_name, group_desc = _group_columns(cols.values("process_group"), pg_ids, cols.problems)
 
-    is_p2p_raw = [e.get("is_p2p") for e in entries]
-    is_p2p = [
-        v if isinstance(v, bool) else bool(o) for v, o in zip(is_p2p_raw, is_send_recv, strict=True)
-    ]
+    is_p2p_raw = cols.values("is_p2p")
+    if _ONLY_BOOL.issuperset(map(type, is_p2p_raw)):  # recorded for every entry (2.4+)
+        is_p2p = np.fromiter(is_p2p_raw, dtype=bool, count=n)
+    else:  # before 2.4, or damaged: send/recv by name
+        is_p2p = np.array(
+            [
+                v if isinstance(v, bool) else bool(o)
+                for v, o in zip(is_p2p_raw, is_send_recv, strict=True)
+            ],
+            dtype=bool,
+        )
 
     if n and "time_created_ns" not in entries[0] and "time_created_us" in entries[0]:
         created = [_us_to_ns(e.get("time_created_us")) for e in entries]
     else:
-        created = [e.get("time_created_ns") for e in entries]
+        created = cols.values("time_created_ns")
 
-    started = [e.get("time_discovered_started_ns") for e in entries]
-    completed = [e.get("time_discovered_completed_ns") for e in entries]
+    started = cols.values("time_discovered_started_ns")
+    completed = cols.values("time_discovered_completed_ns")
     if from_json:  # JSON writes 0 for "not observed"
         started = [None if v == 0 else v for v in started]
         completed = [None if v == 0 else v for v in completed]
@@ -712,12 +727,16 @@ def _gather_ints(codes: np.ndarray, values: list[int | None]) -> pa.Array:
 
 
 def _group_columns(
-    groups: list[Any], pg_ids: list[int | None], problems: list[str]
+    groups: list[Any], pg_id_column: pa.Array, problems: list[str]
 ) -> tuple[pa.Array, pa.Array]:
     """group_name, group_desc from ``process_group`` (2.x), else ``str(pg_id)`` (1.x, 2.2)."""
-    twins = [
-        g if g.__class__ is tuple else (tuple(g) if g.__class__ is list else None) for g in groups
-    ]
+    if _ONLY_TUPLE.issuperset(map(type, groups)):  # a pickle's (name, desc) pairs
+        twins = groups
+    else:
+        twins = [
+            g if g.__class__ is tuple else (tuple(g) if g.__class__ is list else None)
+            for g in groups
+        ]
     if None not in twins:  # every entry names its group: once per distinct pair
         index: dict[Any, int] = {}
         try:
@@ -738,7 +757,7 @@ def _group_columns(
     name: list[str | None] = []
     desc: list[str | None] = []
     bad = 0
-    for grp, pg_id in zip(groups, pg_ids, strict=True):
+    for grp, pg_id in zip(groups, pg_id_column.to_pylist(), strict=True):
         if isinstance(grp, list | tuple) and len(grp) >= 1:
             name.append(_label(grp[0]))
             desc.append(_label(grp[1]) if len(grp) > 1 else None)

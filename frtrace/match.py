@@ -225,8 +225,10 @@ def match(dumps: DumpSet, membership: Membership) -> MatchResult:
     frame["is_p2p"] = frame["is_p2p"].astype(bool) | frame["op"].isin(["send", "recv"])
     _mark_p2p_batches(frame)
 
-    coll = frame[~frame["is_p2p"] & frame["seq"].notna() & (frame["gid"] >= 0)]
+    is_coll = ~frame["is_p2p"] & frame["seq"].notna() & (frame["gid"] >= 0)
+    coll = frame if is_coll.all() else frame[is_coll]  # (no copy of 8M rows when all are)
     collectives = _drop_truncated_runs(dumps, frame, _logical_collectives(coll))
+    del coll
     consensus = _consensus(collectives)
     collectives, consensus = _settle_completion(dumps, membership, collectives, consensus)
     spans = collectives.groupby(["rank", "gid"], sort=True)["seq"].agg(["min", "max"])
@@ -285,51 +287,75 @@ def _mark_p2p_batches(frame: pd.DataFrame) -> None:
 
 
 def _logical_collectives(coll: pd.DataFrame) -> pd.DataFrame:
-    """One row per (rank, gid, seq); coalesced runs folded into one signature."""
+    """One row per (rank, gid, seq), in (gid, seq, rank) order; coalesced runs folded into
+    one signature.
+
+    One sort of the rows by (gid, seq, rank, row) puts each run's entries side by side, so
+    runs are found by comparing neighbours (no hash of 8M keys) and the rows that are not in
+    a run are taken once, already in the final order.
+    """
     keys = ["rank", "gid", "seq"]
-    dup = coll.duplicated(keys, keep=False)
-    single = coll[~dup]
+    gid = coll["gid"].to_numpy().astype(np.int64)
+    seq = coll["seq"].to_numpy(dtype=np.int64)  # (no nulls: coll holds collectives only)
+    rank = coll["rank"].to_numpy().astype(np.int64)
+    order = np.lexsort((coll["row"].to_numpy(), rank, seq, gid))
+    g, s, r = gid[order], seq[order], rank[order]
+    same = (g[1:] == g[:-1]) & (s[1:] == s[:-1]) & (r[1:] == r[:-1])
+    in_run = np.zeros(len(order), dtype=bool)
+    in_run[1:] |= same
+    in_run[:-1] |= same
+    if not in_run.any():  # no coalesced runs: every row is an op (the common case)
+        out = coll.take(order).reset_index(drop=True)
+        out["last_row"] = out["row"]
+        out["n_entries"] = 1
+        return out[_LOGICAL_COLUMNS]
+    single = coll.take(order[~in_run])
     out = single.assign(last_row=single["row"], n_entries=1)
-    if dup.any():
-        runs = coll[dup].sort_values("row")
-        # the run's signature: every member entry's op and sizes, in order (position-weighted
-        # so that two runs with the same entries in another order differ)
-        position = runs.groupby(keys, sort=False).cumcount().to_numpy().astype(np.uint64)
-        with np.errstate(over="ignore"):
-            part = (
-                runs["sig"].to_numpy().view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-                + runs["op_code"].to_numpy().astype(np.uint64) * np.uint64(0x632BE59BD9B4E019)
-            ) * (position * np.uint64(2) + np.uint64(1))
-        runs = runs.assign(part=part)
-        folded = runs.groupby(keys, sort=False).agg(
-            row=("row", "first"),
-            last_row=("row", "last"),
-            op=("op", "last"),  # the closing "*coalesced" entry names the run
-            op_code=("op_code", "last"),
-            sig=("part", "sum"),
-            done=("done", "any"),
-            state_rank=("state_rank", "max"),
-            created_ns=("created_ns", "first"),
-            n_entries=("row", "size"),
-        )
-        folded = folded.reset_index()
-        folded["sig"] = folded["sig"].to_numpy().astype(np.uint64).view(np.int64)
-        out = pd.concat([out, folded], ignore_index=True)
-    cols = [
-        "rank",
-        "gid",
-        "seq",
-        "row",
-        "last_row",
-        "op",
-        "op_code",
-        "sig",
-        "done",
-        "state_rank",
-        "created_ns",
-        "n_entries",
-    ]
-    return out[cols].sort_values(["gid", "seq", "rank"], kind="stable").reset_index(drop=True)
+    runs = coll.take(order[in_run])  # each run's entries together, in recorded order
+    # the run's signature: every member entry's op and sizes, in order (position-weighted
+    # so that two runs with the same entries in another order differ)
+    position = runs.groupby(keys, sort=False).cumcount().to_numpy().astype(np.uint64)
+    with np.errstate(over="ignore"):
+        part = (
+            runs["sig"].to_numpy().view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+            + runs["op_code"].to_numpy().astype(np.uint64) * np.uint64(0x632BE59BD9B4E019)
+        ) * (position * np.uint64(2) + np.uint64(1))
+    runs = runs.assign(part=part)
+    folded = runs.groupby(keys, sort=False).agg(
+        row=("row", "first"),
+        last_row=("row", "last"),
+        op=("op", "last"),  # the closing "*coalesced" entry names the run
+        op_code=("op_code", "last"),
+        sig=("part", "sum"),
+        done=("done", "any"),
+        state_rank=("state_rank", "max"),
+        created_ns=("created_ns", "first"),
+        n_entries=("row", "size"),
+    )
+    folded = folded.reset_index()
+    folded["sig"] = folded["sig"].to_numpy().astype(np.uint64).view(np.int64)
+    out = pd.concat([out, folded], ignore_index=True)
+    return (
+        out[_LOGICAL_COLUMNS]
+        .sort_values(["gid", "seq", "rank"], kind="stable")
+        .reset_index(drop=True)
+    )
+
+
+_LOGICAL_COLUMNS = [
+    "rank",
+    "gid",
+    "seq",
+    "row",
+    "last_row",
+    "op",
+    "op_code",
+    "sig",
+    "done",
+    "state_rank",
+    "created_ns",
+    "n_entries",
+]
 
 
 def _drop_truncated_runs(
