@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import replace
 
+import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
 
@@ -172,8 +173,10 @@ def _explain_missing(
 def _progress(membership: Membership, matched: MatchResult) -> tuple[GroupProgress, ...]:
     """Per group and member: highest seq entered and highest seq finished (by anyone)."""
     coll = matched.collectives
-    finished_rows = coll[coll["done"].astype(bool)]
-    top = finished_rows.groupby(["rank", "gid"])["seq"].max()
+    done = coll["done"].to_numpy(dtype=bool)  # (three columns, not a copy of the frame)
+    rank = coll["rank"].to_numpy()[done]
+    gid = coll["gid"].to_numpy()[done]
+    top = pd.Series(coll["seq"].to_numpy(dtype=np.int64)[done]).groupby([rank, gid]).max()
     finished = {
         (int(key[0]), int(key[1])): int(seq)
         for key, seq in zip(top.index.tolist(), top.tolist(), strict=True)

@@ -178,17 +178,26 @@ def _sig_columns(entries: pa.Table, op: np.ndarray, ops: list[str | None]) -> np
     uneven = family(UNEVEN_OPS)
     input_only = family(COMPARE_INPUT_ONLY)
     output_only = family(COMPARE_OUTPUT_ONLY)
-    # the root-only side is empty on non-roots (gather: output, scatter: input): skip it
-    sig_in = np.where(uneven | output_only, 0, sig("input_sig")).astype(np.uint64)
-    sig_out = np.where(uneven | input_only, 0, sig("output_sig")).astype(np.uint64)
-    dt_in = np.where(output_only, 0, sig("input_dtype_sig")).astype(np.uint64)
-    dt_out = np.where(input_only, 0, sig("output_dtype_sig")).astype(np.uint64)
+    # mixed = sig_in * A ^ sig_out * B ^ (dt_in * C ^ dt_out) * D, where the root-only side
+    # is empty on non-roots (gather: output, scatter: input) and skipped; built in place,
+    # one 8M-entry column at a time
     with np.errstate(over="ignore"):
-        mixed = (
-            sig_in * np.uint64(0x9E3779B97F4A7C15)
-            ^ sig_out * np.uint64(0xC2B2AE3D27D4EB4F)
-            ^ (dt_in * np.uint64(0x27D4EB2F165667C5) ^ dt_out) * np.uint64(0x165667B19E3779F9)
-        )
+        mixed = sig("input_dtype_sig")
+        mixed[output_only] = 0
+        mixed *= np.uint64(0x27D4EB2F165667C5)
+        part = sig("output_dtype_sig")
+        part[input_only] = 0
+        mixed ^= part
+        mixed *= np.uint64(0x165667B19E3779F9)
+        part = sig("input_sig")
+        part[uneven | output_only] = 0
+        part *= np.uint64(0x9E3779B97F4A7C15)
+        mixed ^= part
+        part = sig("output_sig")
+        part[uneven | input_only] = 0
+        part *= np.uint64(0xC2B2AE3D27D4EB4F)
+        mixed ^= part
+        del part
     out: np.ndarray = mixed.view(np.int64)
     return out
 
@@ -225,9 +234,14 @@ def match(dumps: DumpSet, membership: Membership) -> MatchResult:
     frame["is_p2p"] = frame["is_p2p"].astype(bool) | frame["op"].isin(["send", "recv"])
     _mark_p2p_batches(frame)
 
+    p2p_rows = frame[frame["is_p2p"] & (frame["gid"] >= 0)]
+    first_row = pd.Series(frame["row"].to_numpy()).groupby(frame["rank"].to_numpy()).min()
     is_coll = ~frame["is_p2p"] & frame["seq"].notna() & (frame["gid"] >= 0)
-    coll = frame if is_coll.all() else frame[is_coll]  # (no copy of 8M rows when all are)
-    collectives = _drop_truncated_runs(dumps, frame, _logical_collectives(coll))
+    # The frame (~60 bytes x 8M entries) is handed over, not copied, when every row is a
+    # collective: _logical_collectives consumes it column by column.
+    coll = frame if is_coll.all() else frame[is_coll]
+    del frame, is_coll
+    collectives = _drop_truncated_runs(dumps, first_row, _logical_collectives(coll))
     del coll
     consensus = _consensus(collectives)
     collectives, consensus = _settle_completion(dumps, membership, collectives, consensus)
@@ -238,7 +252,7 @@ def match(dumps: DumpSet, membership: Membership) -> MatchResult:
             spans.index.tolist(), spans["min"].tolist(), spans["max"].tolist(), strict=True
         )
     }
-    p2p = _p2p_ops(frame[frame["is_p2p"] & (frame["gid"] >= 0)], membership, entries)
+    p2p = _p2p_ops(p2p_rows, membership, entries)
     pending = _pending_collectives(collectives, consensus)
     pending_p2p = _pending_p2p(p2p)
     return MatchResult(
@@ -288,24 +302,33 @@ def _mark_p2p_batches(frame: pd.DataFrame) -> None:
 
 def _logical_collectives(coll: pd.DataFrame) -> pd.DataFrame:
     """One row per (rank, gid, seq), in (gid, seq, rank) order; coalesced runs folded into
-    one signature.
+    one signature. Consumes ``coll`` (its columns are taken out one by one).
 
     One sort of the rows by (gid, seq, rank, row) puts each run's entries side by side, so
     runs are found by comparing neighbours (no hash of 8M keys) and the rows that are not in
     a run are taken once, already in the final order.
     """
     keys = ["rank", "gid", "seq"]
-    gid = coll["gid"].to_numpy().astype(np.int64)
+    gid = coll["gid"].to_numpy()
     seq = coll["seq"].to_numpy(dtype=np.int64)  # (no nulls: coll holds collectives only)
-    rank = coll["rank"].to_numpy().astype(np.int64)
+    rank = coll["rank"].to_numpy()
     order = np.lexsort((coll["row"].to_numpy(), rank, seq, gid))
-    g, s, r = gid[order], seq[order], rank[order]
-    same = (g[1:] == g[:-1]) & (s[1:] == s[:-1]) & (r[1:] == r[:-1])
+    same = np.ones(max(len(order) - 1, 0), dtype=bool)
+    for column in (gid, seq, rank):  # neighbours in the sorted order with the same key
+        ordered = column[order]
+        same &= ordered[1:] == ordered[:-1]
+    del gid, seq, rank, ordered
     in_run = np.zeros(len(order), dtype=bool)
     in_run[1:] |= same
     in_run[:-1] |= same
+    del same
     if not in_run.any():  # no coalesced runs: every row is an op (the common case)
-        out = coll.take(order).reset_index(drop=True)
+        columns = {}
+        for name in _LOGICAL_COLUMNS:  # one column at a time, each freed once taken
+            if name in coll.columns:
+                columns[name] = coll[name].take(order).reset_index(drop=True)
+                del coll[name]
+        out = pd.DataFrame(columns)
         out["last_row"] = out["row"]
         out["n_entries"] = 1
         return out[_LOGICAL_COLUMNS]
@@ -359,13 +382,14 @@ _LOGICAL_COLUMNS = [
 
 
 def _drop_truncated_runs(
-    dumps: DumpSet, frame: pd.DataFrame, collectives: pd.DataFrame
+    dumps: DumpSet, first_row: pd.Series, collectives: pd.DataFrame
 ) -> pd.DataFrame:
     """Forget a coalesced run cut in half by the ring buffer.
 
     When a buffer wraps inside a coalesced run, the oldest surviving entries are its tail
     (often just the closing ``*_coalesced`` marker, with no sizes): comparing that with a
     peer's whole run would be a false mismatch. Only a wrapped rank's oldest op can be cut.
+    ``first_row``: each rank's first entry row.
     """
     files = dumps.files
     wrapped = [
@@ -377,12 +401,13 @@ def _drop_truncated_runs(
     ]
     if not wrapped:
         return collectives
-    first_row = frame[frame["rank"].isin(wrapped)].groupby("rank")["row"].min()
-    oldest = collectives["rank"].map(first_row)
+    oldest = collectives["rank"].map(first_row[first_row.index.isin(wrapped)])
     coalesced = (collectives["n_entries"] > 1) | collectives["op"].str.contains(
         "coalesced", case=False, regex=False
     )
     cut = (collectives["row"] == oldest) & coalesced
+    if not cut.any():
+        return collectives
     return collectives[~cut].reset_index(drop=True)
 
 
@@ -412,23 +437,28 @@ def _settle_completion(
         )
         if b == "gloo"
     }
-    gloo_group = (
-        collectives.assign(gloo=collectives["rank"].isin(gloo_ranks))
-        .groupby(["gid", "seq"])["gloo"]
-        .any()
-    )
-    consensus = consensus.join(gloo_group.rename("gloo"), on=["gid", "seq"])
+    keys = [collectives["gid"], collectives["seq"]]
+    if gloo_ranks:
+        gloo_group = collectives["rank"].isin(gloo_ranks).groupby(keys).any()
+        consensus = consensus.join(gloo_group.rename("gloo"), on=["gid", "seq"])
+    else:
+        consensus = consensus.assign(gloo=False)
     vouch = (
         consensus["consistent"].astype(bool)
         & consensus["done_any"].astype(bool)
         & (~consensus["gloo"].astype(bool) | consensus["gid"].isin(complete))
     )
     consensus = consensus.assign(vouch=vouch)
-    merged = collectives.join(consensus.set_index(["gid", "seq"])["vouch"], on=["gid", "seq"])
-    collectives = collectives.assign(
-        done=merged["done"].astype(bool) | merged["vouch"].astype(bool)
+    # (column by column: the collectives frame is ~60 bytes x 8M rows, never copied whole)
+    vouched = (
+        collectives[["gid", "seq"]]
+        .merge(consensus[["gid", "seq", "vouch"]], on=["gid", "seq"], how="left")["vouch"]
+        .fillna(False)
+        .to_numpy(dtype=bool)
     )
-    finished = collectives.groupby(["gid", "seq"])["done"].all().rename("finished")
+    collectives["done"] = collectives["done"].to_numpy(dtype=bool) | vouched
+    del vouched
+    finished = collectives["done"].groupby(keys).all().rename("finished")
     consensus = consensus.join(finished, on=["gid", "seq"]).drop(columns=["gloo", "vouch"])
     return collectives, consensus
 
