@@ -304,65 +304,81 @@ def _logical_collectives(coll: pd.DataFrame) -> pd.DataFrame:
     """One row per (rank, gid, seq), in (gid, seq, rank) order; coalesced runs folded into
     one signature. Consumes ``coll`` (its columns are taken out one by one).
 
-    One sort of the rows by (gid, seq, rank, row) puts each run's entries side by side, so
-    runs are found by comparing neighbours (no hash of 8M keys) and the rows that are not in
-    a run are taken once, already in the final order.
+    One sort of the rows by (gid, seq, rank, row) puts each run's entries side by side; every
+    logical op is then a segment of that order (one row, or a run), and each output column is
+    one gather or one segment reduction: no hash of 8M keys, no copy of the whole frame.
     """
-    keys = ["rank", "gid", "seq"]
     gid = coll["gid"].to_numpy()
     seq = coll["seq"].to_numpy(dtype=np.int64)  # (no nulls: coll holds collectives only)
     rank = coll["rank"].to_numpy()
     order = np.lexsort((coll["row"].to_numpy(), rank, seq, gid))
-    same = np.ones(max(len(order) - 1, 0), dtype=bool)
-    for column in (gid, seq, rank):  # neighbours in the sorted order with the same key
+    n = len(order)
+    start = np.zeros(n, dtype=bool)  # the first row of each logical op, in sorted order
+    start[:1] = True
+    for column in (gid, seq, rank):
         ordered = column[order]
-        same &= ordered[1:] == ordered[:-1]
+        start[1:] |= ordered[1:] != ordered[:-1]
     del gid, seq, rank, ordered
-    in_run = np.zeros(len(order), dtype=bool)
-    in_run[1:] |= same
-    in_run[:-1] |= same
-    del same
-    if not in_run.any():  # no coalesced runs: every row is an op (the common case)
-        columns = {}
-        for name in _LOGICAL_COLUMNS:  # one column at a time, each freed once taken
-            if name in coll.columns:
-                columns[name] = coll[name].take(order).reset_index(drop=True)
-                del coll[name]
-        out = pd.DataFrame(columns)
-        out["last_row"] = out["row"]
-        out["n_entries"] = 1
-        return out[_LOGICAL_COLUMNS]
-    single = coll.take(order[~in_run])
-    out = single.assign(last_row=single["row"], n_entries=1)
-    runs = coll.take(order[in_run])  # each run's entries together, in recorded order
-    # the run's signature: every member entry's op and sizes, in order (position-weighted
-    # so that two runs with the same entries in another order differ)
-    position = runs.groupby(keys, sort=False).cumcount().to_numpy().astype(np.uint64)
-    with np.errstate(over="ignore"):
-        part = (
-            runs["sig"].to_numpy().view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-            + runs["op_code"].to_numpy().astype(np.uint64) * np.uint64(0x632BE59BD9B4E019)
-        ) * (position * np.uint64(2) + np.uint64(1))
-    runs = runs.assign(part=part)
-    folded = runs.groupby(keys, sort=False).agg(
-        row=("row", "first"),
-        last_row=("row", "last"),
-        op=("op", "last"),  # the closing "*coalesced" entry names the run
-        op_code=("op_code", "last"),
-        sig=("part", "sum"),
-        done=("done", "any"),
-        state_rank=("state_rank", "max"),
-        created_ns=("created_ns", "first"),
-        n_entries=("row", "size"),
-    )
-    folded = folded.reset_index()
-    folded["sig"] = folded["sig"].to_numpy().astype(np.uint64).view(np.int64)
-    out = pd.concat([out, folded], ignore_index=True)
-    return (
-        out[_LOGICAL_COLUMNS]
-        .sort_values(["gid", "seq", "rank"], kind="stable")
-        .reset_index(drop=True)
-    )
+    first = np.flatnonzero(start)
+    del start
+    last = np.append(first[1:], n) - 1 if n else first
+    runs = bool(n) and bool((last > first).any())
+
+    def take(name: str, at: np.ndarray) -> np.ndarray:
+        values: np.ndarray = coll[name].to_numpy()[order[at]]
+        return values
+
+    out: dict[str, Any] = {}
+    out["rank"] = take("rank", first)
+    out["gid"] = take("gid", first)
+    out["seq"] = coll["seq"].take(order[first]).reset_index(drop=True)
+    out["row"] = take("row", first)
+    out["last_row"] = take("row", last)
+    out["op"] = coll["op"].take(order[last]).reset_index(drop=True)  # a run's closing entry
+    out["op_code"] = take("op_code", last)
+    sig = take("sig", first)
+    if runs:
+        # the run's signature: every member entry's op and sizes, in order (position-weighted
+        # so that two runs with the same entries in another order differ)
+        segment = np.repeat(np.arange(len(first)), last - first + 1)
+        position = (np.arange(n) - first[segment]).astype(np.uint64)
+        with np.errstate(over="ignore"):
+            part = (
+                coll["sig"].to_numpy()[order].view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+                + coll["op_code"].to_numpy()[order].astype(np.uint64)
+                * np.uint64(0x632BE59BD9B4E019)
+            ) * (position * np.uint64(2) + np.uint64(1))
+        folded = np.add.reduceat(part, first).view(np.int64)
+        sig = np.where(last > first, folded, sig)
+        del segment, position, part, folded
+    out["sig"] = sig
+    done = coll["done"].to_numpy(dtype=bool)[order]
+    out["done"] = np.logical_or.reduceat(done, first) if runs else done
+    del done
+    state = coll["state_rank"].to_numpy()[order]
+    out["state_rank"] = np.maximum.reduceat(state, first) if runs else state
+    del state
+    out["created_ns"] = _first_valid(coll["created_ns"], order, first, last)
+    out["n_entries"] = (last - first + 1).astype(np.int64)
+    for name in list(coll.columns):  # consumed
+        del coll[name]
+    return pd.DataFrame(out)[_LOGICAL_COLUMNS]
+
+
+def _first_valid(
+    column: pd.Series, order: np.ndarray, first: np.ndarray, last: np.ndarray
+) -> pd.Series:
+    """Per segment [first, last] of ``order``: the first non-null value (as pandas' "first")."""
+    values = column.to_numpy(dtype=np.int64, na_value=0)[order]
+    valid = column.notna().to_numpy()[order]
+    if valid[first].all() or not len(first):
+        return pd.Series(pd.array(values[first], dtype="Int64"))
+    candidate = np.where(valid, np.arange(len(order)), len(order))
+    at = np.minimum.reduceat(candidate, first)
+    found = at <= last
+    picked = pd.array(np.where(found, values[np.minimum(at, len(order) - 1)], 0), dtype="Int64")
+    picked[~found] = pd.NA
+    return pd.Series(picked)
 
 
 _LOGICAL_COLUMNS = [

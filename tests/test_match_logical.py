@@ -1,0 +1,99 @@
+"""Logical collectives (one row per rank, group and seq; coalesced runs folded) computed with
+segment reductions equal the plain pandas group-by they replaced (kept here as the oracle)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from frsim import Fault, FaultKind, JobSpec, simulate, write_dumps
+from frtrace import match as match_module
+from frtrace.groups import resolve_groups
+from frtrace.tables import load_dumps
+
+KEYS = ["rank", "gid", "seq"]
+
+
+def _reference(coll: pd.DataFrame) -> pd.DataFrame:
+    """The pandas implementation (hash of every key, group-by aggregation)."""
+    dup = coll.duplicated(KEYS, keep=False)
+    single = coll[~dup]
+    out = single.assign(last_row=single["row"], n_entries=1)
+    if dup.any():
+        runs = coll[dup].sort_values("row")
+        position = runs.groupby(KEYS, sort=False).cumcount().to_numpy().astype(np.uint64)
+        with np.errstate(over="ignore"):
+            part = (
+                runs["sig"].to_numpy().view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+                + runs["op_code"].to_numpy().astype(np.uint64) * np.uint64(0x632BE59BD9B4E019)
+            ) * (position * np.uint64(2) + np.uint64(1))
+        runs = runs.assign(part=part)
+        folded = runs.groupby(KEYS, sort=False).agg(
+            row=("row", "first"),
+            last_row=("row", "last"),
+            op=("op", "last"),
+            op_code=("op_code", "last"),
+            sig=("part", "sum"),
+            done=("done", "any"),
+            state_rank=("state_rank", "max"),
+            created_ns=("created_ns", "first"),
+            n_entries=("row", "size"),
+        )
+        folded = folded.reset_index()
+        folded["sig"] = folded["sig"].to_numpy().astype(np.uint64).view(np.int64)
+        out = pd.concat([out, folded], ignore_index=True)
+    cols = match_module._LOGICAL_COLUMNS
+    return out[cols].sort_values(["gid", "seq", "rank"], kind="stable").reset_index(drop=True)
+
+
+JOBS = {
+    "3d coalesced and p2p": JobSpec(world_size=16, tp=2, pp=2, steps=6, buffer_size=2000),
+    "3d wrapped": JobSpec(world_size=16, tp=2, pp=2, steps=12, buffer_size=90),
+    "uneven wraps": JobSpec(
+        world_size=8, tp=2, pp=2, steps=10, buffer_size=tuple(60 + 7 * r for r in range(8))
+    ),
+    "stalled": JobSpec(
+        world_size=8,
+        tp=2,
+        pp=2,
+        steps=8,
+        fault=Fault(kind=FaultKind.HOST_STALL, rank=3, step=5),
+    ),
+    "collectives only": JobSpec(world_size=8, tp=4, steps=5, coalesced=False, batched_p2p=False),
+}
+
+
+@pytest.mark.parametrize("name", list(JOBS))
+def test_segments_equal_group_by(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    write_dumps(simulate(JOBS[name]), tmp_path / "d")
+    dumps = load_dumps(tmp_path / "d")
+    seen: list[tuple[pd.DataFrame, pd.DataFrame]] = []
+    real = match_module._logical_collectives
+
+    def both(coll: pd.DataFrame) -> pd.DataFrame:
+        expected = _reference(coll.copy())
+        got = real(coll)
+        seen.append((got, expected))
+        return got
+
+    monkeypatch.setattr(match_module, "_logical_collectives", both)
+    match_module.match(dumps, resolve_groups(dumps))
+    ((got, expected),) = seen
+    assert len(got) > 0
+    if name != "collectives only":
+        assert (got["n_entries"] > 1).any()  # runs were folded
+    pd.testing.assert_frame_equal(got, expected, check_categorical=True)
+
+
+def test_first_valid_skips_nulls_like_pandas_first() -> None:
+    column = pd.Series(pd.array([None, 5, 7, None, None, 3], dtype="Int64"))
+    order = np.array([0, 1, 2, 3, 4, 5])
+    first = np.array([0, 2, 3, 5])
+    last = np.array([1, 2, 4, 5])
+    got = match_module._first_valid(column, order, first, last)
+    assert got.tolist() == [5, 7, pd.NA, 3]
