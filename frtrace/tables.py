@@ -262,8 +262,10 @@ class _Dictionary:
                 self.values.append(value)
             remap[j] = at
         remap[len(local)] = -1  # null
-        codes = chunk.indices.fill_null(len(local)).to_numpy(zero_copy_only=False)
-        self.parts.append(remap[codes])
+        indices = chunk.indices
+        if indices.null_count:
+            indices = indices.fill_null(len(local))
+        self.parts.append(remap[indices.to_numpy(zero_copy_only=False)])
 
     def finish(self, type_: pa.DictionaryType) -> pa.DictionaryArray:
         codes = np.concatenate(self.parts) if self.parts else np.zeros(0, dtype=np.int32)
@@ -342,11 +344,15 @@ def _remap_stacks(parsed: ParsedDump, interned: dict[Stack, int]) -> pa.RecordBa
         count=len(parsed.stacks),
     )
     local = batch.column("stack_id")
-    valid = local.is_valid()
-    filled = local.fill_null(0).to_numpy(zero_copy_only=False)
-    remapped = pa.array(
-        mapping[filled], type=pa.int32(), mask=~valid.to_numpy(zero_copy_only=False)
-    )
+    if local.null_count:
+        valid = local.is_valid().to_numpy(zero_copy_only=False)
+        remapped = pa.array(
+            mapping[local.fill_null(0).to_numpy(zero_copy_only=False)],
+            type=pa.int32(),
+            mask=~valid,
+        )
+    else:
+        remapped = pa.array(mapping[local.to_numpy()], type=pa.int32())
     idx = batch.schema.get_field_index("stack_id")
     return batch.set_column(idx, "stack_id", remapped)
 
