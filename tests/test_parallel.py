@@ -57,3 +57,15 @@ def test_streamed_tables_equal_tables_built_at_once(
     assert streamed.stacks.equals(at_once.stacks)
     assert streamed.unreadable_ranks == at_once.unreadable_ranks == (4,)
     assert streamed.entries.column("input_sizes").num_chunks == 1
+
+
+def test_in_process_fallback_streams_in_order_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where no worker process can be started, files are read here, still handed over."""
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(parallel._WatchedPool, "start", lambda self: None)
+    candidates = discover(_set_with_damage(tmp_path)).candidates
+    seen: list[int] = []
+    parallel.parse_candidates(candidates, jobs=2, consume=lambda i, r: seen.append(i))
+    assert seen == list(range(len(candidates)))
