@@ -18,6 +18,7 @@ import typer
 
 from frtrace.errors import FrtraceError, InputError
 from frtrace.exitcodes import EXIT_INPUT, EXIT_OK, EXIT_PROBLEM
+from frtrace.printable import printable
 
 if TYPE_CHECKING:
     from frtrace.findings import Report
@@ -75,15 +76,20 @@ class EnvFormat(StrEnum):
     ENV = "env"
 
 
+def _echo(text: str, *, err: bool = False, nl: bool = True) -> None:
+    """typer.echo, with control characters from dumps shown as escapes (see printable)."""
+    typer.echo(printable(text), err=err, nl=nl)
+
+
 def _fail(message: object) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
+    _echo(f"error: {message}", err=True)
     return typer.Exit(code=EXIT_INPUT)
 
 
 def _print_load_problems(dumps: DumpSet) -> None:
     for problem in dumps.problems:
         prefix = "error" if problem.fatal else "warning"
-        typer.echo(f"{prefix}: {problem.message}", err=True)
+        _echo(f"{prefix}: {problem.message}", err=True)
 
 
 def _parse_ranks(text: str | None, flag: str) -> tuple[int, ...] | None:
@@ -131,7 +137,7 @@ def _renderer(fmt: Format) -> Callable[[Report, Selection | None], str]:
 
 def _write(path: Path, text: str) -> None:
     try:
-        path.write_text(text, encoding="utf-8")
+        path.write_text(printable(text), encoding="utf-8")
     except OSError as exc:
         raise _fail(f"{path}: cannot write the report ({exc.strerror})") from None
 
@@ -185,14 +191,14 @@ def analyze(
     if output is not None:
         _write(output, text)
     if quiet or output is not None:
-        typer.echo(headline(report))
+        _echo(headline(report))
         if output is not None and not quiet:
-            typer.echo(f"report written to {output}")
+            _echo(f"report written to {output}")
     else:
-        typer.echo(text, nl=False)
+        _echo(text, nl=False)
     absent = incomplete_ranks(report)
     if absent and not allow_partial and not quiet:
-        typer.echo(
+        _echo(
             f"frtrace: no readable dump for {len(absent)} of {report.world_size} ranks "
             f"({format_ranks(absent)}): exit code 1 for that alone; pass --allow-partial to "
             "accept a partial set",
@@ -242,7 +248,7 @@ def show(
     except FrtraceError as exc:
         raise _fail(exc) from None
     _print_load_problems(dumps)
-    typer.echo(text, nl=False)
+    _echo(text, nl=False)
 
 
 @app.command()
@@ -305,7 +311,7 @@ def check(
             raise _fail("--write needs --expect FILE: the file to write")
         _, report = _load_and_analyze(dump_dir, jobs)
         _write(expect, dumps_compact(expectation_from_report(report)) + "\n")
-        typer.echo(f"wrote {expect}: review it, remove what you do not want pinned, commit it")
+        _echo(f"wrote {expect}: review it, remove what you do not want pinned, commit it")
         raise typer.Exit(code=EXIT_OK)
     wanted: dict[str, object] = {}
     if expect is not None:
@@ -323,13 +329,13 @@ def check(
     diffs = compare(report, wanted)
     culprits = format_ranks(report.culprit_ranks) if report.culprit_ranks else "none"
     if not diffs:
-        typer.echo(f"check passed: verdict {report.verdict}, culprit ranks {culprits}")
+        _echo(f"check passed: verdict {report.verdict}, culprit ranks {culprits}")
         raise typer.Exit(code=EXIT_OK)
-    typer.echo(f"check failed: {len(diffs)} difference{'s' if len(diffs) > 1 else ''}")
+    _echo(f"check failed: {len(diffs)} difference{'s' if len(diffs) > 1 else ''}")
     for d in diffs:
-        typer.echo(f"  {d}")
+        _echo(f"  {d}")
     for f in report.findings[:5]:
-        typer.echo(f"  [{f.code}] {f.summary}")
+        _echo(f"  [{f.code}] {f.summary}")
     raise typer.Exit(code=EXIT_PROBLEM)
 
 
@@ -362,7 +368,7 @@ def env(
         version = parse_version(torch_version) if torch_version else None
     except ValueError as exc:
         raise _fail(f"--torch: {exc}") from None
-    typer.echo(
+    _echo(
         render_env(dump_dir, torch_version=version, buffer_size=buffer_size, fmt=str(fmt)),
         nl=False,
     )
@@ -381,7 +387,7 @@ def summary(dump_dir: DirOption, jobs: JobsOption = None) -> None:
         dumps = load_dumps(dump_dir, jobs=jobs, progress=True)
     except FrtraceError as exc:
         raise _fail(exc) from None
-    typer.echo(render_summary(dumps), nl=False)
+    _echo(render_summary(dumps), nl=False)
 
 
 @app.command()
@@ -404,7 +410,7 @@ def export(
         raise _fail(exc) from None
     _print_load_problems(dumps)
     for path, rows in written:
-        typer.echo(f"{path}  ({rows} rows)")
+        _echo(f"{path}  ({rows} rows)")
 
 
 def main() -> None:

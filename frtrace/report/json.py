@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from frtrace.findings import Finding, GroupProgress, GroupRef, OpSignature, Report, Straggler
+from frtrace.printable import json_safe
 from frtrace.report.common import headline
 from frtrace.report.nextsteps import finding_steps, next_steps
 from frtrace.report.select import Selection
@@ -132,7 +133,7 @@ def dumps_compact(value: Any, indent: int = 2, _level: int = 0) -> str:
     """
     pad = " " * (indent * (_level + 1))
     end = " " * (indent * _level)
-    one_line = json.dumps(value, ensure_ascii=False)
+    one_line = json_safe(json.dumps(value, ensure_ascii=False))
     numbers = isinstance(value, list) and all(
         v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in value
     )
@@ -142,7 +143,8 @@ def dumps_compact(value: Any, indent: int = 2, _level: int = 0) -> str:
         return one_line
     if isinstance(value, dict):
         items = [
-            f"{pad}{json.dumps(str(k), ensure_ascii=False)}: {dumps_compact(v, indent, _level + 1)}"
+            f"{pad}{json_safe(json.dumps(str(k), ensure_ascii=False))}: "
+            f"{dumps_compact(v, indent, _level + 1)}"
             for k, v in value.items()
         ]
         return "{\n" + ",\n".join(items) + "\n" + end + "}"

@@ -1,0 +1,34 @@
+"""Text from dumps made safe to print: control characters spelled out.
+
+A dump's strings (frame names, file names, group names, thread names, profiling names) reach
+the terminal report. A crafted or damaged dump could hold terminal escape sequences (ESC
+moves the cursor, rewrites lines, sets the window title...) or Unicode bidirectional
+controls (text that reads differently than it is). Every line frtrace prints or writes as
+text goes through ``printable``: such characters are shown as escapes, never interpreted.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["json_safe", "printable"]
+
+# C0 controls but tab and newline, DEL, C1 controls, and the bidirectional formatting marks.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character other than tab and newline escaped."""
+    return _UNSAFE.sub(_escape, text)
+
+
+def json_safe(text: str) -> str:
+    """JSON text (from ``json.dumps(..., ensure_ascii=False)``) with the same characters as
+    ``\\uXXXX`` escapes: still valid JSON, decoding to the same strings, and left alone by
+    ``printable``. (Outside strings JSON text has no such characters.)"""
+    return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
