@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from tabulate import tabulate
 
 from frtrace.ranges import format_ranks
@@ -37,7 +39,7 @@ def render_summary(dumps: DumpSet) -> str:
     out = [
         f"{dumps.directory}: {len(dumps.loaded_ranks)} of {dumps.world.size} ranks loaded, "
         f"{dumps.entries.num_rows} entries, {dumps.stacks.num_rows} distinct stacks, "
-        f"{len(set(dumps.entries.column('group_name').to_pylist()))} process groups",
+        f"{_distinct(dumps.entries.column('group_name'))} process groups",
         "",
         tabulate(
             rows,
@@ -61,3 +63,12 @@ def render_summary(dumps: DumpSet) -> str:
     for s in dumps.skipped:
         out.append(f"skipped {s.path}: {s.reason}")
     return "\n".join(out).rstrip() + "\n"
+
+
+def _distinct(column: pa.ChunkedArray) -> int:
+    """Distinct non-null values of a dictionary column, from its codes (not 8M strings)."""
+    values: set[object] = set()
+    for chunk in column.chunks:
+        used = pc.unique(chunk.indices).drop_null()
+        values.update(chunk.dictionary.take(used).to_pylist())
+    return len(values)
