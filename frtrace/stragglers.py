@@ -62,7 +62,13 @@ def find_stragglers(
     full_key = full["gid"].to_numpy().astype(np.int64) * width + full["seq"].to_numpy(
         dtype=np.int64, na_value=-1
     )
-    created = coll["created_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
+    # (relative to the earliest: ns since the epoch are ~1.8e18, past float64's 2^53, so
+    # absolute times in float64 would round ops 100 ns apart to the same instant)
+    created_ns = coll["created_ns"]
+    base = created_ns.min()
+    created = (created_ns - (0 if pd.isna(base) else base)).to_numpy(
+        dtype=np.float64, na_value=np.nan
+    )
     eligible = np.isin(key, full_key) & ~np.isnan(created)
     if not eligible.any():
         return ()
@@ -133,7 +139,8 @@ def _roots_of_lateness(
     of their first late arrival, a candidate that shares a group (other than one spanning
     the whole job) with an earlier straggler, or with a rank already explained by one, is
     explained too: in each set of candidates linked by shared groups, the one late first is
-    the root (two independent stragglers that share a group are reported as one).
+    the root (two independent stragglers that share a group are reported as one); of those
+    late first at the same instant, the one late most often.
     """
     shared: dict[int, set[int]] = {}
     for gid, g in enumerate(membership.groups):
@@ -149,7 +156,8 @@ def _roots_of_lateness(
                 linked.add_edge(a, b)
     roots = []
     for component in nx.connected_components(linked):
-        first = min(component, key=lambda r: (by_rank[r][0], r))
+        # the first late; at the same instant, the one late most often
+        first = min(component, key=lambda r: (by_rank[r][0], -by_rank[r][2], r))
         _, rank, n, late_ms = by_rank[first]
         roots.append((rank, n, late_ms))
     return sorted(roots)

@@ -3,6 +3,9 @@
 The analysis must name exactly the injected root cause, no culprit on fault-free jobs, and give
 the same answer whatever order the files are listed in. Run longer locally with
 ``FRTRACE_EXAMPLES=1000 python3 -m pytest tests/test_properties.py``.
+
+The examples are derandomized (the same ones on every run), so CI passes or fails for the
+code, not for the luck of the draw; ``FRTRACE_RANDOM=1`` draws new ones to explore.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from frtrace.findings import Confidence, FindingKind, Verdict
 from frtrace.pipeline import analyze
 
 EXAMPLES = int(os.environ.get("FRTRACE_EXAMPLES", "40"))
+DERANDOMIZE = os.environ.get("FRTRACE_RANDOM", "") in ("", "0")
 MESHES = [(4, 1, 1), (4, 2, 2), (8, 2, 2), (8, 4, 2), (8, 1, 2), (16, 2, 2), (16, 4, 1)]
 KINDS = [None, *FaultKind]
 
@@ -57,7 +61,12 @@ def jobs(draw: st.DrawFn) -> JobSpec:
     )
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    derandomize=DERANDOMIZE,
+)
 @given(
     spec=jobs(), version=st.sampled_from(["2.10", "2.4"]), fmt=st.sampled_from(["pickle", "json"])
 )
@@ -91,7 +100,7 @@ def test_names_exactly_the_injected_root_cause(spec: JobSpec, version: str, fmt:
                 assert [s.rank for s in report.stragglers] == list(truth.straggler_ranks)
 
 
-@settings(max_examples=max(5, EXAMPLES // 4), deadline=None)
+@settings(max_examples=max(5, EXAMPLES // 4), deadline=None, derandomize=DERANDOMIZE)
 @given(spec=jobs(), seed=st.integers(0, 1000))
 def test_answer_does_not_depend_on_file_order(spec: JobSpec, seed: int) -> None:
     """Files spread over shuffled subdirectories give the same report."""
