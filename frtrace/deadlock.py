@@ -7,7 +7,8 @@ they entered A and B in different orders. Which rank is wrong is decided, in thi
    that is blocked in one of the two ops "votes" for the order it used; the smaller side
    changed the order (with async NCCL, one rank that enqueued the default group's all_reduce
    early holds up a whole mesh of ranks that all kept the usual order);
-2. history, when the vote is a tie (two ranks): a rank whose buffer shows it entered the same
+2. history, when the vote is a tie (two ranks) or there is no vote (a cycle through three or
+   more groups, each pair sharing one rank): a rank whose buffer shows it entered the same
    two groups in the other order at the previous step is the one that changed;
 3. for ranks blocked in send/recv with each other (a pipeline where one rank skipped a recv),
    the rank whose pending op breaks the pattern it repeated with that peer every step, or,
@@ -84,7 +85,10 @@ def _order_conflicts(
 
 
 def _deviators(
-    membership: Membership, matched: MatchResult, component: tuple[int, ...]
+    membership: Membership,
+    matched: MatchResult,
+    component: tuple[int, ...],
+    cycle: tuple[int, ...] = (),
 ) -> tuple[tuple[int, ...], str, list[str]]:
     """Ranks that changed the order, why, and the conflicts in words."""
     culprits: set[int] = set()
@@ -109,12 +113,43 @@ def _deviators(
             culprits.update(moved)
             reasons.append("their order at the previous step")
     if not culprits:
+        culprits = _cycle_history(matched, cycle)
+        if culprits:
+            reasons.append("each rank's order at the previous step")
+    if not culprits:
         culprits = _early_movers(membership, matched, component)
         if culprits:
             reasons.append("one op entered early by fewer ranks than the ops others entered")
     if not culprits:
         return (), "", words
     return tuple(sorted(culprits)), "decided by " + " and ".join(sorted(set(reasons))), words
+
+
+def _cycle_history(matched: MatchResult, cycle: tuple[int, ...]) -> set[int]:
+    """History along the cycle, for cycles through three or more groups (A=[0,1], B=[1,2],
+    C=[2,0]), where no two groups share a blocked rank, so no pair of groups can vote.
+
+    Each rank b of the cycle is blocked in its op while the rank a before it waits for b in
+    another op: b entered its own op before a's. If b's buffer shows the other order at the
+    previous step (seq - 1 of each), b changed its order; the ranks that kept theirs confirm
+    it. Empty when no rank changed, or none kept its order to compare with.
+    """
+    moved: set[int] = set()
+    kept: set[int] = set()
+    for a, b in _pairs(cycle):
+        waiting = matched.blocked.get(a)
+        holding = matched.blocked.get(b)
+        if waiting is None or holding is None:
+            continue
+        other, mine = _key(waiting), _key(holding)
+        if other is None or mine is None or other[0] == mine[0]:
+            continue
+        changed = _changed_order(matched, b, mine, other)
+        if changed:
+            moved.add(b)
+        elif changed is False:
+            kept.add(b)
+    return moved if moved and kept else set()
 
 
 def _early_movers(
@@ -273,7 +308,7 @@ def find_deadlocks(
             op = signature_at(dumps, blocked.row).op if blocked is not None else "?"
             seq = f" #{data['seq']}" if data["seq"] is not None else ""
             steps.append(f"rank {a} is in {op}{seq} of {group.label}, waiting for rank {b}")
-        deviators, why, conflicts = _deviators(membership, matched, component)
+        deviators, why, conflicts = _deviators(membership, matched, component, cycle)
         if not deviators:
             p2p_culprits = _p2p_deviators(membership, matched, component)
             if p2p_culprits:

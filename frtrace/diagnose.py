@@ -38,6 +38,7 @@ from frtrace.ranges import format_ranks
 from frtrace.signatures import call_site, entry_at, signature_at
 from frtrace.stragglers import find_stragglers
 from frtrace.tables import DumpSet
+from frtrace.unrecorded import unrecorded_finding, unrecorded_ops
 from frtrace.waitgraph import Edge, EdgeKind, WaitGraph, build_wait_graph, victims_of
 
 __all__ = ["diagnose"]
@@ -55,11 +56,15 @@ def diagnose(dumps: DumpSet) -> Report:
     membership = resolve_groups(dumps)
     matched = match(dumps, membership)
     waits = build_wait_graph(dumps, membership, matched)
+    unrecorded = unrecorded_ops(dumps, membership)
     findings = find_mismatches(dumps, membership, matched)
-    findings += _hang_findings(dumps, membership, matched, waits)
+    findings += _hang_findings(dumps, membership, matched, waits, unrecorded)
     findings += find_deadlocks(dumps, membership, matched, waits)
     findings += _stuck_findings(dumps, membership, matched, waits)
     findings, presumed = _explain_missing(findings, membership, waits, set(dumps.loaded_ranks))
+    hidden = unrecorded_finding(membership, unrecorded)
+    if hidden is not None:
+        findings.append(hidden)
     stragglers = find_stragglers(dumps, membership, matched)
     findings.sort(key=Finding.sort_key)
 
@@ -80,8 +85,10 @@ def diagnose(dumps: DumpSet) -> Report:
         verdict = Verdict.DESYNC
     elif errors:
         verdict = Verdict.HANG
-    elif any(f.kind == FindingKind.STUCK_IN_COLLECTIVE for f in findings) or _unexplained(
-        matched, waits
+    elif (
+        any(f.kind == FindingKind.STUCK_IN_COLLECTIVE for f in findings)
+        or _unexplained(matched, waits)
+        or hidden is not None  # every recorded op finished, but a send/recv may not have
     ):
         verdict = Verdict.CANNOT_TELL
     elif stragglers:
@@ -212,7 +219,11 @@ def _in_sink_cycle(waits: WaitGraph) -> set[int]:
 
 
 def _hang_findings(
-    dumps: DumpSet, membership: Membership, matched: MatchResult, waits: WaitGraph
+    dumps: DumpSet,
+    membership: Membership,
+    matched: MatchResult,
+    waits: WaitGraph,
+    unrecorded: dict[tuple[int, int], int],
 ) -> list[Finding]:
     """One finding per (kind, op waited in) over the edges that end at a root cause."""
     roots = set(waits.roots)
@@ -231,7 +242,9 @@ def _hang_findings(
         grouped.items(),
         key=lambda kv: (kv[0][0], kv[0][1], -1 if kv[0][2] is None else kv[0][2], kv[0][3] or -1),
     ):
-        findings.append(_hang_finding(dumps, membership, matched, waits, kind, gid, seq, edges))
+        findings.append(
+            _hang_finding(dumps, membership, matched, waits, kind, gid, seq, edges, unrecorded)
+        )
     return findings
 
 
@@ -262,6 +275,7 @@ def _hang_finding(
     gid: int,
     seq: int | None,
     edges: list[Edge],
+    unrecorded: dict[tuple[int, int], int],
 ) -> Finding:
     group = membership.groups[gid]
     culprits = tuple(sorted({e.target for e in edges}))
@@ -302,12 +316,41 @@ def _hang_finding(
         elif any(m not in loaded for m in group.members):
             confidence, why = Confidence.MEDIUM, "some members of the group have no dump"
         evidence.extend(_pg_status_evidence(dumps, group.name, culprits[:4], seq))
-        host = [c for c in culprits if c in actual and _all_done(matched, c)]
+        done = [c for c in culprits if c in actual and _all_done(matched, c)]
+        hidden = [c for c in done if any(r == c for r, _ in unrecorded)]
+        unretired = {c: row for c in done if (row := _unretired_newest(dumps, c)) is not None}
+        host = [c for c in done if c not in hidden and c not in unretired]
+        if unretired:
+            newest = signature_at(dumps, next(iter(unretired.values())))
+            evidence.append(
+                f"rank{'s' if len(unretired) > 1 else ''} {format_ranks(sorted(unretired))}: "
+                f"newest op {newest.op} not retired, though other members finished it: "
+                "stuck in host code after it (if Gloo retired it late), or still inside it "
+                "(an op its members disagree on can finish on some of them only, e.g. a "
+                "broadcast from another root: the recorder does not record the root)"
+            )
+            confidence, why = (
+                Confidence.MEDIUM,
+                "the named ranks' newest op is not retired while other members finished it; "
+                "Gloo does not record whether they are still inside it",
+            )
         if host:
             evidence.append(
                 f"rank{'s' if len(host) > 1 else ''} {format_ranks(host)} finished every op "
                 "it recorded: it is stuck in host code (data loading, a Python loop, an "
                 "exception handler) before this collective"
+            )
+        if hidden:
+            evidence.append(
+                f"rank{'s' if len(hidden) > 1 else ''} {format_ranks(hidden)} finished every "
+                "op it recorded, but also runs send/recv, which Gloo does not record: it is "
+                "stuck in host code or blocked in a send/recv; the dumps cannot tell which "
+                "(py-spy dump --pid <pid> shows it)"
+            )
+            confidence, why = (
+                Confidence.MEDIUM,
+                "some named ranks may be blocked in a send/recv that Gloo does not record, "
+                "waiting on another of them",
             )
     elif kind == FindingKind.NOT_STARTED:
         summary = f"{who} enqueued {where} but never started it while its peers did{also}"
@@ -387,6 +430,19 @@ def _pg_status_evidence(
 
 def _all_done(matched: MatchResult, rank: int) -> bool:
     return rank not in matched.blocked
+
+
+def _unretired_newest(dumps: DumpSet, rank: int) -> int | None:
+    """The row of a Gloo rank's newest entry when it is a collective not retired (counted as
+    finished only because other members finished it), else None."""
+    if rank not in _stateless_ranks(dumps):
+        return None
+    rows = pc.indices_nonzero(pc.equal(dumps.entries.column("rank"), rank))
+    if not len(rows):
+        return None
+    row = int(rows[-1].as_py())
+    entry = entry_at(dumps, row)
+    return row if entry["retired"] is False and not entry["is_p2p"] else None
 
 
 def _stuck_findings(

@@ -20,6 +20,8 @@ FR009  stuck_in_collective    every member entered the same op and it did not co
 FR010  in_flight              an op every member entered that had not finished when dumped
 FR011  sequence_shift         a rank's later collectives line up with the others' shifted by
                               some positions: it skipped or added a collective
+FR012  unrecorded_ops         ranks ran ops the recorder counted but did not write (Gloo's
+                              send/recv): a rank blocked in one cannot be seen
 =====  =====================  ===========================================================
 """
 
@@ -73,6 +75,7 @@ class FindingKind(StrEnum):
     STUCK_IN_COLLECTIVE = "stuck_in_collective"
     IN_FLIGHT = "in_flight"
     SEQUENCE_SHIFT = "sequence_shift"
+    UNRECORDED_OPS = "unrecorded_ops"
 
 
 KIND_CODES: dict[FindingKind, str] = {

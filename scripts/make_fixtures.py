@@ -152,6 +152,14 @@ class Rank:
         out = self.torch.empty_like(t)
         self._run("all_to_all", label, lambda g: self.dist.all_to_all_single(out, t, group=g))
 
+    def send(self, dst: int, numel: int = 16) -> None:
+        t = self._tensor(numel)
+        self._run(f"send to {dst}", "world", lambda g: self.dist.send(t, dst=dst, group=g))
+
+    def recv(self, src: int, numel: int = 16) -> None:
+        t = self.torch.empty(numel)
+        self._run(f"recv from {src}", "world", lambda g: self.dist.recv(t, src=src, group=g))
+
     def barrier(self, label: str = "world") -> None:
         self._run("barrier", label, lambda g: self.dist.barrier(group=g))
 
@@ -409,6 +417,49 @@ def prog_disjoint_subgroups(r: Rank) -> None:
             r.stall("stalled in host code before the subgroup all_reduce")
         r.all_reduce(sub, 32)
         r.all_gather(sub, 8)
+
+
+def prog_cyclic_deadlock(r: Rank) -> None:
+    # A=[0, 1], B=[1, 2], C=[0, 2]; every rank enters its two groups in the order A, B, C
+    # (no cycle) until rank 0 enters C before A: 0 waits on 2 in C, 2 on 1 in B, 1 on 0 in A.
+    r.new_group("A", [0, 1])
+    r.new_group("B", [1, 2])
+    r.new_group("C", [0, 2])
+    mine = [g for g in ("A", "B", "C") if r.member(g)]
+    arm_at = FAULT_STEP if r.rank != 3 else FAULT_STEP + 1
+    for step in r.steps(FAULT_STEP + 1):
+        if step == arm_at:
+            r.arm()
+        r.all_reduce("world", 64)
+        order = list(mine)
+        if step == FAULT_STEP and r.rank == 0:
+            order.reverse()
+        for label in order:
+            r.all_reduce(label, 32)
+
+
+def prog_broadcast_root(r: Rank) -> None:
+    for step in r.steps(FAULT_STEP + 1):
+        if step == FAULT_STEP:
+            r.arm()
+        r.all_reduce("world", 64)
+        src = 1 if (step == FAULT_STEP and r.rank == 2) else 0
+        r.broadcast("world", 8, src=src)
+        r.all_gather("world", 16)
+
+
+def prog_p2p_hidden(r: Rank) -> None:
+    # A pipeline 0 -> 1 -> 2 -> 3 of send/recv after a default-group all_reduce every step.
+    for step in r.steps(FAULT_STEP):
+        if step == FAULT_STEP:
+            r.arm()
+        r.all_reduce("world", 64)
+        if step == FAULT_STEP and r.rank == 2:
+            r.stall("never posts the recv from rank 1")
+        if r.rank > 0:
+            r.recv(r.rank - 1, 16)
+        if r.rank < r.world_size - 1:
+            r.send(r.rank + 1, 16)
 
 
 # --------------------------------------------------------------------------------------------
@@ -682,6 +733,74 @@ SCENARIO_LIST: list[Scenario] = [
             "same pg_id, different names, pg_config {'': ranks '[]'} everywhere. Rank 2: sub seq "
             "9 retired=False; rank 3: last sub seq 8; ranks 0, 1: sub seq 10 retired, default "
             "seq 6 retired=False."
+        ),
+    ),
+    Scenario(
+        name="cyclic_deadlock",
+        program=prog_cyclic_deadlock,
+        description=(
+            "Groups A=[0, 1], B=[1, 2], C=[0, 2] (rank 3 only in the default group). Every "
+            "step: default-group all_reduce, then each of ranks 0-2 all_reduces on its two "
+            f"groups in the order A, B, C. At step {FAULT_STEP} rank 0 enters C before A: 0 "
+            "waits on 2 in C, 2 on 1 in B, 1 on 0 in A, a cycle through three groups; rank 3 "
+            f"blocks in step {FAULT_STEP + 1}'s default-group all_reduce."
+        ),
+        culprit_ranks=[0],
+        waiting_ranks=[1, 2, 3],
+        fault_group_ranks=[0, 1, 2],
+        fault_op="all_reduce",
+        blocked_ranks=[0, 1, 2, 3],
+        extra={"deadlock_cycle": [0, 2, 1]},
+        notes=(
+            "No two of the three groups share a blocked rank, so no pair of groups can vote on "
+            "the order; each rank's buffer shows its order at step 4 (rank 0: A then C)."
+        ),
+    ),
+    Scenario(
+        name="broadcast_root",
+        program=prog_broadcast_root,
+        description=(
+            "Every step: all_reduce, broadcast from rank 0, all_gather on the default group. At "
+            f"step {FAULT_STEP} rank 2 broadcasts from root 1 instead: ranks 1 and 3 finish "
+            "the broadcast, ranks 0 (the real root) and 2 stay inside it, and 1 and 3 block in "
+            "the next all_gather."
+        ),
+        culprit_ranks=[2],
+        waiting_ranks=[1, 3],
+        fault_group_ranks=[0, 1, 2, 3],
+        fault_op="broadcast",
+        blocked_ranks=[0, 1, 2, 3],
+        extra={
+            "expect": {"verdict": "hang", "culprit_ranks": [0, 2], "waiting_ranks": [1, 3]},
+            "why_expect": (
+                "the recorder does not record a broadcast's root: ranks 0 and 2 look the same "
+                "(inside a broadcast the others finished), so both are named"
+            ),
+        },
+        notes="Ranks 0 and 2: broadcast seq 14 retired=False; ranks 1 and 3: all_gather 15.",
+    ),
+    Scenario(
+        name="p2p_hidden",
+        program=prog_p2p_hidden,
+        description=(
+            "Every step: default-group all_reduce, then a send/recv chain 0 -> 1 -> 2 -> 3. At "
+            f"step {FAULT_STEP} rank 2 stalls in host code and never posts its recv: rank 1 "
+            "blocks in its send to 2, rank 3 in its recv from 2, rank 0 finishes."
+        ),
+        culprit_ranks=[2],
+        waiting_ranks=[1, 3],
+        fault_group_ranks=[1, 2],
+        fault_op="recv",
+        extra={
+            "expect": {"verdict": "cannot_tell", "culprit_ranks": [], "waiting_ranks": []},
+            "why_expect": (
+                "Gloo records no send/recv: every recorded op finished on every rank; only "
+                "op_id running ahead of collective_seq_id shows ops the buffers do not hold"
+            ),
+        },
+        notes=(
+            "Every entry retired; pg_status last_enqueued = last_completed = the newest "
+            "entry's op_id (9 on ranks 0 and 3, 13 on 1 and 2) while collective_seq_id is 5."
         ),
     ),
 ]

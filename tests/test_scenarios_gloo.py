@@ -1,7 +1,9 @@
 """Real Gloo dumps of real faults (scripts/make_fixtures.py): the right root cause, every time.
 
 The expected answers come from tests/fixtures/gloo/MANIFEST.json, written by the script from
-how each fault was constructed, never from frtrace's output.
+how each fault was constructed, never from frtrace's output. Where the dumps cannot show the
+whole truth (Gloo records no send/recv, no broadcast root), the manifest's ``expect`` says
+what they do support, and ``why_expect`` why.
 """
 
 from __future__ import annotations
@@ -33,6 +35,16 @@ def test_culprits_and_victims_match_the_injected_fault(tree: Path, scenario: str
         assert report.culprit_ranks == ()
         assert stragglers == truth["culprit_ranks"]
         assert report.verdict == Verdict.STRAGGLERS
+        return
+    if "expect" in truth:  # the dumps cannot show the whole truth: what they do support
+        expect = truth["expect"]
+        assert report.verdict == expect["verdict"], report.findings
+        assert list(report.culprit_ranks) == expect["culprit_ranks"], report.findings
+        assert list(report.victim_ranks) == expect["waiting_ranks"]
+        assert set(expect["culprit_ranks"]) >= set(truth["culprit_ranks"]) or (
+            expect["verdict"] == Verdict.CANNOT_TELL
+        )
+        assert report.has_problems
         return
     assert list(report.culprit_ranks) == truth["culprit_ranks"], report.findings
     assert list(report.victim_ranks) == truth["waiting_ranks"]

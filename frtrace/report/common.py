@@ -104,6 +104,12 @@ def headline(report: Report) -> str:
         late = [s.rank for s in report.stragglers]
         return f"HEALTHY, WITH STRAGGLERS: {ranks_phrase(late)} consistently arrived last"
     if verdict == Verdict.CANNOT_TELL:
+        kinds = {f.kind for f in report.findings}
+        if kinds == {FindingKind.UNRECORDED_OPS}:
+            return (
+                "CANNOT TELL: every recorded op finished, but ranks ran send/recv that Gloo "
+                "does not record: a rank blocked in one would look the same"
+            )
         return "CANNOT TELL: ranks are stuck, and the dumps do not show which rank caused it"
     label = "HANG" if verdict == Verdict.HANG else "DESYNC"
     suspected = set(report.suspected_ranks)

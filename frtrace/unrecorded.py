@@ -1,0 +1,86 @@
+"""Ops the recorder counted but never wrote: Gloo's send/recv.
+
+Gloo's Flight Recorder writes no entry for a send or recv, but counts it: ``op_id`` (per
+group) goes up by one for every op, ``collective_seq_id`` only for collectives. So on a Gloo
+rank, an entry whose ``op_id`` is ahead of its ``collective_seq_id`` shows that many ops on
+that group the buffer does not hold (checked on real Gloo dumps: a 4-rank pipeline chain has
+op_id 13 at collective #5 on the middle ranks, 9 on the ends; without p2p the two are equal).
+
+What it means for a diagnosis: a rank blocked in a send or recv looks exactly like a rank that
+finished everything it recorded. Such a rank cannot be called "stuck in host code", and a
+dump set where every recorded op finished cannot be called healthy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from frtrace.findings import Confidence, Finding, FindingKind, Severity
+from frtrace.groups import Membership
+from frtrace.match import codes
+from frtrace.ranges import format_ranks
+from frtrace.tables import DumpSet
+
+__all__ = ["unrecorded_finding", "unrecorded_ops"]
+
+
+def unrecorded_ops(dumps: DumpSet, membership: Membership) -> dict[tuple[int, int], int]:
+    """(rank, gid) -> ops on that group before the rank's newest collective entry that its
+    buffer does not hold, for Gloo ranks where there are any."""
+    entries = dumps.entries
+    backend, names = codes(entries.column("backend"))  # (no 8M strings: a Gloo set is small,
+    if "gloo" not in names:  # but an NCCL one is not)
+        return {}
+    gloo = pa.array(backend == names.index("gloo"))
+    rows = entries.filter(gloo).select(["rank", "group_name", "collective_seq", "op_id"])
+    frame = rows.to_pandas().dropna(subset=["group_name", "collective_seq", "op_id"])
+    if frame.empty:
+        return {}
+    newest = frame.sort_values("collective_seq").groupby(["rank", "group_name"]).tail(1)
+    gap = newest["op_id"].to_numpy(np.int64) - newest["collective_seq"].to_numpy(np.int64)
+    out: dict[tuple[int, int], int] = {}
+    for rank, name, n in zip(
+        newest["rank"].tolist(),
+        newest["group_name"].astype(str).tolist(),
+        gap.tolist(),
+        strict=True,
+    ):
+        gid = membership.of_rank.get((int(rank), name))
+        if n > 0 and gid is not None:
+            out[(int(rank), gid)] = int(n)
+    return out
+
+
+def unrecorded_finding(
+    membership: Membership, unrecorded: dict[tuple[int, int], int]
+) -> Finding | None:
+    """One warning naming the ranks with unrecorded ops, and how many per group."""
+    if not unrecorded:
+        return None
+    ranks = sorted({r for r, _ in unrecorded})
+    total = sum(unrecorded.values())
+    evidence = [
+        f"rank {r}: {n} op{'s' if n != 1 else ''} on {membership.groups[g].label} counted in "
+        "op_id but not in its buffer"
+        for (r, g), n in sorted(unrecorded.items())[:8]
+    ]
+    if len(unrecorded) > 8:
+        evidence.append(f"... and {len(unrecorded) - 8} more (rank, group) pairs")
+    return Finding(
+        kind=FindingKind.UNRECORDED_OPS,
+        severity=Severity.WARNING,
+        summary=(
+            f"rank{'s' if len(ranks) > 1 else ''} {format_ranks(ranks)} ran {total} op"
+            f"{'s' if total != 1 else ''} that Gloo does not record (send/recv): a rank "
+            "blocked in one looks exactly like a rank that finished everything it recorded"
+        ),
+        culprit_ranks=(),
+        confidence=Confidence.MEDIUM,
+        why="Gloo counts send/recv in op_id but writes no entry for them",
+        evidence=(
+            *evidence,
+            "to see where each rank is: py-spy dump --pid <pid> on every rank (a rank in "
+            "send/recv shows it); the NCCL backend records send/recv",
+        ),
+    )
