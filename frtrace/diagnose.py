@@ -291,6 +291,7 @@ def _hang_finding(
     also = f"; {n_blocked} rank{'s wait' if n_blocked != 1 else ' waits'} on {them}"
     evidence: list[str] = []
     actual = {}
+    newest_row: dict[int, int] = {}
     loaded = set(dumps.loaded_ranks)
     for c in culprits:
         if c in loaded:
@@ -298,6 +299,7 @@ def _hang_finding(
             evidence.append(f"rank {c}: {seen}")
             if row is not None:
                 actual[c] = signature_at(dumps, row)
+                newest_row[c] = row
     evidence.append(
         f"rank{'s' if len(waiting) > 1 else ''} {format_ranks(waiting)}: inside {where} "
         f"({expected.state or 'no state'})"
@@ -318,7 +320,10 @@ def _hang_finding(
         evidence.extend(_pg_status_evidence(dumps, group.name, culprits[:4], seq))
         done = [c for c in culprits if c in actual and _all_done(matched, c)]
         hidden = [c for c in done if any(r == c for r, _ in unrecorded)]
-        unretired = {c: row for c in done if (row := _unretired_newest(dumps, c)) is not None}
+        stateless = _stateless_ranks(dumps)
+        unretired = {
+            c: newest_row[c] for c in done if c in stateless and _unretired(dumps, newest_row[c])
+        }
         host = [c for c in done if c not in hidden and c not in unretired]
         if unretired:
             newest = signature_at(dumps, next(iter(unretired.values())))
@@ -432,17 +437,11 @@ def _all_done(matched: MatchResult, rank: int) -> bool:
     return rank not in matched.blocked
 
 
-def _unretired_newest(dumps: DumpSet, rank: int) -> int | None:
-    """The row of a Gloo rank's newest entry when it is a collective not retired (counted as
-    finished only because other members finished it), else None."""
-    if rank not in _stateless_ranks(dumps):
-        return None
-    rows = pc.indices_nonzero(pc.equal(dumps.entries.column("rank"), rank))
-    if not len(rows):
-        return None
-    row = int(rows[-1].as_py())
+def _unretired(dumps: DumpSet, row: int) -> bool:
+    """Is the entry at ``row`` a collective not retired? (On a Gloo rank whose ops all count
+    as finished, only because other members finished this one.)"""
     entry = entry_at(dumps, row)
-    return row if entry["retired"] is False and not entry["is_p2p"] else None
+    return entry["retired"] is False and not entry["is_p2p"]
 
 
 def _stuck_findings(
