@@ -364,6 +364,20 @@ def _hang_finding(
         peers = ", ".join(f"{e.waiter}->{e.target}" for e in edges[:8])
         summary = f"{who} never posted the p2p op matching {where} ({peers}){also}"
     else:
+        failed: list[int] = []
+        if seq is not None:
+            failed = sorted(
+                r for (r, g, q), op in matched.pending.items() if g == gid and q == seq and op.done
+            )
+        if failed:
+            waiting = tuple(sorted({*waiting, *failed}))
+            also += f"; {len(failed)} more failed it (Gloo shows a failed op as finished)"
+            evidence.append(
+                f"rank{'s' if len(failed) > 1 else ''} {format_ranks(failed)} show {where} "
+                "as finished although the op could not complete without "
+                f"{format_ranks(culprits)}: Gloo retires an op that failed (a peer crashed, "
+                "a connection reset) like one that finished; their logs show the error"
+            )
         summary = (
             f"{who} ha{'ve' if len(culprits) > 1 else 's'} no dump, and {where} waits on "
             f"{them}{also}"
@@ -375,18 +389,6 @@ def _hang_finding(
                 "failed it; the rank(s) without a dump are the only ones that may not be"
             ),
         )
-        if seq is not None:
-            failed = sorted(
-                r for (r, g, q), op in matched.pending.items() if g == gid and q == seq and op.done
-            )
-            if failed:
-                waiting = tuple(sorted({*waiting, *failed}))
-                evidence.append(
-                    f"rank{'s' if len(failed) > 1 else ''} {format_ranks(failed)} show {where} "
-                    "as finished although the op could not complete without "
-                    f"{format_ranks(culprits)}: Gloo retires an op that failed (a peer crashed, "
-                    "a connection reset) like one that finished; their logs show the error"
-                )
     return Finding(
         kind=kind,
         severity=Severity.ERROR,
