@@ -94,11 +94,7 @@ def validate_expectation(raw: Any, *, source: str = "expectation") -> dict[str, 
         raise ExpectationError(
             f"{source}: expected a JSON object with keys {', '.join(EXPECT_KEYS)}"
         )
-    unknown = sorted(set(raw) - set(EXPECT_KEYS))
-    if unknown:
-        raise ExpectationError(
-            f"{source}: unknown key(s) {', '.join(unknown)}; the keys are {', '.join(EXPECT_KEYS)}"
-        )
+    _reject_unknown(raw, EXPECT_KEYS, source)
     out: dict[str, Any] = {}
     for key, value in raw.items():
         where = f"{source}: {key}"
@@ -121,14 +117,18 @@ def validate_expectation(raw: Any, *, source: str = "expectation") -> dict[str, 
     return out
 
 
+def _reject_unknown(raw: Mapping[str, Any], keys: Sequence[str], where: str) -> None:
+    unknown = sorted(set(raw) - set(keys))
+    if unknown:
+        raise ExpectationError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; the keys are {', '.join(keys)}"
+        )
+
+
 def _finding_pattern(raw: Any, where: str) -> dict[str, Any]:
     if not isinstance(raw, Mapping):
         raise ExpectationError(f"{where}: expected an object")
-    unknown = sorted(set(raw) - set(FINDING_KEYS))
-    if unknown:
-        raise ExpectationError(
-            f"{where}: unknown key(s) {', '.join(unknown)}; the keys are {', '.join(FINDING_KEYS)}"
-        )
+    _reject_unknown(raw, FINDING_KEYS, where)
     out: dict[str, Any] = {}
     for key, value in raw.items():
         if key in ("culprit_ranks", "waiting_ranks"):

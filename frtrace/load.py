@@ -364,21 +364,17 @@ class _Columns:
         self.entries = entries
         self.problems: list[str] = []
 
-    def values(self, key: str) -> list[Any]:
-        """Every entry's ``key`` (None where absent)."""
+    def values(self, key: str, alt: str | None = None) -> list[Any]:
+        """Every entry's ``key`` (else its ``alt``, else None)."""
         try:  # every entry has the key (the usual case): one C-level pass
             return list(map(itemgetter(key), self.entries))
         except KeyError:
-            return [e.get(key) for e in self.entries]
+            other = alt or key
+            return [e[key] if key in e else e.get(other) for e in self.entries]
 
     def take(self, key: str, type_: pa.DataType, alt: str | None = None) -> pa.Array:
         """Column ``key`` (or ``alt`` where ``key`` is absent), validated by Arrow."""
-        try:  # every entry has the key (the usual case): one C-level pass
-            values = list(map(itemgetter(key), self.entries))
-        except KeyError:
-            other = alt or key
-            values = [e[key] if key in e else e.get(other) for e in self.entries]
-        return self.convert(key, values, type_)
+        return self.convert(key, self.values(key, alt), type_)
 
     def convert(self, key: str, values: list[Any], type_: pa.DataType) -> pa.Array:
         fast = _NUMPY_TYPES.get(type_)
