@@ -1,6 +1,6 @@
 """The ``frtrace`` command: flags -> one library call -> a renderer -> an exit code.
 
-Exit codes (``frtrace.exitcodes``): 0 no problem found, 1 a problem found (or, without
+Exit codes (``frtrace.gate.exitcodes``): 0 no problem found, 1 a problem found (or, without
 ``--allow-partial``, ranks without a dump; for ``check``: the analysis differs from the
 expectation), 2 the input cannot be analysed or the command line is wrong. Every error is one
 line on stderr, ``error: ...``; never a traceback.
@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from frtrace.errors import FrtraceError, InputError
-from frtrace.exitcodes import EXIT_INPUT, EXIT_OK, EXIT_PROBLEM
+from frtrace.gate.exitcodes import EXIT_INPUT, EXIT_OK, EXIT_PROBLEM
 from frtrace.printable import printable
 
 if TYPE_CHECKING:
-    from frtrace.findings import Report
+    from frtrace.analysis.findings import Report
+    from frtrace.load.tables import DumpSet
     from frtrace.report.select import Selection
-    from frtrace.tables import DumpSet
 
 __all__ = ["app", "main"]
 
@@ -107,8 +107,8 @@ def _parse_ranks(text: str | None, flag: str) -> tuple[int, ...] | None:
 
 
 def _load_and_analyze(dump_dir: Path, jobs: int | None) -> tuple[DumpSet, Report]:
+    from frtrace.load.tables import load_dumps
     from frtrace.pipeline import analyze_dumps
-    from frtrace.tables import load_dumps
 
     try:
         dumps = load_dumps(dump_dir, jobs=jobs, progress=True)
@@ -174,7 +174,7 @@ def analyze(
 
     Example: frtrace analyze -d /tmp/dumps --format html -o report.html
     """
-    from frtrace.exitcodes import analysis_exit_code, incomplete_ranks
+    from frtrace.gate.exitcodes import analysis_exit_code, incomplete_ranks
     from frtrace.ranges import format_ranks
     from frtrace.report.common import headline
     from frtrace.report.select import Selection, select
@@ -231,8 +231,8 @@ def show(
 
     Example: frtrace show -d dumps/ --pg 0 --ranks 0-3 --seq 10-14 --stacks
     """
-    from frtrace.show import ShowOptions, render_show
-    from frtrace.tables import load_dumps
+    from frtrace.load.tables import load_dumps
+    from frtrace.report.show import ShowOptions, render_show
 
     seq_range = _parse_ranks(seq, "--seq")
     options = ShowOptions(
@@ -288,7 +288,7 @@ def check(
 
     Example: frtrace check -d incidents/rank5_hang --expect incidents/rank5_hang/expect.json
     """
-    from frtrace.check import (
+    from frtrace.gate.check import (
         compare,
         expectation_from_flags,
         expectation_from_report,
@@ -362,7 +362,7 @@ def env(
 
     Example: eval "$(frtrace env --dir /shared/fr)" && torchrun ... train.py
     """
-    from frtrace.env import parse_version, render_env
+    from frtrace.job.env import parse_version, render_env
 
     try:
         version = parse_version(torch_version) if torch_version else None
@@ -380,8 +380,8 @@ def summary(dump_dir: DirOption, jobs: JobsOption = None) -> None:
 
     Example: frtrace summary -d tests/fixtures/gloo/never_joins
     """
-    from frtrace.summary import render_summary
-    from frtrace.tables import load_dumps
+    from frtrace.load.summary import render_summary
+    from frtrace.load.tables import load_dumps
 
     try:
         dumps = load_dumps(dump_dir, jobs=jobs, progress=True)
@@ -400,8 +400,8 @@ def export(
 
     Example: frtrace export -d dumps/ -o tables/ && duckdb -c "from 'tables/entries.parquet'"
     """
-    from frtrace.export import export_parquet
-    from frtrace.tables import load_dumps
+    from frtrace.load.export import export_parquet
+    from frtrace.load.tables import load_dumps
 
     try:
         dumps = load_dumps(dump_dir, jobs=jobs, progress=True)

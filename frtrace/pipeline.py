@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from frtrace.diagnose import diagnose
-from frtrace.findings import Report
-from frtrace.tables import DumpSet, load_dumps
+from frtrace.analysis.diagnose import diagnose
+from frtrace.analysis.findings import Report
+from frtrace.load.tables import DumpSet, load_dumps
 
 __all__ = ["analyze", "analyze_dumps"]
 

@@ -756,10 +756,10 @@ def run_case(case: Case, workdir: Path) -> tuple[str, str | None]:
     naming its file; the analysis and the text and JSON reports complete.
     """
     from frtrace.errors import FrtraceError
+    from frtrace.load.tables import load_dumps
     from frtrace.pipeline import analyze_dumps
     from frtrace.report.json import render_json
     from frtrace.report.text import render_text
-    from frtrace.tables import load_dumps
 
     for old in workdir.iterdir():
         old.unlink()

@@ -1,4 +1,4 @@
-"""Expectations (frtrace.check) and the pytest helpers built on them (frtrace.testing)."""
+"""Expectations (frtrace.gate.check) and the pytest helpers built on them (frtrace.testing)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from frtrace.check import (
+from frtrace.gate.check import (
     ExpectationError,
     compare,
     expectation_from_report,

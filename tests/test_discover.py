@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from frtrace.discover import discover, parse_dump_name
 from frtrace.errors import DumpDirNotFound, DuplicateRank, NoDumpsFound
+from frtrace.load.discover import discover, parse_dump_name
 
 
 @pytest.mark.parametrize(

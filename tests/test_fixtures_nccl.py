@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from frtrace.findings import Verdict
+from frtrace.analysis.findings import Verdict
+from frtrace.load.tables import load_dumps
 from frtrace.pipeline import analyze
-from frtrace.tables import load_dumps
 from tests.conftest import FIXTURES
 
 NCCL = FIXTURES / "nccl"

@@ -32,14 +32,14 @@ from typing import Any
 
 import pytest
 
-import frtrace.parallel as parallel
-from frtrace.discover import MAX_WORLD_SIZE, discover
+import frtrace.load.parallel as parallel
 from frtrace.errors import NoReadableDumps
-from frtrace.load import MAX_DUMP_BYTES, MAX_ENTRIES
+from frtrace.load.discover import MAX_WORLD_SIZE, discover
+from frtrace.load.parse import MAX_DUMP_BYTES, MAX_ENTRIES
+from frtrace.load.tables import DumpSet, load_dumps
 from frtrace.pipeline import analyze_dumps
 from frtrace.report.json import render_json
 from frtrace.report.text import render_text
-from frtrace.tables import DumpSet, load_dumps
 from tests.conftest import make_dump, make_entry, write_pickle
 from tests.fuzzlib import Seed, build_corpus, make_case, run_case, run_cases
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from frtrace.findings import Report
+from frtrace.analysis.findings import Report
 from frtrace.pipeline import analyze
 from frtrace.report.json import SCHEMA_VERSION, render_json
 from frtrace.report.markdown import render_markdown
@@ -71,8 +71,8 @@ def test_every_golden_json_has_the_current_schema_version() -> None:
 
 
 def test_readme_lists_every_finding_code() -> None:
-    """The README's finding-code table matches frtrace.findings.KIND_CODES."""
-    from frtrace.findings import KIND_CODES
+    """The README's finding-code table matches frtrace.analysis.findings.KIND_CODES."""
+    from frtrace.analysis.findings import KIND_CODES
 
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     for kind, code in KIND_CODES.items():

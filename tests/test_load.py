@@ -10,10 +10,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from frtrace import schema
 from frtrace.errors import NoReadableDumps
-from frtrace.load import split_profiling_name
-from frtrace.tables import load_dumps
+from frtrace.load import schema
+from frtrace.load.parse import split_profiling_name
+from frtrace.load.tables import load_dumps
 from tests.conftest import GLOO, GLOO_JSON, make_dump, make_entry, write_json, write_pickle
 
 FRAMES = [
@@ -328,7 +328,7 @@ def test_stacks_are_interned_so_memory_does_not_grow_with_frames(tmp_path: Path)
 
 def test_parallel_loading_gives_the_same_tables(tmp_path: Path) -> None:
     """Worker processes and the single-process path agree, in rank order."""
-    import frtrace.parallel as parallel
+    import frtrace.load.parallel as parallel
 
     for rank in range(6):
         entries = [make_entry(record_id=i, collective_seq_id=i + 1) for i in range(50)]

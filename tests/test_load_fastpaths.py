@@ -17,8 +17,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from frtrace import load, schema
-from frtrace.load import _Columns, _intern_stacks, _StackInterner
+from frtrace.load import parse as load
+from frtrace.load import schema
+from frtrace.load.parse import _Columns, _intern_stacks, _StackInterner
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SHAPE_KEYS = ("input_sizes", "output_sizes", "input_dtypes", "output_dtypes")

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from frsim import Fault, FaultKind, JobSpec, simulate, write_dumps
-from frtrace import match as match_module
-from frtrace.groups import resolve_groups
-from frtrace.tables import load_dumps
+from frtrace.analysis import match as match_module
+from frtrace.analysis.groups import resolve_groups
+from frtrace.load.tables import load_dumps
 
 KEYS = ["rank", "gid", "seq"]
 

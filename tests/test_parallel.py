@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from frtrace import parallel
-from frtrace.discover import discover
 from frtrace.errors import DumpFormatError
-from frtrace.load import ParsedDump
-from frtrace.tables import build_dump_set, load_dumps
+from frtrace.load import parallel
+from frtrace.load.discover import discover
+from frtrace.load.parse import ParsedDump
+from frtrace.load.tables import build_dump_set, load_dumps
 from tests.conftest import healthy_set
 
 

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from frsim import Fault, FaultKind, JobSpec, simulate, write_dumps
-from frtrace.findings import Confidence, FindingKind, Verdict
+from frtrace.analysis.findings import Confidence, FindingKind, Verdict
 from frtrace.pipeline import analyze
 
 EXAMPLES = int(os.environ.get("FRTRACE_EXAMPLES", "40"))

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from frtrace import recorder
 from frtrace.cli import app
-from frtrace.env import DUMP_PREFIX
+from frtrace.job.env import DUMP_PREFIX
 
 pytest.importorskip("torch")
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from frtrace.findings import (
+from frtrace.analysis.findings import (
     Confidence,
     Finding,
     FindingKind,

@@ -11,7 +11,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from frtrace.findings import Finding, GroupProgress, GroupRef, OpSignature, Report, Straggler
+from frtrace.analysis.findings import (
+    Finding,
+    GroupProgress,
+    GroupRef,
+    OpSignature,
+    Report,
+    Straggler,
+)
 from frtrace.printable import json_safe
 from frtrace.report.common import headline
 from frtrace.report.nextsteps import finding_steps, next_steps

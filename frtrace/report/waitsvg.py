@@ -14,7 +14,7 @@ from html import escape
 
 import networkx as nx
 
-from frtrace.findings import Report
+from frtrace.analysis.findings import Report
 from frtrace.ranges import format_ranks
 from frtrace.report.common import compact_ranks, plural
 

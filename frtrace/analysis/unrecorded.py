@@ -16,11 +16,11 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from frtrace.findings import Confidence, Finding, FindingKind, Severity
-from frtrace.groups import Membership
-from frtrace.match import codes
+from frtrace.analysis.findings import Confidence, Finding, FindingKind, Severity
+from frtrace.analysis.groups import Membership
+from frtrace.analysis.match import codes
+from frtrace.load.tables import DumpSet
 from frtrace.ranges import format_ranks
-from frtrace.tables import DumpSet
 
 __all__ = ["unrecorded_finding", "unrecorded_ops"]
 

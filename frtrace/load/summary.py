@@ -6,8 +6,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tabulate import tabulate
 
+from frtrace.load.tables import DumpSet
 from frtrace.ranges import format_ranks
-from frtrace.tables import DumpSet
 
 __all__ = ["render_summary"]
 

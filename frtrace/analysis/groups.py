@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from frtrace.findings import GroupRef
-from frtrace.tables import DumpSet, recorded_groups
+from frtrace.analysis.findings import GroupRef
+from frtrace.load.tables import DumpSet, recorded_groups
 
 __all__ = ["Membership", "resolve_groups"]
 

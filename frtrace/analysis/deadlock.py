@@ -21,13 +21,13 @@ from __future__ import annotations
 from collections import defaultdict
 from itertools import combinations
 
-from frtrace.findings import Confidence, Finding, FindingKind, Severity
-from frtrace.groups import Membership
-from frtrace.match import COLLECTIVE, MatchResult, OpRef
+from frtrace.analysis.findings import Confidence, Finding, FindingKind, Severity
+from frtrace.analysis.groups import Membership
+from frtrace.analysis.match import COLLECTIVE, MatchResult, OpRef
+from frtrace.analysis.signatures import signature_at
+from frtrace.analysis.waitgraph import EdgeKind, WaitGraph, victims_of
+from frtrace.load.tables import DumpSet
 from frtrace.ranges import format_ranks
-from frtrace.signatures import signature_at
-from frtrace.tables import DumpSet
-from frtrace.waitgraph import EdgeKind, WaitGraph, victims_of
 
 __all__ = ["find_deadlocks"]
 

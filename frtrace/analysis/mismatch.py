@@ -21,12 +21,12 @@ from typing import Any
 
 import pandas as pd
 
-from frtrace.findings import Confidence, Finding, FindingKind, OpSignature, Severity
-from frtrace.groups import Membership
-from frtrace.match import MatchResult
+from frtrace.analysis.findings import Confidence, Finding, FindingKind, OpSignature, Severity
+from frtrace.analysis.groups import Membership
+from frtrace.analysis.match import MatchResult
+from frtrace.analysis.signatures import signature_at
+from frtrace.load.tables import DumpSet
 from frtrace.ranges import format_ranks
-from frtrace.signatures import signature_at
-from frtrace.tables import DumpSet
 
 __all__ = ["find_mismatches"]
 

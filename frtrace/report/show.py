@@ -21,9 +21,9 @@ import pyarrow.compute as pc
 from tabulate import tabulate
 
 from frtrace.errors import InputError
+from frtrace.load.tables import DumpSet
 from frtrace.ranges import format_ranks
 from frtrace.report.common import compact_ranks, ranks_phrase, short_frame
-from frtrace.tables import DumpSet
 
 __all__ = ["ShowOptions", "render_show"]
 

@@ -30,9 +30,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from frtrace.discover import Candidate
 from frtrace.errors import DumpFormatError, DumpTooLargeError, ReaderFailedError
-from frtrace.load import ParsedDump, try_parse
+from frtrace.load.discover import Candidate
+from frtrace.load.parse import ParsedDump, try_parse
 
 __all__ = ["default_jobs", "parse_candidates"]
 

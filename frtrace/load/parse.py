@@ -37,9 +37,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from frtrace import schema
-from frtrace.discover import MAX_WORLD_SIZE, Candidate
 from frtrace.errors import DumpFormatError, DumpTooLargeError, UnsafePickleError
+from frtrace.load import schema
+from frtrace.load.discover import MAX_WORLD_SIZE, Candidate
 
 __all__ = [
     "KNOWN_VERSION",
@@ -1113,7 +1113,7 @@ def try_parse(cand: Candidate) -> ParsedDump | DumpFormatError:
         return parse_dump(cand)
     except DumpFormatError as exc:
         return exc
-    except MemoryError:  # past the worker's memory limit (frtrace.parallel): refused
+    except MemoryError:  # past the worker's memory limit (frtrace.load.parallel): refused
         return DumpTooLargeError(
             f"{cand.path}: refused: reading it needs more memory than a dump of "
             f"{cand.size_bytes / 2**20:.1f} MiB ever does (real dumps need about 10 times "

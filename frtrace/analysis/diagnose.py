@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
 
-from frtrace.deadlock import find_deadlocks
-from frtrace.findings import (
+from frtrace.analysis.deadlock import find_deadlocks
+from frtrace.analysis.findings import (
     Confidence,
     Finding,
     FindingKind,
@@ -31,15 +31,15 @@ from frtrace.findings import (
     Severity,
     Verdict,
 )
-from frtrace.groups import Membership, resolve_groups
-from frtrace.match import MatchResult, match
-from frtrace.mismatch import find_mismatches
+from frtrace.analysis.groups import Membership, resolve_groups
+from frtrace.analysis.match import MatchResult, match
+from frtrace.analysis.mismatch import find_mismatches
+from frtrace.analysis.signatures import call_site, entry_at, signature_at
+from frtrace.analysis.stragglers import find_stragglers
+from frtrace.analysis.unrecorded import unrecorded_finding, unrecorded_ops
+from frtrace.analysis.waitgraph import Edge, EdgeKind, WaitGraph, build_wait_graph, victims_of
+from frtrace.load.tables import DumpSet
 from frtrace.ranges import format_ranks
-from frtrace.signatures import call_site, entry_at, signature_at
-from frtrace.stragglers import find_stragglers
-from frtrace.tables import DumpSet
-from frtrace.unrecorded import unrecorded_finding, unrecorded_ops
-from frtrace.waitgraph import Edge, EdgeKind, WaitGraph, build_wait_graph, victims_of
 
 __all__ = ["diagnose"]
 

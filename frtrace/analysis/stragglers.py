@@ -19,10 +19,10 @@ import networkx as nx
 import numpy as np
 import pandas as pd
 
-from frtrace.findings import Straggler
-from frtrace.groups import Membership
-from frtrace.match import MatchResult
-from frtrace.tables import DumpSet
+from frtrace.analysis.findings import Straggler
+from frtrace.analysis.groups import Membership
+from frtrace.analysis.match import MatchResult
+from frtrace.load.tables import DumpSet
 
 __all__ = ["find_stragglers"]
 

@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from frtrace.groups import Membership
-from frtrace.tables import DumpSet
+from frtrace.analysis.groups import Membership
+from frtrace.load.tables import DumpSet
 
 __all__ = ["MatchResult", "match"]
 

@@ -1,4 +1,4 @@
-"""A loaded dump set: the five Arrow tables of ``frtrace.schema`` and what could not be read.
+"""A loaded dump set: the five Arrow tables of ``frtrace.load.schema`` and what could not be read.
 
 ``load_dumps(directory)`` is the loading step of the pipeline: discover the files, parse each
 (in worker processes when there are many), intern stacks across ranks, and say which ranks
@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from frtrace import schema
-from frtrace.discover import Candidate, SkippedFile, discover
 from frtrace.errors import DumpFormatError, NoReadableDumps
-from frtrace.load import ParsedDump, Stack
-from frtrace.parallel import parse_candidates
+from frtrace.load import schema
+from frtrace.load.discover import Candidate, SkippedFile, discover
+from frtrace.load.parallel import parse_candidates
+from frtrace.load.parse import ParsedDump, Stack
 
 __all__ = ["DumpSet", "LoadProblem", "build_dump_set", "load_dumps"]
 
@@ -47,7 +47,7 @@ class WorldSize:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DumpSet:
-    """Every dump of one job, as tables (see ``frtrace.schema`` for the columns)."""
+    """Every dump of one job, as tables (see ``frtrace.load.schema`` for the columns)."""
 
     directory: Path
     entries: pa.Table

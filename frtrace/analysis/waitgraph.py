@@ -26,9 +26,9 @@ from typing import Any
 
 import networkx as nx
 
-from frtrace.groups import Membership
-from frtrace.match import COLLECTIVE, MatchResult, OpRef
-from frtrace.tables import DumpSet
+from frtrace.analysis.groups import Membership
+from frtrace.analysis.match import COLLECTIVE, MatchResult, OpRef
+from frtrace.load.tables import DumpSet
 
 __all__ = ["Edge", "EdgeKind", "WaitGraph", "build_wait_graph", "victims_of"]
 

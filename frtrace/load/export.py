@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from frtrace.errors import InputError
-from frtrace.tables import DumpSet
+from frtrace.load.tables import DumpSet
 
 __all__ = ["export_parquet"]
 

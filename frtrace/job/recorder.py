@@ -1,0 +1,285 @@
+"""Job-side helper: record collectives, and write this rank's dump where and when you choose.
+
+Call ``enable()`` before ``init_process_group``::
+
+    import frtrace.recorder
+
+    frtrace.recorder.enable("/shared/fr_dumps")   # env for recording + dump triggers
+    dist.init_process_group("gloo")                 # any backend, Gloo included
+    ...
+    frtrace.recorder.dump()                         # on demand, e.g. from your own watchdog
+
+and when the job hangs, ``kill -USR1 <pid of every rank>`` (or ``pkill -USR1 -f train.py`` on
+each host): every rank writes ``/shared/fr_dumps/comm_lib_trace_rank_<rank>``, then
+``frtrace analyze -d /shared/fr_dumps``. A rank also dumps on an unhandled exception (a Gloo
+collective that times out raises one), since Gloo has no dump on timeout of its own.
+
+The signal is handled by a thread, not by the main thread: a rank blocked inside a
+collective never returns to Python to run a signal handler, yet it still dumps. (Python's
+``signal.set_wakeup_fd`` wakes the thread from C; the main thread's handler does nothing.)
+
+torch is imported inside the functions only: importing this module costs nothing, and
+``enable()`` works before torch is imported at all.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
+
+from frtrace.job.env import DEFAULT_BUFFER_SIZE, DUMP_PREFIX, job_environment
+
+__all__ = ["RecorderState", "disable", "dump", "dump_path", "enable", "state"]
+
+_ExceptHook = Callable[[type[BaseException], BaseException, TracebackType | None], Any]
+
+
+@dataclass(slots=True, kw_only=True)
+class RecorderState:
+    """What ``enable()`` set up, so ``disable()`` can undo it."""
+
+    dump_dir: Path
+    fmt: str  # "pickle" (with stacks) or "json"
+    verbose: bool
+    env_set: dict[str, str | None] = field(default_factory=dict)  # name -> previous value
+    signals: dict[int, Any] = field(default_factory=dict)  # signum -> previous handler
+    wakeup_r: socket.socket | None = None
+    wakeup_w: socket.socket | None = None
+    previous_wakeup_fd: int = -1
+    watcher: threading.Thread | None = None
+    excepthook: _ExceptHook | None = None
+    threading_excepthook: Callable[[threading.ExceptHookArgs], Any] | None = None
+    written: list[Path] = field(default_factory=list)
+
+
+_state: RecorderState | None = None
+_lock = threading.Lock()
+
+
+def state() -> RecorderState | None:
+    """The current setup, or None before ``enable()``."""
+    return _state
+
+
+def enable(
+    dump_dir: str | os.PathLike[str],
+    *,
+    buffer_size: int = DEFAULT_BUFFER_SIZE,
+    timing: bool = False,
+    signals: Iterable[int] = (signal.SIGUSR1,),
+    on_exception: bool = True,
+    fmt: str = "pickle",
+    override_env: bool = False,
+    verbose: bool = True,
+) -> RecorderState:
+    """Turn recording on and install the dump triggers; call it before ``init_process_group``.
+
+    Environment variables already set by the user win unless ``override_env``. ``signals``
+    are the signals that make this rank dump (empty: none); they must be installable, so call
+    this from the main thread. ``fmt="pickle"`` keeps Python stacks; ``"json"`` has none.
+    """
+    global _state
+    if fmt not in ("pickle", "json"):
+        raise ValueError(f"fmt must be 'pickle' or 'json', not {fmt!r}")
+    if _state is not None:
+        disable()
+    directory = Path(dump_dir).resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    st = RecorderState(dump_dir=directory, fmt=fmt, verbose=verbose)
+    for name, value in job_environment(directory, buffer_size=buffer_size, timing=timing).items():
+        if override_env or name not in os.environ:
+            st.env_set[name] = os.environ.get(name)
+            os.environ[name] = value
+    _warn_if_late()
+    sigs = list(signals)
+    if sigs:
+        _install_signals(st, sigs)
+    if on_exception:
+        _install_excepthooks(st)
+    _state = st
+    return st
+
+
+def disable() -> None:
+    """Undo ``enable()``: restore signal handlers, hooks and the environment."""
+    global _state
+    st = _state
+    if st is None:
+        return
+    _state = None
+    for signum, previous in st.signals.items():
+        signal.signal(signum, previous)
+    if st.wakeup_w is not None:
+        signal.set_wakeup_fd(st.previous_wakeup_fd)
+        st.wakeup_w.close()  # wakes the watcher, which then exits
+    if st.watcher is not None:
+        st.watcher.join(timeout=2)
+    if st.wakeup_r is not None:
+        st.wakeup_r.close()
+    if st.excepthook is not None:
+        sys.excepthook = st.excepthook
+    if st.threading_excepthook is not None:
+        threading.excepthook = st.threading_excepthook
+    for name, previous in st.env_set.items():
+        if previous is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = previous
+
+
+def _warn_if_late() -> None:
+    dist = sys.modules.get("torch.distributed")
+    is_initialized = getattr(dist, "is_initialized", None)
+    if callable(is_initialized) and is_initialized():
+        warnings.warn(
+            "frtrace.recorder.enable() was called after init_process_group: the ring buffer "
+            "size was already read; call it before, so the settings apply",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+def _rank() -> int | None:
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return int(dist.get_rank())
+    for name in ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
+        value = os.environ.get(name)
+        if value is not None and value.isdigit():
+            return int(value)
+    return None
+
+
+def dump_path(rank: int | None = None) -> Path:
+    """Where this rank's dump goes: ``<dump_dir>/comm_lib_trace_rank_<rank>``."""
+    st = _state
+    if st is None:
+        raise RuntimeError("frtrace.recorder.enable() has not been called")
+    r = _rank() if rank is None else rank
+    name = f"{DUMP_PREFIX}{r}" if r is not None else f"{DUMP_PREFIX}unknown_pid{os.getpid()}"
+    return st.dump_dir / (name + (".json" if st.fmt == "json" else ""))
+
+
+def _trace_bytes(fmt: str) -> bytes:
+    """This process's Flight Recorder buffer, from the recorder its backend uses.
+
+    NCCL has its own recorder: when the default group's backend includes NCCL (also
+    ``cpu:gloo,cuda:nccl``), that one is dumped; otherwise the generic one Gloo records into.
+    """
+    import torch.distributed as dist
+    from torch._C import _distributed_c10d
+
+    c10d: Any = _distributed_c10d  # private API: its stubs lack the dump functions
+    nccl = False
+    if dist.is_initialized() and hasattr(c10d, "_dump_nccl_trace"):
+        nccl = "nccl" in str(dist.get_backend()).lower()
+    if fmt == "json":
+        fn = c10d._dump_nccl_trace_json if nccl else c10d._dump_fr_trace_json
+        data = fn(includeCollectives=True, onlyActive=False)
+    else:
+        fn = c10d._dump_nccl_trace if nccl else c10d._dump_fr_trace
+        data = fn(includeCollectives=True, includeStackTraces=True, onlyActive=False)
+    return data if isinstance(data, bytes) else str(data).encode()
+
+
+def dump(reason: str = "on demand", *, rank: int | None = None) -> Path:
+    """Write this rank's dump now (atomically: a reader never sees half a file)."""
+    path = dump_path(rank)
+    st = _state
+    assert st is not None  # dump_path raised otherwise
+    with _lock:
+        data = _trace_bytes(st.fmt)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+        st.written.append(path)
+    if st.verbose:
+        print(f"frtrace.recorder: wrote {path} ({reason})", file=sys.stderr, flush=True)
+    return path
+
+
+def _safe_dump(reason: str) -> None:
+    try:
+        dump(reason)
+    except Exception as exc:  # a failed dump must never change how the job fails
+        print(f"frtrace.recorder: could not dump ({reason}): {exc}", file=sys.stderr, flush=True)
+
+
+def _noop_handler(signum: int, frame: FrameType | None) -> None:
+    """The main thread's handler: the watcher thread does the dump."""
+
+
+def _install_signals(st: RecorderState, sigs: list[int]) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("frtrace.recorder.enable(signals=...) must run in the main thread")
+    r, w = socket.socketpair()
+    r.setblocking(True)
+    w.setblocking(False)
+    previous = signal.set_wakeup_fd(w.fileno(), warn_on_full_buffer=False)
+    if previous != -1:  # e.g. an asyncio loop owns it: give it back, dump from the main thread
+        signal.set_wakeup_fd(previous)
+        r.close()
+        w.close()
+        warnings.warn(
+            "signal.set_wakeup_fd is in use (an event loop?): frtrace dumps on a signal only "
+            "when the main thread runs Python",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        for signum in sigs:
+            st.signals[signum] = signal.signal(
+                signum, lambda s, f: _safe_dump(f"signal {signal.Signals(s).name}")
+            )
+        return
+    st.wakeup_r, st.wakeup_w, st.previous_wakeup_fd = r, w, previous
+    for signum in sigs:
+        st.signals[signum] = signal.signal(signum, _noop_handler)
+    wanted = frozenset(int(s) for s in sigs)
+    st.watcher = threading.Thread(
+        target=_watch, args=(r, wanted), name="frtrace-recorder", daemon=True
+    )
+    st.watcher.start()
+
+
+def _watch(sock: socket.socket, wanted: frozenset[int]) -> None:
+    while True:
+        try:
+            data = sock.recv(64)
+        except OSError:
+            return
+        if not data:
+            return  # disable() closed the other end
+        for signum in data:
+            if signum in wanted:
+                _safe_dump(f"signal {signal.Signals(signum).name}")
+
+
+def _install_excepthooks(st: RecorderState) -> None:
+    previous = sys.excepthook
+    st.excepthook = previous
+
+    def hook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+        if not issubclass(exc_type, KeyboardInterrupt):
+            _safe_dump(f"unhandled {exc_type.__name__}")
+        previous(exc_type, exc, tb)
+
+    sys.excepthook = hook
+    previous_threading = threading.excepthook
+    st.threading_excepthook = previous_threading
+
+    def thread_hook(args: threading.ExceptHookArgs) -> None:
+        if args.exc_type is not SystemExit:
+            name = args.thread.name if args.thread else "?"
+            _safe_dump(f"unhandled {args.exc_type.__name__} in thread {name}")
+        previous_threading(args)
+
+    threading.excepthook = thread_hook
