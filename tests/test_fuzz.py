@@ -35,8 +35,9 @@ import pytest
 import frtrace.load.parallel as parallel
 from frtrace.errors import NoReadableDumps
 from frtrace.load.discover import MAX_WORLD_SIZE, discover
-from frtrace.load.parse import MAX_DUMP_BYTES, MAX_ENTRIES
+from frtrace.load.parse import MAX_ENTRIES
 from frtrace.load.tables import DumpSet, load_dumps
+from frtrace.load.unpickle import MAX_DUMP_BYTES
 from frtrace.pipeline import analyze_dumps
 from frtrace.report.json import render_json
 from frtrace.report.text import render_text

@@ -12,7 +12,7 @@ import pytest
 
 from frtrace.errors import NoReadableDumps
 from frtrace.load import schema
-from frtrace.load.parse import split_profiling_name
+from frtrace.load.formats import split_profiling_name
 from frtrace.load.tables import load_dumps
 from tests.conftest import GLOO, GLOO_JSON, make_dump, make_entry, write_json, write_pickle
 

@@ -17,9 +17,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from frtrace.load import parse as load
+from frtrace.load import columns as load
 from frtrace.load import schema
-from frtrace.load.parse import _Columns, _intern_stacks, _StackInterner
+from frtrace.load.columns import Columns
+from frtrace.load.stacks import StackInterner, intern_stacks
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SHAPE_KEYS = ("input_sizes", "output_sizes", "input_dtypes", "output_dtypes")
@@ -49,13 +50,13 @@ FIXTURE_ENTRIES = _fixture_entries()
 
 
 def _careful_shapes(entries: list[dict[str, Any]]) -> list[tuple[pa.Array, list[int]]]:
-    cols = _Columns(Path("x"), 0, entries)
+    cols = Columns(Path("x"), 0, entries)
     out = [cols.take_repeated(k, t) for k, t in zip(SHAPE_KEYS, SHAPE_TYPES, strict=True)]
     return [(a, s.tolist()) for a, s in out]
 
 
 def _fast_shapes(entries: list[dict[str, Any]]) -> list[tuple[pa.Array, list[int]]]:
-    cols = _Columns(Path("x"), 0, entries)
+    cols = Columns(Path("x"), 0, entries)
     return [(a, s.tolist()) for a, s in cols.shape_columns()]
 
 
@@ -132,10 +133,10 @@ def test_stacks_by_identity_equal_stacks_by_content(
     name: str, entries: list[dict[str, Any]]
 ) -> None:
     lists = [e.get("frames") for e in entries]
-    by_content = _StackInterner()
+    by_content = StackInterner()
     expected = by_content.by_list(lists)
     for variant in (entries, _with_shared_frames(entries)):
-        interner = _StackInterner()
+        interner = StackInterner()
         assert interner.by_identity([e.get("frames") for e in variant]) == expected
         assert interner.stacks == by_content.stacks
 
@@ -153,7 +154,7 @@ def test_stacks_odd_frames_are_reported_per_entry() -> None:
         {"frames": [good[0], good[0]]},
     ]
     problems: list[str] = []
-    ids, stacks = _intern_stacks(entries, problems)
+    ids, stacks = intern_stacks(entries, problems)
     assert ids == [0, None, None, None, None, None, 1]
     assert stacks == ((("f", "a.py", 1),), (("f", "a.py", 1), ("f", "a.py", 1)))
     assert problems == ["3 entries have malformed stack frames; stacks not shown"]

@@ -21,7 +21,8 @@ from frtrace.errors import DumpFormatError, NoReadableDumps
 from frtrace.load import schema
 from frtrace.load.discover import Candidate, SkippedFile, discover
 from frtrace.load.parallel import parse_candidates
-from frtrace.load.parse import ParsedDump, Stack
+from frtrace.load.parse import ParsedDump
+from frtrace.load.stacks import Stack
 
 __all__ = ["DumpSet", "LoadProblem", "build_dump_set", "load_dumps"]
 

@@ -1,0 +1,314 @@
+"""Validated Arrow columns from a list of entry dicts: the fast paths and the careful ones.
+
+Each column is built in one C-level pass where every value is what it should be, and value by
+value otherwise: a wrong-typed value becomes null and is reported per field, never raised.
+Sizes and dtypes, which repeat, are converted once per distinct value and dictionary-encoded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import zlib
+from collections.abc import Callable
+from itertools import chain
+from operator import itemgetter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from frtrace.errors import DumpFormatError
+from frtrace.load import schema
+from frtrace.load.values import INT64_MAX, INT64_MIN, MAX_LEAVES, clean, strings
+
+__all__ = ["Columns", "text_column"]
+
+# Sizes/dtypes values with more tensors, or shapes with more dimensions, are damage.
+_MAX_TENSORS = 1 << 16
+_MAX_DIMS = 64
+# At most this many per-field problems are spelled out per file; the rest are counted.
+_MAX_DETAILS = 3
+
+# Arrow types whose columns numpy can build in one C loop when no value is missing.
+_NUMPY_TYPES = {pa.int64(): np.int64, pa.float64(): np.float64}
+# What may reach Arrow's converter for a scalar column. Anything else is nulled first: Arrow's
+# error message for a bad value prints the whole value, and a pickle can make a list whose
+# text is exponentially long (sub-lists shared through the memo) or nested 100,000 deep.
+_SCALARS = frozenset((int, float, bool, type(None)))
+_SEQUENCES = frozenset((list, tuple, type(None)))
+_BAD = object()
+_UNSEEN = object()
+
+
+class Columns:
+    """Builds the ENTRIES columns of one file; invalid values become null and are reported."""
+
+    def __init__(self, path: Path, rank: int, entries: list[dict[str, Any]]) -> None:
+        self.path = path
+        self.rank = rank
+        self.entries = entries
+        self.problems: list[str] = []
+
+    def values(self, key: str, alt: str | None = None) -> list[Any]:
+        """Every entry's ``key`` (else its ``alt``, else None)."""
+        try:  # every entry has the key (the usual case): one C-level pass
+            return list(map(itemgetter(key), self.entries))
+        except KeyError:
+            other = alt or key
+            return [e[key] if key in e else e.get(other) for e in self.entries]
+
+    def take(self, key: str, type_: pa.DataType, alt: str | None = None) -> pa.Array:
+        """Column ``key`` (or ``alt`` where ``key`` is absent), validated by Arrow."""
+        return self.convert(key, self.values(key, alt), type_)
+
+    def convert(self, key: str, values: list[Any], type_: pa.DataType) -> pa.Array:
+        fast = _NUMPY_TYPES.get(type_)
+        # the common case: every value present and a number (numpy reads None as NaN: skip)
+        if fast is not None and None not in values:
+            try:
+                return pa.array(np.fromiter(values, dtype=fast, count=len(values)))
+            except (TypeError, ValueError, OverflowError):
+                pass
+        if pa.types.is_list(type_):
+            return self.convert_repeated(key, values, type_)[0].cast(type_)
+        if type_ == schema.TEXT:
+            return text_column(key, values, self)
+        if _SCALARS.issuperset(map(type, values)):
+            try:
+                return pa.array(values, type=type_)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+                pass
+        return self.convert_slowly(key, values, type_)
+
+    def take_repeated(self, key: str, type_: pa.DataType) -> tuple[pa.Array, np.ndarray]:
+        """A list column and its per-entry fingerprints (0 where missing)."""
+        return self.convert_repeated(key, [e.get(key) for e in self.entries], type_)
+
+    def convert_repeated(
+        self, key: str, values: list[Any], type_: pa.DataType
+    ) -> tuple[pa.Array, np.ndarray]:
+        """Sizes and dtypes repeat a lot: convert each distinct value once, then gather.
+
+        Arrow converts nested Python lists slowly (~10 us per entry); distinct values are few.
+        Returns the column and a fingerprint per entry: CRC-32 of the value's repr, equal
+        exactly when the values are equal, deterministic across processes.
+        """
+        nested = pa.types.is_list(type_.value_type)
+        twins: list[Any]
+        try:  # a hashable twin of each value, in one comprehension (the hot path)
+            if nested:
+                twins = [None if v is None else tuple(map(tuple, v)) for v in values]
+            else:
+                if not _SEQUENCES.issuperset(map(type, values)):
+                    raise TypeError("not a list")  # (tuple("Float") would be 5 dtypes)
+                twins = [None if v is None else tuple(v) for v in values]
+            index: dict[Any, int] = {}
+            codes = np.array([index.setdefault(t, len(index)) for t in twins], dtype=np.int32)
+            return _repeated_array(codes, list(index), type_)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+            # a value of the wrong shape or type: checked one by one, never hashed or printed
+            codes, distinct = self.repeated_slowly(key, values, nested)
+            return _repeated_array(codes, distinct, type_, checked=True)
+
+    def shape_columns(self) -> list[tuple[pa.Array, np.ndarray]]:
+        """input_sizes, output_sizes, input_dtypes, output_dtypes with their fingerprints.
+
+        The four at once when every entry has them as lists: one hashable key per entry (an
+        op's sizes and dtypes repeat together); otherwise column by column, as
+        ``take_repeated``, with the same result.
+        """
+        try:
+            rows = list(map(_SHAPE_FIELDS, self.entries))
+            if not _LISTS.issuperset(map(type, chain.from_iterable(rows))):
+                raise TypeError("not lists")  # (tuple("Float") would be 5 dtypes)
+            index: dict[Any, int] = {}
+            codes = np.array(
+                [
+                    index.setdefault(
+                        (tuple(map(tuple, a)), tuple(map(tuple, b)), tuple(c), tuple(d)),
+                        len(index),
+                    )
+                    for a, b, c, d in rows
+                ],
+                dtype=np.int32,
+            )
+            combos = list(index)
+            out = []
+            for part, type_ in enumerate(_SHAPE_TYPES):
+                inner: dict[Any, int] = {}
+                picks = np.array([inner.setdefault(c[part], len(inner)) for c in combos])
+                out.append(_repeated_array(picks[codes].astype(np.int32), list(inner), type_))
+            return out
+        except (KeyError, pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+            pairs = zip(_SHAPE_KEYS, _SHAPE_TYPES, strict=True)
+            return [self.take_repeated(key, type_) for key, type_ in pairs]
+
+    def repeated_slowly(
+        self, key: str, values: list[Any], nested: bool
+    ) -> tuple[np.ndarray, list[Any]]:
+        """Codes and distinct twins (None first) of a sizes/dtypes column, each value checked
+        alone."""
+        checked: dict[int, Any] = {}  # id(value) -> twin: a shared value is checked once
+        index: dict[Any, int] = {None: 0}
+        codes = np.zeros(len(values), dtype=np.int32)
+        bad: list[int] = []
+        budget = MAX_LEAVES
+        for i, value in enumerate(values):
+            if value is None:
+                continue
+            twin = checked.get(id(value), _UNSEEN)
+            if twin is _UNSEEN:
+                # what checking it will cost, counted in C before doing it (a value that is
+                # not a list of lists raises, and is rejected below at no cost)
+                with contextlib.suppress(TypeError):
+                    budget -= sum(map(len, value)) if nested else len(value)
+                if budget < 0:
+                    raise DumpFormatError(
+                        f"{self.path}: field {key!r} holds more than {MAX_LEAVES:,} sizes "
+                        "in all, far beyond any real dump; the file is damaged or built to "
+                        "exhaust memory."
+                    )
+                twin = checked[id(value)] = _checked_twin(value, nested)
+            if twin is _BAD:
+                bad.append(i)
+                continue
+            codes[i] = index.setdefault(twin, len(index))
+        if bad:
+            self.report(key, values, bad)
+        return codes, list(index)
+
+    def convert_slowly(self, key: str, values: list[Any], type_: pa.DataType) -> pa.Array:
+        """Value by value: the bad ones become null and are reported."""
+        fits = _FITS.get(type_)
+        fixed = list(values)
+        bad: list[int] = []
+        for i, value in enumerate(values):
+            if value is None:
+                continue
+            if fits is not None:
+                ok = fits(value)
+            else:  # a type without a rule: ask Arrow, but only about plain scalars
+                ok = type(value) in _SCALARS and _arrow_accepts(value, type_)
+            if not ok:
+                bad.append(i)
+                fixed[i] = None
+        if bad:
+            self.report(key, values, bad)
+        return pa.array(fixed, type=type_)
+
+    def report(self, key: str, values: list[Any], bad: list[int]) -> None:
+        shown = ", ".join(f"#{i} ({type(values[i]).__name__})" for i in bad[:_MAX_DETAILS])
+        more = f" and {len(bad) - _MAX_DETAILS} more" if len(bad) > _MAX_DETAILS else ""
+        self.problems.append(
+            f"field {key!r} has values of the wrong type in entries {shown}{more}; "
+            "they are treated as unknown"
+        )
+
+
+def _repeated_array(
+    codes: np.ndarray, distinct: list[Any], type_: pa.DataType, *, checked: bool = False
+) -> tuple[pa.Array, np.ndarray]:
+    """A dictionary column from per-entry codes into distinct hashable twins (None: null),
+    and the per-entry fingerprints. Raises ValueError (or Arrow's errors) for a value no op
+    has, unless the twins were ``checked`` one by one already."""
+    none_at = distinct.index(None) if None in distinct else -1
+    if not checked:
+        nested = pa.types.is_list(type_.value_type)
+        shapes = list(filter(None, distinct))
+        if max(map(len, shapes), default=0) > _MAX_TENSORS or (
+            nested and max(map(len, chain.from_iterable(shapes)), default=0) > _MAX_DIMS
+        ):
+            raise ValueError("more tensors or dimensions than any op has")
+    table = pa.array(distinct, type=type_)  # the twins: tuples convert like the lists they are
+    if not checked:
+        inner = table.flatten()
+        if inner.null_count or (nested and inner.flatten().null_count):
+            raise ValueError("a None inside a value")  # [[None]]: Arrow takes it as null
+    valid = codes != none_at
+    crcs = np.fromiter(
+        (zlib.crc32(repr(t).encode()) for t in distinct), dtype=np.uint32, count=len(distinct)
+    )
+    sig = np.where(valid, crcs[codes] if len(crcs) else 0, 0).astype(np.uint32)
+    indices = pa.array(codes, type=pa.int32(), mask=~valid)
+    return pa.DictionaryArray.from_arrays(indices, table), sig
+
+
+_SHAPE_KEYS = ("input_sizes", "output_sizes", "input_dtypes", "output_dtypes")
+_SHAPE_FIELDS = itemgetter(*_SHAPE_KEYS)
+_SHAPE_TYPES = (schema.SIZES, schema.SIZES, schema.DTYPES, schema.DTYPES)
+_LISTS = frozenset((list, tuple))
+
+
+def _checked_twin(value: Any, nested: bool) -> Any:
+    """The hashable twin of one sizes (nested) or dtypes value, or _BAD."""
+    if not isinstance(value, list | tuple) or len(value) > _MAX_TENSORS:
+        return _BAD
+    if not nested:
+        return tuple(map(clean, value)) if all(type(x) is str for x in value) else _BAD
+    shapes = []
+    for shape in value:
+        if not isinstance(shape, list | tuple) or len(shape) > _MAX_DIMS:
+            return _BAD
+        if not all(type(x) is int and INT64_MIN <= x <= INT64_MAX for x in shape):
+            return _BAD
+        shapes.append(tuple(shape))
+    return tuple(shapes)
+
+
+def _arrow_accepts(value: Any, type_: pa.DataType) -> bool:
+    try:
+        pa.array([value], type=type_)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+        return False
+    return True
+
+
+def _fits_int64(v: Any) -> bool:
+    if type(v) is int:
+        return INT64_MIN <= v <= INT64_MAX
+    return type(v) is float and v.is_integer() and INT64_MIN <= v <= INT64_MAX
+
+
+def _fits_float64(v: Any) -> bool:
+    return type(v) in (float, bool) or (type(v) is int and abs(v) <= 2**53)
+
+
+def _fits_bool(v: Any) -> bool:
+    return type(v) is bool
+
+
+# Which Python values each scalar column accepts (Arrow's rules, without Arrow's messages).
+_FITS: dict[pa.DataType, Callable[[Any], bool]] = {
+    pa.int64(): _fits_int64,
+    pa.float64(): _fits_float64,
+    pa.bool_(): _fits_bool,
+}
+
+
+def text_column(key: str, values: list[Any], cols: Columns | None = None) -> pa.Array:
+    """A dictionary-encoded string column: each distinct string converted once."""
+    try:  # all strings or None (the usual case): Arrow converts and encodes in C
+        encoded: pa.Array = strings(values).dictionary_encode()
+        return encoded
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        pass
+    index: dict[str, int] = {}
+    picks: list[int | None] = []
+    bad = 0
+    for value in values:
+        if value is None:
+            picks.append(None)
+        elif isinstance(value, str):
+            at = index.get(value)
+            if at is None:
+                at = index[value] = len(index)
+            picks.append(at)
+        else:
+            bad += 1
+            picks.append(None)
+    if bad and cols is not None:
+        cols.problems.append(
+            f"field {key!r} is not a string in {bad} entries; they are treated as unknown"
+        )
+    return pa.DictionaryArray.from_arrays(pa.array(picks, type=pa.int32()), strings(list(index)))

@@ -1,0 +1,202 @@
+"""One file's entries -> one Arrow record batch of ``schema.ENTRIES``.
+
+Knows the entry key names of every torch version (``seq_id`` / ``collective_seq_id``,
+``time_created_us`` / ``_ns``, JSON's 0 for an unobserved time) and splits ``profiling_name``
+and ``process_group`` into columns.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from frtrace.load import schema
+from frtrace.load.columns import Columns, text_column
+from frtrace.load.formats import split_profiling_name
+from frtrace.load.stacks import Stack, intern_stacks
+from frtrace.load.values import label, strings
+
+__all__ = ["entries_batch"]
+
+_ONLY_STR = frozenset((str,))
+_ONLY_BOOL = frozenset((bool,))
+_ONLY_TUPLE = frozenset((tuple,))
+
+
+def entries_batch(
+    path: Path, rank: int, entries: list[dict[str, Any]], from_json: bool
+) -> tuple[pa.RecordBatch, tuple[Stack, ...], list[str]]:
+    cols = Columns(path, rank, entries)
+    n = len(entries)
+
+    names = cols.values("profiling_name")
+    if not _ONLY_STR.issuperset(map(type, names)):
+        names = [x if isinstance(x, str) else None for x in names]
+    name_codes, name_values = _encode(names)
+    bad_names = int((name_codes < 0).sum())
+    if bad_names:
+        cols.problems.append(f"{bad_names} entries have no profiling_name; their op is unknown")
+    parts = [split_profiling_name(v) for v in name_values]  # once per distinct name
+    backend = _decoded(name_codes, [p[0] for p in parts])
+    op_arr = _decoded(name_codes, [p[1] for p in parts])
+    src = _gather_ints(name_codes, [p[2] for p in parts])
+    dst = _gather_ints(name_codes, [p[3] for p in parts])
+    is_send_recv = np.array([p[1] in ("send", "recv") for p in parts] + [False])[name_codes]
+
+    pg_ids = cols.take("pg_id", pa.int64())
+    group_name, group_desc = _group_columns(cols.values("process_group"), pg_ids, cols.problems)
+
+    is_p2p_raw = cols.values("is_p2p")
+    if _ONLY_BOOL.issuperset(map(type, is_p2p_raw)):  # recorded for every entry (2.4+)
+        is_p2p = np.fromiter(is_p2p_raw, dtype=bool, count=n)
+    else:  # before 2.4, or damaged: send/recv by name
+        is_p2p = np.array(
+            [
+                v if isinstance(v, bool) else bool(o)
+                for v, o in zip(is_p2p_raw, is_send_recv, strict=True)
+            ],
+            dtype=bool,
+        )
+
+    if n and "time_created_ns" not in entries[0] and "time_created_us" in entries[0]:
+        created = [_us_to_ns(e.get("time_created_us")) for e in entries]
+    else:
+        created = cols.values("time_created_ns")
+
+    started = cols.values("time_discovered_started_ns")
+    completed = cols.values("time_discovered_completed_ns")
+    if from_json:  # JSON writes 0 for "not observed"
+        started = [None if v == 0 else v for v in started]
+        completed = [None if v == 0 else v for v in completed]
+
+    stack_ids, stacks = intern_stacks(entries, cols.problems)
+    shapes = cols.shape_columns()
+    (in_sizes, in_sig), (out_sizes, out_sig) = shapes[0], shapes[1]
+    (in_dtypes, in_dt_sig), (out_dtypes, out_dt_sig) = shapes[2], shapes[3]
+
+    arrays = [
+        pa.array([rank] * n, type=pa.int32()),
+        pa.array(range(n), type=pa.int32()),
+        cols.take("record_id", pa.int64()),
+        pg_ids,
+        group_name,
+        group_desc,
+        cols.take("collective_seq_id", pa.int64(), alt="seq_id"),
+        cols.take("p2p_seq_id", pa.int64()),
+        cols.take("op_id", pa.int64()),
+        _dictionary(name_codes, name_values),
+        backend,
+        op_arr,
+        pa.array(is_p2p, type=pa.bool_()),
+        src,
+        dst,
+        in_sizes,
+        out_sizes,
+        in_dtypes,
+        out_dtypes,
+        cols.take("state", schema.TEXT),
+        cols.convert("time_created_ns", created, pa.int64()),
+        cols.convert("time_discovered_started_ns", started, pa.int64()),
+        cols.convert("time_discovered_completed_ns", completed, pa.int64()),
+        cols.take("duration_ms", pa.float64()),
+        cols.take("retired", pa.bool_()),
+        cols.take("timeout_ms", pa.int64()),
+        cols.take("thread_id", schema.TEXT),
+        cols.take("thread_name", schema.TEXT),
+        pa.array(stack_ids, type=pa.int32()),
+        _sig_array(in_sig, in_sizes),
+        _sig_array(out_sig, out_sizes),
+        _sig_array(in_dt_sig, in_dtypes),
+        _sig_array(out_dt_sig, out_dtypes),
+    ]
+    batch = pa.RecordBatch.from_arrays(arrays, schema=schema.ENTRIES)
+    return batch, stacks, cols.problems
+
+
+def _encode(values: list[str | None]) -> tuple[np.ndarray, list[str]]:
+    """(int32 codes with -1 for None, distinct strings) of a string list."""
+    index: dict[str | None, int] = {}
+    codes = np.array([index.setdefault(v, len(index)) for v in values], dtype=np.int32)
+    distinct = list(index)
+    if None in index:
+        none_at = index[None]
+        codes = np.where(codes == none_at, -1, codes - (codes > none_at)).astype(np.int32)
+        distinct.remove(None)
+    return codes, [str(v) for v in distinct]
+
+
+def _dictionary(codes: np.ndarray, values: list[Any]) -> pa.Array:
+    """A dictionary<int32, string> array from codes (-1: null) and their values."""
+    return pa.DictionaryArray.from_arrays(
+        pa.array(codes, type=pa.int32(), mask=codes < 0), strings(values)
+    )
+
+
+def _decoded(codes: np.ndarray, values: list[str | None]) -> pa.Array:
+    """Map each code to a (possibly repeated or None) string, dictionary-encoded."""
+    inner, distinct = _encode(values)
+    mapped = np.append(inner, -1)[codes]  # code -1 picks the appended -1 (null)
+    return _dictionary(mapped, distinct)
+
+
+def _gather_ints(codes: np.ndarray, values: list[int | None]) -> pa.Array:
+    table = np.array([-1 if v is None else v for v in values] + [-1], dtype=np.int64)
+    picked = table[codes]
+    return pa.array(picked, type=pa.int32(), mask=picked < 0)
+
+
+def _group_columns(
+    groups: list[Any], pg_id_column: pa.Array, problems: list[str]
+) -> tuple[pa.Array, pa.Array]:
+    """group_name, group_desc from ``process_group`` (2.x), else ``str(pg_id)`` (1.x, 2.2)."""
+    if _ONLY_TUPLE.issuperset(map(type, groups)):  # a pickle's (name, desc) pairs
+        twins = groups
+    else:
+        twins = [
+            g if g.__class__ is tuple else (tuple(g) if g.__class__ is list else None)
+            for g in groups
+        ]
+    if None not in twins:  # every entry names its group: once per distinct pair
+        index: dict[Any, int] = {}
+        try:
+            codes = np.array([index.setdefault(t, len(index)) for t in twins], dtype=np.int32)
+        except TypeError:  # a list inside a process_group: the careful loop below
+            pass
+        else:
+            distinct = list(index)
+            names = [label(t[0]) if len(t) >= 1 else None for t in distinct]
+            descs = [label(t[1]) if len(t) > 1 else None for t in distinct]
+            unnamed = [i for i, name in enumerate(names) if name is None]
+            if unnamed:
+                bad = int(np.isin(codes, unnamed).sum())
+                problems.append(
+                    f"{bad} entries have a malformed process_group; their group is unknown"
+                )
+            return _decoded(codes, names), _decoded(codes, descs)
+    name: list[str | None] = []
+    desc: list[str | None] = []
+    bad = 0
+    for grp, pg_id in zip(groups, pg_id_column.to_pylist(), strict=True):
+        if isinstance(grp, list | tuple) and len(grp) >= 1:
+            name.append(label(grp[0]))
+            desc.append(label(grp[1]) if len(grp) > 1 else None)
+            bad += name[-1] is None
+        else:  # before torch 2.4 only the per-process pg_id identifies the group
+            name.append(None if pg_id is None else str(pg_id))
+            desc.append(None)
+    if bad:
+        problems.append(f"{bad} entries have a malformed process_group; their group is unknown")
+    return text_column("group_name", name), text_column("group_desc", desc)
+
+
+def _sig_array(sig: np.ndarray, values: pa.Array) -> pa.Array:
+    return pa.array(sig, type=pa.uint32(), mask=values.is_null().to_numpy(zero_copy_only=False))
+
+
+def _us_to_ns(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value * 1000
+    return value

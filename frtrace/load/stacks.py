@@ -1,0 +1,109 @@
+"""Stack interning: each distinct stack converted and stored once per file.
+
+torch's pickler shares frame dicts between entries, so identity is tried first; a crafted pickle
+that repeats one long list is handled by list identity and a frame limit.
+"""
+
+from __future__ import annotations
+
+from operator import itemgetter
+from typing import Any
+
+from frtrace.load.values import MAX_LEAVES, clean, int_or_none
+
+__all__ = ["MAX_FRAMES", "Frame", "Stack", "StackInterner", "intern_stacks"]
+
+Frame = tuple[str, str, int]
+Stack = tuple[Frame, ...]
+# Frames kept per stack (innermost first): real Python stacks are tens of frames deep.
+MAX_FRAMES = 1 << 11
+
+
+def intern_stacks(
+    entries: list[dict[str, Any]], problems: list[str]
+) -> tuple[list[int | None], tuple[Stack, ...]]:
+    """Local stack id per entry; each distinct stack is converted and stored once."""
+    lists = [e.get("frames") for e in entries]
+    interner = StackInterner()
+    try:  # counted in C: real dumps hold tens of frames per entry
+        careful = sum(map(len, filter(None, lists))) > MAX_LEAVES
+    except TypeError:  # a value without a length: the careful loop says it is malformed
+        careful = True
+    ids = interner.by_list(lists) if careful else interner.by_identity(lists)
+    malformed = sum(1 for frames, sid in zip(lists, ids, strict=True) if frames and sid is None)
+    if malformed:
+        problems.append(f"{malformed} entries have malformed stack frames; stacks not shown")
+    return ids, tuple(interner.stacks)
+
+
+class StackInterner:
+    """Stack ids by the content of the frames (name, filename, line in recorded order)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[Any, int | None] = {}
+        self.stacks: list[Stack] = []
+
+    def by_identity(self, lists: list[Any]) -> list[int | None]:
+        """torch's pickler writes a frame shared by many entries once (memoized by pointer),
+        so a dump decodes to a few hundred frame dicts referenced ~10^5 times: entries whose
+        frames are the same objects get their id from one look at the content."""
+        keys = [tuple(map(id, f)) if f.__class__ is list and f else None for f in lists]
+        # (the frame objects stay alive with ``lists``, so their ids cannot be reused)
+        distinct = dict(zip(keys, lists, strict=True))  # one frames list per key
+        ids = {key: self.stack_id(frames) for key, frames in distinct.items()}
+        ids[None] = None
+        return list(map(ids.__getitem__, keys))
+
+    def by_list(self, lists: list[Any]) -> list[int | None]:
+        """A pickle can give every entry the same long frames list (a memo reference): each
+        list's stack id is worked out once, from its innermost MAX_FRAMES frames, so the work
+        stays proportional to the file, not to entries x frames."""
+        by_list: dict[int, int | None] = {}
+        out: list[int | None] = []
+        for frames in lists:
+            if not frames or not isinstance(frames, list):
+                out.append(None)
+                continue
+            sid = by_list.get(id(frames), -1)
+            if sid == -1:
+                sid = by_list[id(frames)] = self.stack_id(frames[:MAX_FRAMES])
+            out.append(sid)
+        return out
+
+    def stack_id(self, frames: Any) -> int | None:
+        """The id of this frames list's stack (None: no frames, or malformed ones)."""
+        if not frames or not isinstance(frames, list):
+            return None
+        key: Any
+        try:  # cheap identity of a stack: its frames' values in recorded order
+            key = tuple(map(_FRAME_FIELDS, frames))
+            hash(key)
+        except (KeyError, TypeError):  # a frame that is not a dict, lacks a field, unhashable
+            key = None
+        sid = self.seen.get(key, -1) if key is not None else -1
+        if sid != -1:
+            return sid
+        stack = _convert_stack(frames)
+        if stack is None:
+            sid = None
+        else:
+            sid = len(self.stacks)
+            self.stacks.append(stack)
+        if key is not None:
+            self.seen[key] = sid
+        return sid
+
+
+_FRAME_FIELDS = itemgetter("name", "filename", "line")
+
+
+def _convert_stack(frames: list[Any]) -> Stack | None:
+    out: list[Frame] = []
+    for f in frames:
+        if not isinstance(f, dict):
+            return None
+        name, filename, line = f.get("name"), f.get("filename"), int_or_none(f.get("line"))
+        if not isinstance(name, str) or not isinstance(filename, str):
+            return None
+        out.append((clean(name), clean(filename), -1 if line is None else line))
+    return tuple(out)

@@ -1,0 +1,103 @@
+"""Safe readings of decoded values: numbers, labels and text from whatever a file holds.
+
+A pickle can hold any plain value where a field should be: these never ``str()`` a container
+(its text can be exponentially long), never overflow int64, and keep text Arrow can store.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+__all__ = [
+    "INT64_MAX",
+    "INT64_MIN",
+    "MAX_LEAVES",
+    "clean",
+    "int_or_none",
+    "label",
+    "preview",
+    "short_message",
+    "strings",
+]
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# Leaves (tensor dimensions, dtype names, frames) one column may expand to: 8,000 per
+# entry of a 2,000-entry dump. A pickle reaches far more by repeating one shared list.
+MAX_LEAVES = 1 << 24
+
+
+def int_or_none(value: Any) -> int | None:
+    """An int64 from an int, an integral float or a decimal string; None for anything else."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, str):
+        text = value.strip()
+        if len(text) > 20:  # more digits than an int64 has (and int() of 5,000 raises)
+            return None
+        try:
+            number = int(text)
+        except ValueError:
+            return None
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    else:
+        return None
+    return number if INT64_MIN <= number <= INT64_MAX else None
+
+
+def label(value: Any) -> str | None:
+    """A group name, description or version: a string, or a plain number as text.
+
+    Never ``str()`` of a container: a pickle can make one whose text is exponentially long
+    (lists that share sub-lists through the memo).
+    """
+    if isinstance(value, str):
+        return clean(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value) if abs(value) < 1e18 else None
+    return None
+
+
+def clean(text: str) -> str:
+    """Text that Arrow can store: a lone surrogate ("\\udcff", which a pickle or a JSON
+    escape can hold but UTF-8 cannot) is spelled out with a backslash."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def strings(values: list[Any]) -> pa.Array:
+    """pa.array(values, string), lone surrogates spelled out (see clean)."""
+    try:
+        return pa.array(values, type=pa.string())
+    except UnicodeEncodeError:
+        return pa.array([v if v is None else clean(v) for v in values], type=pa.string())
+
+
+def preview(value: Any) -> str:
+    """A short, safe rendering of any decoded value for a message."""
+    if isinstance(value, str):
+        return repr(value[:40] + ("..." if len(value) > 40 else ""))
+    if value is None or isinstance(value, bool | float):
+        return repr(value)
+    if isinstance(value, int):
+        return repr(value) if abs(value) < 1e18 else "a huge number"
+    size = f" of {len(value)}" if isinstance(value, list | tuple | dict) else ""
+    return f"a {type(value).__name__}{size}"
+
+
+def short_message(exc: BaseException) -> str:
+    try:
+        lines = [line for line in str(exc).splitlines() if line.strip()]
+    except Exception:  # e.g. the str() of an int too long to print
+        lines = []
+    text = clean(lines[0]) if lines else type(exc).__name__
+    return text if len(text) <= 120 else text[:117] + "..."
