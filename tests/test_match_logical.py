@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from frsim import Fault, FaultKind, JobSpec, simulate, write_dumps
+from frtrace.analysis import coalesce
 from frtrace.analysis import match as match_module
 from frtrace.analysis.groups import resolve_groups
 from frtrace.load.tables import load_dumps
@@ -45,7 +46,7 @@ def _reference(coll: pd.DataFrame) -> pd.DataFrame:
         folded = folded.reset_index()
         folded["sig"] = folded["sig"].to_numpy().astype(np.uint64).view(np.int64)
         out = pd.concat([out, folded], ignore_index=True)
-    cols = match_module._LOGICAL_COLUMNS
+    cols = coalesce._LOGICAL_COLUMNS
     return out[cols].sort_values(["gid", "seq", "rank"], kind="stable").reset_index(drop=True)
 
 
@@ -73,7 +74,7 @@ def test_segments_equal_group_by(
     write_dumps(simulate(JOBS[name]), tmp_path / "d")
     dumps = load_dumps(tmp_path / "d")
     seen: list[tuple[pd.DataFrame, pd.DataFrame]] = []
-    real = match_module._logical_collectives
+    real = coalesce.logical_collectives
 
     def both(coll: pd.DataFrame) -> pd.DataFrame:
         expected = _reference(coll.copy())
@@ -81,7 +82,7 @@ def test_segments_equal_group_by(
         seen.append((got, expected))
         return got
 
-    monkeypatch.setattr(match_module, "_logical_collectives", both)
+    monkeypatch.setattr(match_module, "logical_collectives", both)
     match_module.match(dumps, resolve_groups(dumps))
     ((got, expected),) = seen
     assert len(got) > 0
@@ -95,5 +96,5 @@ def test_first_valid_skips_nulls_like_pandas_first() -> None:
     order = np.array([0, 1, 2, 3, 4, 5])
     first = np.array([0, 2, 3, 5])
     last = np.array([1, 2, 4, 5])
-    got = match_module._first_valid(column, order, first, last)
+    got = coalesce._first_valid(column, order, first, last)
     assert got.tolist() == [5, 7, pd.NA, 3]

@@ -23,7 +23,7 @@ from itertools import combinations
 
 from frtrace.analysis.findings import Confidence, Finding, FindingKind, Severity
 from frtrace.analysis.groups import Membership
-from frtrace.analysis.match import COLLECTIVE, MatchResult, OpRef
+from frtrace.analysis.ops import COLLECTIVE, MatchResult, OpRef
 from frtrace.analysis.signatures import signature_at
 from frtrace.analysis.waitgraph import EdgeKind, WaitGraph, victims_of
 from frtrace.load.tables import DumpSet

@@ -32,8 +32,9 @@ from frtrace.analysis.findings import (
     Verdict,
 )
 from frtrace.analysis.groups import Membership, resolve_groups
-from frtrace.analysis.match import MatchResult, match
+from frtrace.analysis.match import match
 from frtrace.analysis.mismatch import find_mismatches
+from frtrace.analysis.ops import MatchResult
 from frtrace.analysis.signatures import call_site, entry_at, signature_at
 from frtrace.analysis.stragglers import find_stragglers
 from frtrace.analysis.unrecorded import unrecorded_finding, unrecorded_ops

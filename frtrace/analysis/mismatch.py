@@ -23,7 +23,7 @@ import pandas as pd
 
 from frtrace.analysis.findings import Confidence, Finding, FindingKind, OpSignature, Severity
 from frtrace.analysis.groups import Membership
-from frtrace.analysis.match import MatchResult
+from frtrace.analysis.ops import MatchResult
 from frtrace.analysis.signatures import signature_at
 from frtrace.load.tables import DumpSet
 from frtrace.ranges import format_ranks

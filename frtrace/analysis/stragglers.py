@@ -21,7 +21,7 @@ import pandas as pd
 
 from frtrace.analysis.findings import Straggler
 from frtrace.analysis.groups import Membership
-from frtrace.analysis.match import MatchResult
+from frtrace.analysis.ops import MatchResult
 from frtrace.load.tables import DumpSet
 
 __all__ = ["find_stragglers"]

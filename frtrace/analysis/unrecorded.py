@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from frtrace.analysis.findings import Confidence, Finding, FindingKind, Severity
 from frtrace.analysis.groups import Membership
-from frtrace.analysis.match import codes
+from frtrace.analysis.ops import codes
 from frtrace.load.tables import DumpSet
 from frtrace.ranges import format_ranks
 

@@ -27,7 +27,7 @@ from typing import Any
 import networkx as nx
 
 from frtrace.analysis.groups import Membership
-from frtrace.analysis.match import COLLECTIVE, MatchResult, OpRef
+from frtrace.analysis.ops import COLLECTIVE, MatchResult, OpRef
 from frtrace.load.tables import DumpSet
 
 __all__ = ["Edge", "EdgeKind", "WaitGraph", "build_wait_graph", "victims_of"]

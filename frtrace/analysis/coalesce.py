@@ -1,0 +1,179 @@
+"""Logical ops from raw entries: a coalesced run counts once, a p2p batch carries its state.
+
+A run of entries sharing one seq and ended by a ``*coalesced`` entry is one logical collective
+whose signature is built from all its entries; a ``coalesced`` entry closing a batch of sends
+and receives is p2p and carries the batch's state. Runs cut by a wrapped buffer are dropped.
+Vectorised: segments of one sort, each column one gather or segment reduction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from frtrace.load.tables import DumpSet
+
+__all__ = ["drop_truncated_runs", "logical_collectives", "mark_p2p_batches"]
+
+
+def mark_p2p_batches(frame: pd.DataFrame) -> None:
+    """A ``coalesced`` entry closing a batch of p2p ops is itself p2p, and carries their state.
+
+    Inside ``batch_isend_irecv`` the individual send/recv entries stay ``scheduled``; the
+    closing ``coalesced`` entry (same rank, group and p2p_seq) is the one that completes. It is
+    recorded with ``is_p2p`` false, so it is recognised by following p2p entries.
+    """
+    is_marker = frame["op"].eq("coalesced")
+    prev_p2p = frame["is_p2p"].shift(1, fill_value=False) & frame["rank"].eq(frame["rank"].shift(1))
+    frame.loc[is_marker & prev_p2p, "is_p2p"] = True
+    # the batch's key: p2p_seq (torch 2.4+); before that one seq_id counted both kinds of op
+    batch = frame["p2p_seq"].fillna(frame["seq"])
+    framed = frame.assign(batch=batch)
+    markers = framed[is_marker & framed["is_p2p"] & framed["batch"].notna()]
+    if markers.empty:
+        return
+    batch_state = markers.groupby(["rank", "gid", "batch"])[["done", "state_rank"]].max()
+    ops = framed[framed["is_p2p"] & ~is_marker & framed["batch"].notna()]
+    joined = (
+        ops.reset_index()
+        .merge(
+            batch_state.reset_index(),
+            on=["rank", "gid", "batch"],
+            how="left",
+            suffixes=("", "_batch"),
+        )
+        .set_index("index")
+    )
+    has_batch = joined["done_batch"].notna()
+    idx = joined.index[has_batch]
+    frame.loc[idx, "done"] = joined.loc[has_batch, "done_batch"].astype(bool)
+    frame.loc[idx, "state_rank"] = joined.loc[has_batch, "state_rank_batch"].astype(np.int8)
+
+
+def logical_collectives(coll: pd.DataFrame) -> pd.DataFrame:
+    """One row per (rank, gid, seq), in (gid, seq, rank) order; coalesced runs folded into
+    one signature. Consumes ``coll`` (its columns are taken out one by one).
+
+    One sort of the rows by (gid, seq, rank, row) puts each run's entries side by side; every
+    logical op is then a segment of that order (one row, or a run), and each output column is
+    one gather or one segment reduction: no hash of 8M keys, no copy of the whole frame.
+    """
+    gid = coll["gid"].to_numpy()
+    seq = coll["seq"].to_numpy(dtype=np.int64)  # (no nulls: coll holds collectives only)
+    rank = coll["rank"].to_numpy()
+    order = np.lexsort((coll["row"].to_numpy(), rank, seq, gid))
+    n = len(order)
+    start = np.zeros(n, dtype=bool)  # the first row of each logical op, in sorted order
+    start[:1] = True
+    for column in (gid, seq, rank):
+        ordered = column[order]
+        start[1:] |= ordered[1:] != ordered[:-1]
+    del gid, seq, rank, ordered
+    first = np.flatnonzero(start)
+    del start
+    last = np.append(first[1:], n) - 1 if n else first
+    runs = bool(n) and bool((last > first).any())
+
+    def take(name: str, at: np.ndarray) -> np.ndarray:
+        values: np.ndarray = coll[name].to_numpy()[order[at]]
+        return values
+
+    out: dict[str, Any] = {}
+    out["rank"] = take("rank", first)
+    out["gid"] = take("gid", first)
+    out["seq"] = coll["seq"].take(order[first]).reset_index(drop=True)
+    out["row"] = take("row", first)
+    out["last_row"] = take("row", last)
+    out["op"] = coll["op"].take(order[last]).reset_index(drop=True)  # a run's closing entry
+    out["op_code"] = take("op_code", last)
+    sig = take("sig", first)
+    if runs:
+        # the run's signature: every member entry's op and sizes, in order (position-weighted
+        # so that two runs with the same entries in another order differ)
+        segment = np.repeat(np.arange(len(first)), last - first + 1)
+        position = (np.arange(n) - first[segment]).astype(np.uint64)
+        with np.errstate(over="ignore"):
+            part = (
+                coll["sig"].to_numpy()[order].view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+                + coll["op_code"].to_numpy()[order].astype(np.uint64)
+                * np.uint64(0x632BE59BD9B4E019)
+            ) * (position * np.uint64(2) + np.uint64(1))
+        folded = np.add.reduceat(part, first).view(np.int64)
+        sig = np.where(last > first, folded, sig)
+        del segment, position, part, folded
+    out["sig"] = sig
+    done = coll["done"].to_numpy(dtype=bool)[order]
+    out["done"] = np.logical_or.reduceat(done, first) if runs else done
+    del done
+    state = coll["state_rank"].to_numpy()[order]
+    out["state_rank"] = np.maximum.reduceat(state, first) if runs else state
+    del state
+    out["created_ns"] = _first_valid(coll["created_ns"], order, first, last)
+    out["n_entries"] = (last - first + 1).astype(np.int64)
+    for name in list(coll.columns):  # consumed
+        del coll[name]
+    return pd.DataFrame(out)[_LOGICAL_COLUMNS]
+
+
+def _first_valid(
+    column: pd.Series, order: np.ndarray, first: np.ndarray, last: np.ndarray
+) -> pd.Series:
+    """Per segment [first, last] of ``order``: the first non-null value (as pandas' "first")."""
+    values = column.to_numpy(dtype=np.int64, na_value=0)[order]
+    valid = column.notna().to_numpy()[order]
+    if valid[first].all() or not len(first):
+        return pd.Series(pd.array(values[first], dtype="Int64"))
+    candidate = np.where(valid, np.arange(len(order)), len(order))
+    at = np.minimum.reduceat(candidate, first)
+    found = at <= last
+    picked = pd.array(np.where(found, values[np.minimum(at, len(order) - 1)], 0), dtype="Int64")
+    picked[~found] = pd.NA
+    return pd.Series(picked)
+
+
+_LOGICAL_COLUMNS = [
+    "rank",
+    "gid",
+    "seq",
+    "row",
+    "last_row",
+    "op",
+    "op_code",
+    "sig",
+    "done",
+    "state_rank",
+    "created_ns",
+    "n_entries",
+]
+
+
+def drop_truncated_runs(
+    dumps: DumpSet, first_row: pd.Series, collectives: pd.DataFrame
+) -> pd.DataFrame:
+    """Forget a coalesced run cut in half by the ring buffer.
+
+    When a buffer wraps inside a coalesced run, the oldest surviving entries are its tail
+    (often just the closing ``*_coalesced`` marker, with no sizes): comparing that with a
+    peer's whole run would be a false mismatch. Only a wrapped rank's oldest op can be cut.
+    ``first_row``: each rank's first entry row.
+    """
+    files = dumps.files
+    wrapped = [
+        r
+        for r, w in zip(
+            files.column("rank").to_pylist(), files.column("wrapped").to_pylist(), strict=True
+        )
+        if w
+    ]
+    if not wrapped:
+        return collectives
+    oldest = collectives["rank"].map(first_row[first_row.index.isin(wrapped)])
+    coalesced = (collectives["n_entries"] > 1) | collectives["op"].str.contains(
+        "coalesced", case=False, regex=False
+    )
+    cut = (collectives["row"] == oldest) & coalesced
+    if not cut.any():
+        return collectives
+    return collectives[~cut].reset_index(drop=True)

@@ -1,0 +1,219 @@
+"""Who finished what: completion settled across members, pending ops, where each rank blocks.
+
+A collective cannot finish on one member unless every member joined it, so completion is a
+consensus over the members (forgiving Gloo's late ``retired`` but not a mismatch or a missing
+member). Each rank's oldest unfinished op, collective or p2p, is where it is blocked.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from frtrace.analysis.groups import Membership
+from frtrace.analysis.ops import COLLECTIVE, P2P, OpRef
+from frtrace.load.tables import DumpSet
+
+__all__ = [
+    "blocked_ops",
+    "consensus_of",
+    "p2p_ops",
+    "pending_collectives",
+    "pending_p2p_ops",
+    "settle_completion",
+]
+
+
+def settle_completion(
+    dumps: DumpSet, membership: Membership, collectives: pd.DataFrame, consensus: pd.DataFrame
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Decide, per (group, seq) and member, whether the op finished.
+
+    A collective cannot finish on one member unless every member joined it, so one member's
+    "finished" vouches for all — this forgives Gloo marking an op retired a moment late. It
+    does not hold when the members disagree (a mismatched op can return garbage on one side),
+    nor for Gloo when a member has no dump (Gloo retires a *failed* op, e.g. after its peer
+    crashed, exactly like a finished one). There, each member speaks only for itself.
+
+    Adds ``done`` (effective, per member) to collectives and ``finished`` (every member that
+    recorded it is done) to consensus; ``done_any`` keeps "some member finished it".
+    """
+    loaded = set(dumps.loaded_ranks)
+    complete = {
+        gid for gid, g in enumerate(membership.groups) if all(m in loaded for m in g.members)
+    }
+    files = dumps.files
+    gloo_ranks = {
+        r
+        for r, b in zip(
+            files.column("rank").to_pylist(), files.column("backend").to_pylist(), strict=True
+        )
+        if b == "gloo"
+    }
+    keys = [collectives["gid"], collectives["seq"]]
+    if gloo_ranks:
+        gloo_group = collectives["rank"].isin(gloo_ranks).groupby(keys).any()
+        consensus = consensus.join(gloo_group.rename("gloo"), on=["gid", "seq"])
+    else:
+        consensus = consensus.assign(gloo=False)
+    vouch = (
+        consensus["consistent"].astype(bool)
+        & consensus["done_any"].astype(bool)
+        & (~consensus["gloo"].astype(bool) | consensus["gid"].isin(complete))
+    )
+    consensus = consensus.assign(vouch=vouch)
+    # (column by column: the collectives frame is ~60 bytes x 8M rows, never copied whole)
+    vouched = (
+        collectives[["gid", "seq"]]
+        .merge(consensus[["gid", "seq", "vouch"]], on=["gid", "seq"], how="left")["vouch"]
+        .fillna(False)
+        .to_numpy(dtype=bool)
+    )
+    collectives["done"] = collectives["done"].to_numpy(dtype=bool) | vouched
+    del vouched
+    finished = collectives["done"].groupby(keys).all().rename("finished")
+    consensus = consensus.join(finished, on=["gid", "seq"]).drop(columns=["gloo", "vouch"])
+    return collectives, consensus
+
+
+def consensus_of(collectives: pd.DataFrame) -> pd.DataFrame:
+    grouped = collectives.groupby(["gid", "seq"], sort=True)
+    consensus = grouped.agg(
+        n_present=("rank", "size"),
+        done_any=("done", "any"),
+        sig_min=("sig", "min"),
+        sig_max=("sig", "max"),
+        op_min=("op_code", "min"),
+        op_max=("op_code", "max"),
+    )
+    consensus["consistent"] = (consensus["sig_min"] == consensus["sig_max"]) & (
+        consensus["op_min"] == consensus["op_max"]
+    )
+    return consensus[["n_present", "done_any", "consistent"]].reset_index()
+
+
+def p2p_ops(p2p: pd.DataFrame, membership: Membership, entries: pa.Table) -> pd.DataFrame:
+    """Send/recv ops with their peer as a global rank (null where it cannot be known)."""
+    ops = p2p[p2p["op"].isin(["send", "recv"])]
+    rows = pa.array(ops["row"].to_numpy(), type=pa.int64())
+    ops = ops.assign(
+        src=entries.column("p2p_src_local").take(rows).to_pandas().astype("Int64").to_numpy(),
+        dst=entries.column("p2p_dst_local").take(rows).to_pandas().astype("Int64").to_numpy(),
+    )
+    # group-local rank -> global rank, for every group at once
+    lookup = pd.DataFrame(
+        [
+            (gid, local, rank)
+            for gid, g in enumerate(membership.groups)
+            for local, rank in enumerate(g.members)
+        ],
+        columns=["gid", "local", "global"],
+    )
+    is_send = (ops["op"] == "send").to_numpy()
+    local = np.where(is_send, ops["dst"].fillna(-1), ops["src"].fillna(-1)).astype(np.int64)
+    me = np.where(is_send, ops["src"].fillna(-1), ops["dst"].fillna(-1)).astype(np.int64)
+    gid = ops["gid"].to_numpy().astype(np.int64)
+    peer = _to_global(lookup, gid, local)
+    mine = _to_global(lookup, gid, me)
+    # the name's other end must be this rank, else the names are not group-local
+    wrong = (me >= 0) & (mine != ops["rank"].to_numpy())
+    unknown = wrong | (peer < 0)
+    peers = pd.array(np.where(unknown, 0, peer), dtype="Int64")
+    peers[unknown] = pd.NA
+    out = ops[["rank", "gid", "row", "done", "state_rank", "p2p_seq", "created_ns"]].copy()
+    out["kind"] = ops["op"].to_numpy()
+    out["peer"] = peers
+    return out.reset_index(drop=True)
+
+
+def _to_global(lookup: pd.DataFrame, gid: np.ndarray, local: np.ndarray) -> np.ndarray:
+    """Global rank of (group, group-local rank); -1 where there is none."""
+    query = pd.DataFrame({"gid": gid, "local": local})
+    found = query.merge(lookup, on=["gid", "local"], how="left")["global"]
+    out: np.ndarray = found.fillna(-1).to_numpy().astype(np.int64)
+    return out
+
+
+def _ints(series: pd.Series) -> list[int | None]:
+    """A nullable integer column as Python ints and None."""
+    return [None if pd.isna(v) else int(v) for v in series.tolist()]
+
+
+def pending_collectives(
+    collectives: pd.DataFrame, consensus: pd.DataFrame
+) -> dict[tuple[int, int, int], OpRef]:
+    """Logical collectives at (group, seq)s no member finished, keyed (rank, gid, seq)."""
+    open_keys = consensus.loc[~consensus["finished"].astype(bool), ["gid", "seq"]]
+    rows = collectives.merge(open_keys, on=["gid", "seq"], how="inner")
+    out: dict[tuple[int, int, int], OpRef] = {}
+    for rank, gid, seq, op, sig, state, row, done in zip(
+        rows["rank"].tolist(),
+        rows["gid"].tolist(),
+        _ints(rows["seq"]),
+        rows["op"].tolist(),
+        rows["sig"].tolist(),
+        rows["state_rank"].tolist(),
+        rows["row"].tolist(),
+        rows["done"].tolist(),
+        strict=True,
+    ):
+        assert seq is not None  # collectives always carry a seq
+        out[(rank, gid, seq)] = OpRef(
+            rank=rank,
+            gid=gid,
+            seq=seq,
+            p2p_seq=None,
+            kind=COLLECTIVE,
+            op=str(op),
+            sig=int(sig),
+            state_rank=int(state),
+            row=int(row),
+            done=bool(done),
+        )
+    return out
+
+
+def pending_p2p_ops(p2p: pd.DataFrame) -> dict[int, list[OpRef]]:
+    """Unfinished send/recv ops per rank, oldest first."""
+    open_ops = p2p[~p2p["done"].astype(bool)].sort_values("row")
+    out: dict[int, list[OpRef]] = {}
+    for rank, gid, p2p_seq, kind, peer, state, row in zip(
+        open_ops["rank"].tolist(),
+        open_ops["gid"].tolist(),
+        _ints(open_ops["p2p_seq"]),
+        open_ops["kind"].tolist(),
+        _ints(open_ops["peer"]),
+        open_ops["state_rank"].tolist(),
+        open_ops["row"].tolist(),
+        strict=True,
+    ):
+        out.setdefault(rank, []).append(
+            OpRef(
+                rank=rank,
+                gid=gid,
+                seq=None,
+                p2p_seq=p2p_seq,
+                kind=P2P,
+                op=str(kind),
+                sig=0,
+                state_rank=int(state),
+                row=int(row),
+                peer=peer,
+            )
+        )
+    return out
+
+
+def blocked_ops(
+    pending: dict[tuple[int, int, int], OpRef], pending_p2p: dict[int, list[OpRef]]
+) -> dict[int, OpRef]:
+    """Each rank's oldest unfinished op (a collective counts only if no member finished it)."""
+    out: dict[int, OpRef] = {}
+    for op in [*pending.values(), *(o for ops in pending_p2p.values() for o in ops)]:
+        if op.done:
+            continue
+        best = out.get(op.rank)
+        if best is None or op.row < best.row:
+            out[op.rank] = op
+    return dict(sorted(out.items()))
