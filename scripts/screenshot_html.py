@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Render an ``frtrace analyze --format html`` file in headless Chromium and save a PNG.
 
-Used to check that the HTML report draws (tests/test_report_html.py) and to make the picture
+Used to check that the HTML report draws (tests/report/test_report_html.py) and to make the picture
 in the README (docs/report.png)::
 
     frtrace analyze -d tests/fixtures/gloo/mesh_stall --format html -o /tmp/report.html

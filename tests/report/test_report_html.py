@@ -18,7 +18,7 @@ from tests.conftest import GLOO
 
 
 def _load_script() -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "scripts" / "screenshot_html.py"
+    path = Path(__file__).resolve().parents[2] / "scripts" / "screenshot_html.py"
     spec = importlib.util.spec_from_file_location("screenshot_html", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -1,6 +1,6 @@
-"""A tiny Gloo job for tests/test_recorder.py: one rank of it, configured by the command line.
+"""A tiny Gloo job for tests/job/test_recorder.py: one rank of it, configured by the command line.
 
-    python3 tests/recorder_job.py RANK WORLD PORT DUMP_DIR MODE
+    python3 tests/job/recorder_job.py RANK WORLD PORT DUMP_DIR MODE
 
 MODE ``hang``: every rank runs a few all_reduces; at step 3 rank ``STUCK_RANK`` stops in host
 code (sleeps) while the others block in the all_reduce. Each rank prints ``ready`` once it is

@@ -22,7 +22,7 @@ from frtrace.load import schema
 from frtrace.load.columns import Columns
 from frtrace.load.stacks import StackInterner, intern_stacks
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 SHAPE_KEYS = ("input_sizes", "output_sizes", "input_dtypes", "output_dtypes")
 SHAPE_TYPES = (schema.SIZES, schema.SIZES, schema.DTYPES, schema.DTYPES)
 

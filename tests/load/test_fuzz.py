@@ -12,9 +12,9 @@ time limit and a memory limit. Crafted pickles (globals, bombs) are tested one b
 
 Every case is a pure function of (seed, index). The default run is a prefix of a longer one:
 
-    FRTRACE_FUZZ_CASES=100000 python3 -m pytest tests/test_fuzz.py -k mutated -s
-    FRTRACE_FUZZ_SEED=7 FRTRACE_FUZZ_CASES=20000 python3 -m pytest tests/test_fuzz.py -k mutated
-    FRTRACE_FUZZ_ONLY=1234 python3 -m pytest tests/test_fuzz.py -k mutated -s   # one case
+    FRTRACE_FUZZ_CASES=100000 python3 -m pytest tests/load/test_fuzz.py -k mutated -s
+    FRTRACE_FUZZ_SEED=7 FRTRACE_FUZZ_CASES=20000 python3 -m pytest tests/load/test_fuzz.py -k mut
+    FRTRACE_FUZZ_ONLY=1234 python3 -m pytest tests/load/test_fuzz.py -k mutated -s   # one case
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from frtrace.pipeline import analyze_dumps
 from frtrace.report.json import render_json
 from frtrace.report.text import render_text
 from tests.conftest import make_dump, make_entry, write_pickle
-from tests.fuzzlib import Seed, build_corpus, make_case, run_case, run_cases
+from tests.load.fuzzlib import Seed, build_corpus, make_case, run_case, run_cases
 
 CASES = int(os.environ.get("FRTRACE_FUZZ_CASES", "300"))
 SEED = int(os.environ.get("FRTRACE_FUZZ_SEED", "20260611"))

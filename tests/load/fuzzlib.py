@@ -1,4 +1,4 @@
-"""Mutations of real dumps for the loader fuzz tests (``tests/test_fuzz.py``).
+"""Mutations of real dumps for the loader fuzz tests (``tests/load/test_fuzz.py``).
 
 Every case is a pure function of ``(seed, case index)``: ``make_case`` picks a seed dump from
 the corpus and an intact dump of another rank of the same job, and mutates the first one
@@ -25,7 +25,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,6 +74,6 @@ def test_readme_lists_every_finding_code() -> None:
     """The README's finding-code table matches frtrace.analysis.findings.KIND_CODES."""
     from frtrace.analysis.findings import KIND_CODES
 
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
     for kind, code in KIND_CODES.items():
         assert f"| {code} | `{kind}` |" in readme, code

@@ -19,8 +19,8 @@ from frtrace.job.env import DUMP_PREFIX
 
 pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parent.parent
-JOB = ROOT / "tests" / "recorder_job.py"
+ROOT = Path(__file__).resolve().parents[2]
+JOB = ROOT / "tests" / "job" / "recorder_job.py"
 WORLD = 4
 STUCK = 2
 DEADLINE_S = 60.0
