@@ -74,12 +74,15 @@ def capture_current_stacks(
     *,
     rank: int | None = None,
     host: str | None = None,
+    frame: FrameType | None = None,
     max_frames: int = 512,
 ) -> dict[str, Any]:
     """Every thread's stack now, as a sidecar document (a JSON-able dict).
 
     ``rank`` defaults to ``$RANK`` (set by torchrun), ``host`` to the host name. Frames of
-    this module are dropped from the top of the calling thread's stack.
+    this module are dropped from the top of the calling thread's stack; ``frame`` starts
+    the calling thread's stack there instead: pass a signal handler's ``frame`` argument,
+    so the main thread shows where the signal interrupted it, not the handler.
     """
     if kind not in TRIGGER_KINDS:
         raise ValueError(f"trigger kind {kind!r} is not one of {', '.join(TRIGGER_KINDS)}")
@@ -89,10 +92,13 @@ def capture_current_stacks(
     by_ident = {t.ident: t for t in threading.enumerate()}
     threads: list[dict[str, Any]] = []
     for ident, top in sys._current_frames().items():
-        frame: FrameType | None = top
+        start: FrameType | None = top
         if ident == current:
-            while frame is not None and frame.f_code.co_filename == _THIS_FILE:
-                frame = frame.f_back
+            start = frame
+            if start is None:
+                start = top
+                while start is not None and start.f_code.co_filename == _THIS_FILE:
+                    start = start.f_back
         thread = by_ident.get(ident)
         threads.append(
             {
@@ -100,7 +106,7 @@ def capture_current_stacks(
                 "name": thread.name if thread is not None else None,
                 "is_main": ident == main_ident,
                 "native_id": thread.native_id if thread is not None else None,
-                "frames": _frames_of(frame, max_frames=max_frames),
+                "frames": _frames_of(start, max_frames=max_frames),
             }
         )
     threads.sort(key=lambda t: (not t["is_main"], t["id"]))  # main thread first
