@@ -274,7 +274,10 @@ def parse_pyspy_text_all(
     data: bytes | str, path: str = "<py-spy>", *, rank: int | None = None
 ) -> tuple[ProcessStacks, ...]:
     """Every process of a ``py-spy dump`` text (several with ``--subprocesses``)."""
-    blocks = _pyspy_blocks(_lines(_text(data, path), path), path)
+    text = _text(data, path)
+    if not text.endswith("\n"):  # py-spy ends every line, the last one too
+        raise StackFileError(path, "the file ends mid-line (truncated?)")
+    blocks = _pyspy_blocks(_lines(text, path), path)
     return tuple(_pyspy_process(b, path, rank) for b in blocks)
 
 
@@ -427,7 +430,7 @@ _FH_FRAME = re.compile(
 )
 
 
-def _fh_dumps(lines: list[str], path: str) -> list[list[ThreadStack]]:
+def _fh_dumps(lines: list[str], path: str, *, complete: bool) -> list[list[ThreadStack]]:
     """Thread blocks grouped into dumps: blocks separated only by blank lines are one dump."""
     dumps: list[list[ThreadStack]] = []
     frames: list[Frame] | None = None
@@ -486,6 +489,8 @@ def _fh_dumps(lines: list[str], path: str) -> list[list[ThreadStack]]:
             continue
         gap_clean = gap_clean and line.strip() == ""
     if frames is not None:
+        if not complete and lines[-1]:
+            raise StackFileError(path, "the file ends inside a thread's frames (truncated?)")
         if not frames and not marker:
             raise StackFileError(path, "the last thread header has no frames (truncated?)")
         close()
@@ -506,7 +511,8 @@ def parse_traceback(
     that wrote it has no Python frame (torch's handler runs on a C++ server thread),
     otherwise ``faulthandler``; pass ``source`` to say.
     """
-    dumps = _fh_dumps(_lines(_text(data, path), path), path)
+    text = _text(data, path)
+    dumps = _fh_dumps(_lines(text, path), path, complete=text.endswith("\n"))
     if not dumps:
         raise StackFileError(
             path, "no 'Thread 0x... (most recent call first):' block: not faulthandler output"
