@@ -45,7 +45,6 @@ __all__ = [
 MAX_FILE_BYTES = 64 * 1024 * 1024  # a py-spy --locals dump of 1,000 threads is ~10 MB
 MAX_LINE_CHARS = 1024 * 1024  # faulthandler cuts strings at 500 chars; py-spy reprs at ~1 KB
 _MAX_THREADS = 100_000
-_MAX_JSON_DEPTH = 64
 
 _HINT = (
     "expected py-spy dump text or --json, faulthandler/dump_traceback output, or an "
@@ -155,8 +154,7 @@ _PS_PROCESS = re.compile(r"^Process (\d+): ?(.*)$")
 _PS_PYTHON = re.compile(r"^Python v\d+\.\d+")
 _PS_PARENT = re.compile(r"^Parent Process \d+: ?")
 _PS_THREAD = re.compile(r'^Thread (\S+)(?: \((idle|active\+gil|active|gil)\))?(?:: "(.*)")?$')
-_PS_FRAME = re.compile(r"^    (?=\S)(?P<name>.*) \((?P<loc>[^()]*)\)$")
-_PS_LOC = re.compile(r"^(?P<file>.*):(?P<line>\d+)$")
+_PS_FRAME = re.compile(r"^    (?=\S)(.*) \(([^()]*?)(?::(\d+))?\)$")
 _PS_SEPARATOR = re.compile(r"^-{20,}$")
 _STATUS = {
     "idle": (False, None),
@@ -167,12 +165,12 @@ _STATUS = {
 }
 
 
-def _pyspy_frame(name: str, loc: str) -> Frame:
-    m = _PS_LOC.match(loc)
-    if m is not None:
-        return Frame(function=name, filename=m.group("file"), line=int(m.group("line")))
-    # py-spy prints "name (file)" without a line for native frames and line-0 frames
-    return Frame(function=name, filename=loc, line=None, native=not loc.endswith(".py"))
+def _ps_frame(m: re.Match[str]) -> Frame:
+    name, loc, line = m.groups()
+    if line is not None:
+        return Frame(function=name, filename=loc, line=int(line))
+    # no line: a native frame ("clock_nanosleep (libc.so.6)") or a line-0 Python frame
+    return Frame(function=name, filename=loc, native=not loc.endswith(".py"))
 
 
 class _PyspyBlock:
@@ -190,7 +188,12 @@ def _pyspy_blocks(lines: list[str], path: str) -> list[_PyspyBlock]:
     frames: list[Frame] | None = None
     in_locals = False
     for n, line in enumerate(lines, 1):
-        pm = _PS_PROCESS.match(line)
+        if frames is not None and not in_locals:
+            fm = _PS_FRAME.match(line)
+            if fm is not None:  # most lines: a frame, "name (file:line)" or native "name (lib)"
+                frames.append(_ps_frame(fm))
+                continue
+        pm = _PS_PROCESS.match(line) if line.startswith("Process ") else None
         if pm is not None and state in ("start", "threads"):
             block = _PyspyBlock(int(pm.group(1)))
             blocks.append(block)
@@ -220,9 +223,9 @@ def _pyspy_blocks(lines: list[str], path: str) -> list[_PyspyBlock]:
             block.threads.append((tm.group(1), tm.group(2), tm.group(3), frames))
             in_locals = False
             continue
-        fm = _PS_FRAME.match(line)
-        if fm is not None and frames is not None:
-            frames.append(_pyspy_frame(fm.group("name"), fm.group("loc")))
+        fm = _PS_FRAME.match(line) if frames is not None else None
+        if fm is not None and frames is not None:  # the first frame after a locals block
+            frames.append(_ps_frame(fm))
             in_locals = False
             continue
         stripped = line.strip()
@@ -291,28 +294,13 @@ def parse_pyspy_text(
 # --- JSON helpers ------------------------------------------------------------------------
 
 
-def _json_depth_ok(text: str) -> bool:
-    """No deeper nesting than any real dump (json.loads would hit RecursionError)."""
-    depth = deepest = 0
-    for ch in re.finditer(r'[\[\]{}]|"(?:[^"\\]|\\.)*"', text):
-        c = ch.group(0)
-        if c in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-            if deepest > _MAX_JSON_DEPTH:
-                return False
-        elif c in "]}":
-            depth -= 1
-    return True
-
-
 def _load_json(data: bytes | str, path: str) -> Any:
     text = _text(data, path)
-    if not _json_depth_ok(text):
-        raise StackFileError(path, f"JSON nested deeper than {_MAX_JSON_DEPTH} levels")
     try:
         return json.loads(text)
-    except (ValueError, RecursionError) as exc:
+    except RecursionError:  # json's C decoder stops cleanly at the recursion limit
+        raise StackFileError(path, "JSON nested deeper than any stack dump") from None
+    except ValueError as exc:
         raise StackFileError(path, f"not valid JSON ({exc}) (truncated?)") from None
 
 
