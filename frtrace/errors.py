@@ -6,13 +6,16 @@ FrtraceError
 │   ├── NoDumpsFound        nothing in the directory looks like a per-rank dump
 │   ├── NoReadableDumps     dumps were found but none of them could be read
 │   └── DuplicateRank       two files claim the same rank
-└── DumpFormatError         one file is not a Flight Recorder dump we can read; the other
-    │                       files are still analysed (recorded as a problem, never raised
-    │                       past the loader)
-    ├── UnsafePickleError   the pickle asks to import or call something: refused unread
-    ├── DumpTooLargeError   the file is larger than any real dump, refused before reading,
-    │                       or reading it needs more memory than any real dump does
-    └── ReaderFailedError   the worker reading the file crashed or ran past its time limit
+├── DumpFormatError         one file is not a Flight Recorder dump we can read; the other
+│   │                       files are still analysed (recorded as a problem, never raised
+│   │                       past the loader)
+│   ├── UnsafePickleError   the pickle asks to import or call something: refused unread
+│   ├── DumpTooLargeError   the file is larger than any real dump, refused before reading,
+│   │                       or reading it needs more memory than any real dump does
+│   └── ReaderFailedError   the worker reading the file crashed or ran past its time limit
+└── StackFileError          one collected stack file (py-spy, faulthandler, sidecar) cannot
+                            be read; the dumps and the other stack files are still analysed
+                            (defined with its readers in ``frtrace.pystack.common``)
 
 Messages are one line: where, what is wrong, what to do next.
 """

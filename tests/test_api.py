@@ -35,9 +35,10 @@ PUBLIC = {
 # the analysis (a training script pays only for what it uses).
 ALLOWED = {
     "job": {"job"},
+    "pystack": {"pystack", "job", "errors", "ranges", "printable"},
     "load": {"load", "errors", "printable", "ranges"},
-    "analysis": {"analysis", "load", "errors", "ranges", "printable"},
-    "report": {"report", "analysis", "load", "errors", "ranges", "printable"},
+    "analysis": {"analysis", "load", "pystack", "errors", "ranges", "printable"},
+    "report": {"report", "analysis", "load", "pystack", "errors", "ranges", "printable"},
     "gate": {"gate", "pipeline", "analysis", "load", "report", "errors", "ranges", "printable"},
 }
 

@@ -1,5 +1,8 @@
-"""Python stacks collected from the ranks of a hung job: read them, find the user's frame,
-group the ranks by stack (as STAT does for MPI).
+"""Python stacks collected from a hung job's ranks: files in, per-rank stacks and classes out.
 
-stdlib only; nothing here imports torch.
+A stage beside ``load``: ``parse`` reads what people collect (``py-spy dump`` text and
+``--json`` in ``pyspy``, faulthandler and torch's ``dump_traceback`` in ``tracebacks``, the
+recorder's sidecar written by ``frtrace.job.sidecar``) into ``model.ProcessStacks``; ``where``
+finds the innermost frame that is the user's code; ``classes`` groups the ranks by stack, as
+STAT does for MPI jobs. stdlib only; nothing here imports torch.
 """

@@ -32,7 +32,7 @@ def _fixture_entries() -> list[tuple[str, list[dict[str, Any]]]]:
     for path in sorted(FIXTURES.rglob("*")):
         if not path.is_file() or path.suffix in (".md", ".txt") or path.name == "MANIFEST.json":
             continue
-        if "golden" in path.parts:
+        if "golden" in path.parts or "pystack" in path.parts:  # reports, stack samples
             continue
         raw = path.read_bytes()
         try:

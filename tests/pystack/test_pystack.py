@@ -20,6 +20,7 @@ from types import FrameType
 
 import pytest
 
+from frtrace.job.sidecar import capture_current_stacks, write_stacks
 from frtrace.pystack.classes import classes_to_dict, format_ranks, group_stacks, render_classes
 from frtrace.pystack.model import Frame, ProcessStacks, ThreadStack
 from frtrace.pystack.parse import (
@@ -35,7 +36,6 @@ from frtrace.pystack.parse import (
     read_stack_file,
     sniff,
 )
-from frtrace.pystack.record import capture_current_stacks, write_stacks
 from frtrace.pystack.where import (
     innermost_user_frame,
     is_library_frame,
@@ -45,7 +45,7 @@ from frtrace.pystack.where import (
     where_summary,
 )
 
-SAMPLES = Path(__file__).parent / "fixtures" / "pystack"
+SAMPLES = Path(__file__).parents[1] / "fixtures" / "pystack"
 
 # file -> (source, rank, pid, innermost user frame (function, line), summary)
 EXPECTED: dict[str, tuple[str, int | None, int | None, tuple[str, int], str]] = {
