@@ -55,6 +55,9 @@ SCENARIO_TIMEOUT_S = 120.0  # harness gives up on a scenario after this
 RELEASE_WAIT_S = 60.0  # a dumped worker waits this long for the release signal
 DEFAULT_BUFFER = 256  # TORCH_FR_BUFFER_SIZE unless a scenario says otherwise
 FAULT_STEP = 5  # the step at which most scenarios inject their fault
+SHORT_TIMEOUT_S = 4.0  # capture modes other than "blocked": every group's timeout from arm() on
+DUMP_SIGNAL_KEY = "make_fixtures_dump"  # peer_signal: the TCPStore key the first failure sets
+SIGNAL_AFTER_S = 3.0  # recorder: SIGUSR1 to ranks that have not dumped this long after the last
 T_START = time.monotonic()
 
 
@@ -70,22 +73,26 @@ class SimulatedCrash(RuntimeError):
 class Rank:
     """The per-rank view a scenario program works with: collectives, stalls and dumping."""
 
-    def __init__(self, rank: int, world_size: int, out: Path, scratch: Path, name: str) -> None:
+    def __init__(self, rank: int, sc: Scenario, out: Path, scratch: Path) -> None:
         import torch
         import torch.distributed as dist
 
         self.torch: Any = torch
         self.dist: Any = dist
         self.rank = rank
-        self.world_size = world_size
+        self.sc = sc
+        self.mode = sc.mode
+        self.world_size = sc.world_size
         self.scratch = scratch
-        self.pickle_path = out / "gloo" / name / f"rank_{rank}"
-        self.json_path = out / "gloo_json" / name / f"rank_{rank}.json"
+        self.pickle_path = out / sc.tree / sc.name / f"{sc.file_stem}{rank}"
+        self.json_path = out / f"{sc.tree}_json" / sc.name / f"{sc.file_stem}{rank}.json"
+        self.dumped = False
+        self.dumped_after_error = False
         self.step = 0
         self.state = "starting"
         self.delay_before_collective = 0.0
         self.groups: dict[str, Any] = {"world": None}
-        self.group_ranks: dict[str, list[int]] = {"world": list(range(world_size))}
+        self.group_ranks: dict[str, list[int]] = {"world": list(range(sc.world_size))}
         self._dump_lock = threading.Lock()
         self.armed = False
 
@@ -152,6 +159,10 @@ class Rank:
         out = self.torch.empty_like(t)
         self._run("all_to_all", label, lambda g: self.dist.all_to_all_single(out, t, group=g))
 
+    def all_reduce_tensor(self, t: Any, label: str = "world") -> None:
+        """``all_reduce`` of a tensor the program computed (activations, gradients, a loss)."""
+        self._run("all_reduce", label, lambda g: self.dist.all_reduce(t, group=g))
+
     def send(self, dst: int, numel: int = 16) -> None:
         t = self._tensor(numel)
         self._run(f"send to {dst}", "world", lambda g: self.dist.send(t, dst=dst, group=g))
@@ -172,23 +183,85 @@ class Rank:
             yield step
 
     def stall(self, reason: str) -> None:
-        """Block forever in host code (the main thread never reaches its next collective)."""
+        """Block forever in host code (the main thread never reaches its next collective).
+
+        Capture modes change this: ``after_timeout`` makes the stall *slow* instead of stuck
+        (it returns once every peer has timed out and dumped, so this rank then runs into its
+        next collective late); ``died`` kills the rank here without a dump.
+        """
         self.state = f"host code: {reason} (step {self.step})"
+        if self.mode == "died" and self.rank in self.sc.crashed_ranks:
+            print(f"rank {self.rank}: killed in host code ({reason})", flush=True)
+            os._exit(9)
+        if self.mode == "after_timeout":
+            others = [r for r in range(self.world_size) if r != self.rank]
+            while not all((self.scratch / f"result_{r}.json").exists() for r in others):
+                time.sleep(0.05)
+            time.sleep(0.5)
+            self.state = f"host code: {reason}; resumed late (step {self.step})"
+            return
         while True:
             time.sleep(3600)
 
     def arm(self, delay: float = DUMP_DELAY_S) -> None:
-        """Fault point reached: dump from a timer thread ``delay`` seconds from now."""
+        """Fault point reached: dump from a timer thread ``delay`` seconds from now.
+
+        In the other capture modes nothing dumps on a timer: every group's timeout drops to
+        ``SHORT_TIMEOUT_S`` (on the ``short_timeout_ranks`` in ``peer_signal``) so that a hung
+        collective raises, and the exception handler (or frtrace.recorder) dumps.
+        """
         self.armed = True
         print(f"rank {self.rank}: armed at {time.monotonic() - T_START:.1f}s", flush=True)
+        if self.mode != "blocked":
+            short = self.sc.short_timeout_ranks
+            if short is None or self.rank in short:
+                self._shorten_timeouts()
+            if self.mode == "peer_signal" and short is not None and self.rank not in short:
+                watcher = threading.Thread(target=self._watch_dump_signal, daemon=True)
+                watcher.start()
+            return
         timer = threading.Timer(delay, self.dump_and_exit)
         timer.daemon = True
         timer.start()
 
-    def dump_and_exit(self) -> None:
+    def _shorten_timeouts(self) -> None:
+        from datetime import timedelta
+
+        c10d = self.dist.distributed_c10d
+        for pg in list(c10d._world.pg_map):
+            c10d._set_pg_timeout(timedelta(seconds=SHORT_TIMEOUT_S), pg)
+
+    def _watch_dump_signal(self) -> None:
+        """NCCL's dump-on-timeout propagation, by hand: dump when a peer's key is in the store."""
+        store = self.dist.distributed_c10d._get_default_store()
+        while not store.check([DUMP_SIGNAL_KEY]):
+            time.sleep(0.05)
+        print(f"rank {self.rank}: dump signal from the store", flush=True)
+        self.dump_and_exit()
+
+    def dump_after_error(self) -> None:
+        """The exception handler's dump: the op that failed is in this rank's buffer."""
+        self.dumped_after_error = True
+        if self.mode == "peer_signal":
+            self.dump_and_exit(then=self._signal_peers)
+        self.dump_and_exit()
+
+    def _signal_peers(self) -> None:
+        store = self.dist.distributed_c10d._get_default_store()
+        store.set(DUMP_SIGNAL_KEY, str(self.rank))
+
+    def dump_and_exit(self, then: Callable[[], None] | None = None) -> None:
         """Write both dumps (same moment), report, wait for the harness's release, exit."""
+        if self.rank in self.sc.crashed_ranks:  # dies before it can dump (node lost, OOM kill)
+            others = [r for r in range(self.world_size) if r not in self.sc.crashed_ranks]
+            while not all((self.scratch / f"result_{r}.json").exists() for r in others):
+                time.sleep(0.05)
+            print(f"rank {self.rank}: killed before its dump", flush=True)
+            os._exit(9)
         try:
             self._dump()
+            if then is not None:
+                then()
         except BaseException:
             traceback.print_exc()
             sys.stdout.flush()
@@ -200,6 +273,9 @@ class Rank:
 
     def _dump(self) -> None:
         with self._dump_lock:
+            if self.dumped:  # one dump per rank: a later trigger waits for the release
+                return
+            self.dumped = True
             c10d = self.torch._C._distributed_c10d
             state = self.state
             pkl: bytes = c10d._dump_fr_trace(
@@ -217,7 +293,10 @@ class Rank:
             for label, pg in self.groups.items()
             if self.member(label)
         }
-        result = {"outcome": outcome, "state_at_dump": state, "group_names": names}
+        result: dict[str, Any] = {"outcome": outcome, "state_at_dump": state}
+        result["group_names"] = names
+        if self.mode != "blocked" or self.sc.tree != "gloo":
+            result["dumped_after_error"] = self.dumped_after_error
         result["torch_version"] = self.torch.__version__
         result["group_ranks"] = self.group_ranks
         _write_atomic(self.scratch / f"result_{self.rank}.json", json.dumps(result).encode())
@@ -245,7 +324,9 @@ def worker_main(name: str, rank: int, port: int, out: Path, scratch: Path) -> No
     os.environ["MASTER_PORT"] = str(port)
     from datetime import timedelta
 
-    r = Rank(rank, scenario.world_size, out, scratch, name)
+    r = Rank(rank, scenario, out, scratch)
+    if scenario.mode in ("recorder", "running"):
+        _enable_recorder(r)
     r.dist.init_process_group(
         "gloo",
         rank=rank,
@@ -267,9 +348,62 @@ def worker_main(name: str, rank: int, port: int, out: Path, scratch: Path) -> No
         # A collective failed (e.g. a peer died): stay alive so the armed timer still dumps.
         r.state = f"raised {_short_error(exc)} in {r.state.removeprefix('in ')}"
         print(f"rank {rank}: {r.state}", flush=True)
+        if r.mode in ("recorder", "running"):
+            raise  # unhandled: frtrace.recorder's excepthook dumps, then the rank exits
+        if r.mode == "died" and rank in scenario.crashed_ranks:
+            print(f"rank {rank}: exits without a dump", flush=True)
+            os._exit(1)
+        if r.mode != "blocked":
+            r.dump_after_error()
     # Hang scenarios never get here on a blocked rank; the others wait for their armed timer.
     while True:
         time.sleep(3600)
+
+
+def _enable_recorder(r: Rank) -> None:
+    """``frtrace.recorder.enable()`` as a job would call it, plus the harness's bookkeeping.
+
+    The recorder writes ``comm_lib_trace_rank_<r>`` (pickle) into the fixture directory; the
+    wrapper around its ``dump`` adds the JSON variant of the same moment (the recorder's own
+    ``_trace_bytes("json")``), reports to the harness, and keeps the first dump: a rank that
+    dumped on SIGUSR1 waits for the release like the timer does, a rank whose exception was
+    unhandled exits (as the job would) once the recorder has written its dump.
+    """
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))
+    import frtrace.recorder as rec
+
+    def excepthook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
+        traceback.print_exception(exc_type, exc, tb)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
+    sys.excepthook = excepthook  # runs after the recorder's hook: the process exits
+    original = rec.dump
+
+    def dump(reason: str = "on demand", *, rank: int | None = None) -> Path:
+        with r._dump_lock:
+            first = not r.dumped
+            r.dumped = True
+        if first:
+            state = r.state
+            path = original(reason, rank=rank)
+            _write_atomic(r.json_path, rec._trace_bytes("json"))
+            r.dumped_after_error = reason.startswith("unhandled")
+            r.report("dumped", f"{state} [frtrace.recorder: {reason}]")
+            print(f"rank {r.rank}: recorder dumped ({reason})", flush=True)
+        else:
+            path = r.pickle_path
+        if reason.startswith("signal"):  # the watcher thread: wait for the release, then exit
+            deadline = time.monotonic() + RELEASE_WAIT_S
+            while not (r.scratch / "release").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            os._exit(0)
+        return path
+
+    rec.dump = dump
+    rec.enable(r.pickle_path.parent, buffer_size=r.sc.buffer_size, fmt="pickle", verbose=False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -463,6 +597,185 @@ def prog_p2p_hidden(r: Rank) -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# Training programs (gloo_capture): real training code on CPU Gloo, a few steps of a small model.
+# --------------------------------------------------------------------------------------------
+
+TRAIN_STEPS = 6
+
+
+def _mlp(r: Rank) -> Any:
+    import torch.nn as nn
+
+    r.torch.manual_seed(0)  # the same initial weights on every rank
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+
+
+def _loader(r: Rank, n_batches: int, shard: int | None = None) -> list[tuple[Any, Any]]:
+    """This rank's shard of a fixed data set: ``n_batches`` batches of 4 samples."""
+    g = r.torch.Generator().manual_seed(1000 + (r.rank if shard is None else shard))
+    return [
+        (r.torch.randn(4, 4, generator=g), r.torch.randn(4, 1, generator=g))
+        for _ in range(n_batches)
+    ]
+
+
+def _ddp(r: Rank) -> tuple[Any, Any]:
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = DistributedDataParallel(_mlp(r))
+    return model, r.torch.optim.SGD(model.parameters(), lr=0.05)
+
+
+def _fsdp2(r: Rank) -> tuple[Any, Any]:
+    import torch.nn as nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (r.world_size,))
+    model = _mlp(r)
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model, r.torch.optim.SGD(model.parameters(), lr=0.05)
+
+
+def _train_step(r: Rank, model: Any, opt: Any, x: Any, y: Any, what: str) -> Any:
+    r.state = f"in {what} forward step {r.step}"
+    loss = ((model(x) - y) ** 2).mean()
+    opt.zero_grad()
+    r.state = f"in {what} backward (gradient reduction) step {r.step}"
+    loss.backward()
+    r.state = f"host code: optimizer step {r.step}"
+    opt.step()
+    r.state = f"host code after {what} step {r.step}"
+    return loss
+
+
+def prog_ddp_short_loader(r: Rank) -> None:
+    model, opt = _ddp(r)
+    n = TRAIN_STEPS - 1 if r.rank == 1 else TRAIN_STEPS  # rank 1's shard: one batch fewer
+    for step, (x, y) in zip(r.steps(n), _loader(r, n), strict=True):
+        if step == TRAIN_STEPS - 1:
+            r.arm()
+        _train_step(r, model, opt, x, y, "DDP")
+    r.barrier()  # end of epoch: everybody syncs before the checkpoint
+
+
+def _save_checkpoint(r: Rank, model: Any) -> None:
+    r.state = f"host code: rank 0 writes the checkpoint (step {r.step})"
+    r.torch.save(model.state_dict(), r.scratch / f"ckpt_{r.step}.pt")
+    r.barrier()  # "wait until every rank can see the file", but only rank 0 runs this
+
+
+def prog_ddp_ckpt_barrier(r: Rank) -> None:
+    model, opt = _ddp(r)
+    for step, (x, y) in zip(r.steps(TRAIN_STEPS), _loader(r, TRAIN_STEPS), strict=True):
+        if step == 3:
+            r.arm()
+        _train_step(r, model, opt, x, y, "DDP")
+        if r.rank == 0 and step % 3 == 0:
+            _save_checkpoint(r, model)
+
+
+def prog_ddp_rank0_log(r: Rank) -> None:
+    model, opt = _ddp(r)
+    for step, (x, y) in zip(r.steps(TRAIN_STEPS), _loader(r, TRAIN_STEPS), strict=True):
+        if step == 3:
+            r.arm()
+        loss = _train_step(r, model, opt, x, y, "DDP")
+        if r.rank == 0 and step % 3 == 0:  # log the mean loss over ranks: only rank 0 does
+            t = loss.detach().reshape(1).clone()
+            r.all_reduce_tensor(t)
+            print(f"step {step}: loss {t.item() / r.world_size:.4f}", flush=True)
+
+
+def prog_ddp_exception(r: Rank) -> None:
+    model, opt = _ddp(r)
+    for step, (x, y) in zip(r.steps(TRAIN_STEPS), _loader(r, TRAIN_STEPS), strict=True):
+        if step == 3:
+            r.arm()
+            if r.rank == 2:
+                r.state = f"host code: data pipeline (step {step})"
+                raise ValueError("corrupt sample in batch 3: decode failed")
+        _train_step(r, model, opt, x, y, "DDP")
+
+
+def prog_fsdp2_exception(r: Rank) -> None:
+    model, opt = _fsdp2(r)
+    for step, (x, y) in zip(r.steps(TRAIN_STEPS), _loader(r, TRAIN_STEPS), strict=True):
+        if step == 3:
+            r.arm()
+            if r.rank == 1:
+                x = x[:, :3]  # a malformed batch (3 features): the first Linear raises
+        _train_step(r, model, opt, x, y, "FSDP2")
+
+
+def prog_mesh2d_short_loader(r: Rank) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    torch = r.torch
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    for dim in ("dp", "tp"):
+        pg = mesh[dim].get_group()
+        r.groups[dim] = pg
+        r.group_ranks[dim] = list(r.dist.get_process_group_ranks(pg))
+    dp, tp = mesh["dp"].get_local_rank(), mesh["tp"].get_local_rank()
+    torch.manual_seed(0)
+    cols = slice(4 * tp, 4 * tp + 4)
+    w1 = torch.randn(4, 8)[:, cols].clone().requires_grad_()  # column-parallel
+    w2 = torch.randn(8, 1)[cols].clone().requires_grad_()  # row-parallel
+    n = TRAIN_STEPS - 1 if dp == 1 else TRAIN_STEPS  # dp replica 1 (ranks 2, 3): one batch fewer
+    for step, (x, y) in zip(r.steps(n), _loader(r, n, shard=dp), strict=True):
+        if step == TRAIN_STEPS - 1:
+            r.arm()
+        part = torch.relu(x @ w1) @ w2  # this tp rank's partial output
+        full = part.detach().clone()
+        r.all_reduce_tensor(full, "tp")  # row-parallel output: sum over tp
+        loss = ((part + (full - part.detach()) - y) ** 2).mean()
+        loss.backward()
+        assert w1.grad is not None and w2.grad is not None
+        grads = torch.cat([w1.grad.flatten(), w2.grad.flatten()])
+        r.all_reduce_tensor(grads, "dp")  # data-parallel gradient reduction
+        with torch.no_grad():
+            w1 -= 0.05 * grads[:16].view_as(w1) / 2
+            w2 -= 0.05 * grads[16:].view_as(w2) / 2
+            w1.grad = w2.grad = None
+    r.barrier()  # end of epoch
+
+
+def prog_healthy_running(r: Rank) -> None:
+    """A healthy job that keeps training until the harness releases it; dumped while running."""
+    model, opt = _fsdp2(r) if r.sc.fault == "fsdp2_healthy" else _ddp(r)
+    what = "FSDP2" if r.sc.fault == "fsdp2_healthy" else "DDP"
+    if r.mode == "running_timer":
+        threading.Thread(target=_dump_at_common_time, args=(r,), daemon=True).start()
+    data = _loader(r, 8)
+    step = 0
+    while True:
+        for x, y in data:  # epochs of 8 batches
+            step += 1
+            r.step = step
+            _train_step(r, model, opt, x, y, what)
+            r.state = f"host code: metrics and data loading (step {step})"
+            time.sleep(0.02)
+            if step == 5:
+                r.armed = True
+                (r.scratch / f"ready_{r.rank}").touch()
+            if (r.scratch / "release").exists():
+                os._exit(0)
+
+
+def _dump_at_common_time(r: Rank) -> None:
+    """Every rank's timer fires at the same wall-clock instant, chosen by the harness."""
+    path = r.scratch / "dump_at"
+    while not path.exists():
+        time.sleep(0.02)
+    time.sleep(max(0.0, float(path.read_text()) - time.time()))
+    r.dump_and_exit()
+
+
+# --------------------------------------------------------------------------------------------
 # Scenario table: program + ground truth.
 # --------------------------------------------------------------------------------------------
 
@@ -483,6 +796,13 @@ class Scenario:
     # ranks whose main thread must be inside a collective when the dump is taken
     blocked_ranks: list[int] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    # capture modes (scenarios of tests/fixtures/gloo_capture, see CAPTURE_MODES)
+    fault: str = ""  # the fault this captures, e.g. "never_joins" (gloo_capture only)
+    mode: str = "blocked"
+    tree: str = "gloo"  # gloo -> gloo/ + gloo_json/; gloo_capture -> gloo_capture(_json)/
+    file_stem: str = "rank_"
+    short_timeout_ranks: list[int] | None = None  # None: every rank (modes other than blocked)
+    expect: dict[str, Any] | None = None  # what a correct analysis says: verdict, culprit_ranks
 
     @property
     def ranks_with_dumps(self) -> list[int]:
@@ -804,7 +1124,274 @@ SCENARIO_LIST: list[Scenario] = [
         ),
     ),
 ]
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in SCENARIO_LIST}
+
+
+# --------------------------------------------------------------------------------------------
+# Capture modes (tests/fixtures/gloo_capture): each fault as real jobs capture dumps.
+# --------------------------------------------------------------------------------------------
+
+CAPTURE_MODES: dict[str, str] = {
+    "blocked": (
+        "dumped while the ranks are blocked: a timer thread on every rank dumps "
+        f"{DUMP_DELAY_S:.0f} s after the fault point (PG timeout {PG_TIMEOUT_S} s)"
+    ),
+    "after_timeout": (
+        f"from the exception handler: every group's timeout drops to {SHORT_TIMEOUT_S:.0f} s at "
+        "the fault point (_set_pg_timeout), the hung collective raises, the handler calls "
+        "_dump_fr_trace()/_dump_fr_trace_json() at once. A rank stuck in host code is slow, "
+        "not stuck: it resumes after its peers have dumped, runs into the collective late, "
+        "gets an error and dumps from its handler too"
+    ),
+    "peer_signal": (
+        f"the first failure tells the others: only the short_timeout_ranks get a "
+        f"{SHORT_TIMEOUT_S:.0f} s timeout; the first to time out dumps from its handler and sets "
+        f"the TCPStore key {DUMP_SIGNAL_KEY!r}; every other rank has a thread polling the store "
+        "(NCCL's dump-on-timeout propagation, by hand) and dumps while its main thread is still "
+        "blocked. Both race outcomes in one set: the signalling rank's hung op is retired, the "
+        "others' is not"
+    ),
+    "recorder": (
+        "frtrace.recorder.enable(<dir>) before init_process_group; short timeouts as in "
+        "after_timeout; an exception nobody catches makes the recorder dump (excepthook), then "
+        f"the rank exits; ranks that have not dumped {SIGNAL_AFTER_S:.0f} s after the last dump "
+        "get SIGUSR1 from the harness (a rank stuck in host code never raises). Files are the "
+        "recorder's comm_lib_trace_rank_<r> (pickle) plus the JSON of the same moment"
+    ),
+    "running": (
+        "a healthy job dumped while running: frtrace.recorder enabled, the harness sends "
+        "SIGUSR1 to every rank at once while they train"
+    ),
+    "running_timer": (
+        "a healthy job dumped while running: every rank's timer thread dumps at the same "
+        "wall-clock instant (chosen by the harness) while they train"
+    ),
+    "died": (
+        "a rank dies without a dump (os._exit: OOM kill, node lost, or a job without any dump "
+        "hook); the survivors' collective then fails and they dump from the exception handler "
+        "as in after_timeout"
+    ),
+    "waiter_died": (
+        "dumped while blocked (as blocked), but a waiting rank, not the culprit, is killed just "
+        "before its dump: its file is missing"
+    ),
+}
+
+_NJ_DESC = (
+    f"Rank 2 stops in host code (a stuck data loader) at step {FAULT_STEP} and never calls "
+    "that step's all_reduce; ranks 0, 1, 3 block in it (scripts' never_joins program)."
+)
+_WC_DESC = (
+    f"At step {FAULT_STEP} rank 1 calls broadcast(src=0) where ranks 0, 2, 3 call all_reduce "
+    "(same shape, same collective_seq_id; scripts' wrong_collective program)."
+)
+_DDP = "DDP over nn.Sequential(Linear(4, 8), ReLU, Linear(8, 1)) (49 parameters, one bucket), "
+FAULTS: dict[str, dict[str, Any]] = {
+    "never_joins": {
+        "program": prog_never_joins,
+        "description": _NJ_DESC,
+        "culprit_ranks": [2],
+        "waiting_ranks": [0, 1, 3],
+        "fault_group_ranks": [0, 1, 2, 3],
+        "fault_op": "all_reduce",
+    },
+    "wrong_collective": {
+        "program": prog_wrong_collective,
+        "description": _WC_DESC,
+        "culprit_ranks": [1],
+        "waiting_ranks": [0, 2, 3],
+        "fault_group_ranks": [0, 1, 2, 3],
+        "fault_op": "all_reduce",
+        "extra": {"culprit_op": "broadcast"},
+    },
+    "ddp_short_loader": {
+        "program": prog_ddp_short_loader,
+        "description": (
+            _DDP + f"{TRAIN_STEPS} batches per rank, but rank 1's data shard has one batch "
+            f"fewer: after step {TRAIN_STEPS - 1} rank 1 leaves the loop and calls the "
+            "end-of-epoch dist.barrier() while ranks 0, 2, 3 run step "
+            f"{TRAIN_STEPS}'s backward (DDP's gradient all_reduce): barrier against all_reduce "
+            "at the same collective_seq_id."
+        ),
+        "culprit_ranks": [1],
+        "waiting_ranks": [0, 2, 3],
+        "fault_group_ranks": [0, 1, 2, 3],
+        "fault_op": "all_reduce",
+        "extra": {"culprit_op": "barrier"},
+    },
+    "ddp_ckpt_barrier": {
+        "program": prog_ddp_ckpt_barrier,
+        "description": (
+            _DDP + "every 3 steps rank 0 saves a checkpoint, and its save function ends "
+            "with dist.barrier() ('wait until every rank sees the file') that only rank 0 "
+            "runs: after step 3 rank 0 is in the barrier while ranks 1-3 run step 4's "
+            "backward (gradient all_reduce)."
+        ),
+        "culprit_ranks": [0],
+        "waiting_ranks": [1, 2, 3],
+        "fault_group_ranks": [0, 1, 2, 3],
+        "fault_op": "all_reduce",
+        "extra": {"culprit_op": "barrier"},
+    },
+    "ddp_rank0_log": {
+        "program": prog_ddp_rank0_log,
+        "description": (
+            _DDP + "every 3 steps rank 0 logs the mean loss with dist.all_reduce(loss) (one "
+            "element), a collective only rank 0 runs: ranks 1-3 are already in step 4's "
+            "gradient all_reduce (49 elements). Gloo's transport on rank 0 receives more bytes "
+            "than its 1-element op expects and aborts the process (SIGABRT): rank 0 never "
+            "has a dump; ranks 1-3's all_reduce fails with a connection error."
+        ),
+        "culprit_ranks": [0],
+        "waiting_ranks": [1, 2, 3],
+        "fault_group_ranks": [0, 1, 2, 3],
+        "fault_op": "all_reduce",
+        "extra": {"culprit_op": "all_reduce", "culprit_input_sizes": [[1]]},
+    },
+    "ddp_exception": {
+        "program": prog_ddp_exception,
+        "description": (
+            _DDP + "at step 3 rank 2's data pipeline raises ValueError (a corrupt sample) "
+            "before the forward pass; ranks 0, 1, 3 run step 3 and wait in its gradient "
+            "all_reduce."
+        ),
+        "culprit_ranks": [2],
+        "waiting_ranks": [0, 1, 3],
+        "fault_group_ranks": [0, 1, 2, 3],
+        "fault_op": "all_reduce",
+    },
+    "fsdp2_exception": {
+        "program": prog_fsdp2_exception,
+        "description": (
+            "FSDP2 (fully_shard on each Linear and on the root, 1-D mesh of 4 CPU ranks) over "
+            "nn.Sequential(Linear(4, 8), ReLU, Linear(8, 1)). At step 3 rank 1 gets a malformed "
+            "batch (3 features): its first Linear raises RuntimeError (shape mismatch) inside "
+            "forward, after that layer's parameter all_gather; ranks 0, 2, 3 go on into the "
+            "next FSDP collective."
+        ),
+        "culprit_ranks": [1],
+        "waiting_ranks": [0, 2, 3],
+        "fault_group_ranks": [0, 1, 2, 3],
+        "fault_op": "all_gather",
+    },
+    "mesh2d_short_loader": {
+        "program": prog_mesh2d_short_loader,
+        "description": (
+            "2-D DeviceMesh init_device_mesh('cpu', (2, 2), mesh_dim_names=('dp', 'tp')): tp "
+            "groups [0, 1], [2, 3], dp groups [0, 2], [1, 3]. A tensor-parallel MLP by hand "
+            "(column- then row-parallel, tp all_reduce of the output) and a dp all_reduce of "
+            f"the gradients each step. dp replica 1 (ranks 2, 3) has {TRAIN_STEPS - 1} batches, "
+            f"replica 0 has {TRAIN_STEPS}: after step {TRAIN_STEPS - 1} ranks 2 and 3 call the "
+            "end-of-epoch world barrier; ranks 0 and 1 finish step "
+            f"{TRAIN_STEPS}'s tp all_reduce together and block in the dp all_reduce (0 waits "
+            "on 2, 1 on 3)."
+        ),
+        "culprit_ranks": [2, 3],
+        "waiting_ranks": [0, 1],
+        "fault_group_ranks": [0, 2],
+        "fault_op": "all_reduce",
+    },
+    "ddp_healthy": {
+        "program": prog_healthy_running,
+        "description": (
+            _DDP + "a healthy job: it trains (20 ms of host work per step) until the harness "
+            "releases it, and is dumped while it runs."
+        ),
+        "culprit_ranks": [],
+        "waiting_ranks": [],
+        "fault_group_ranks": [],
+        "fault_op": None,
+    },
+    "fsdp2_healthy": {
+        "program": prog_healthy_running,
+        "description": (
+            "FSDP2 (as in fsdp2_exception): a healthy job that trains until the harness "
+            "releases it, dumped while it runs."
+        ),
+        "culprit_ranks": [],
+        "waiting_ranks": [],
+        "fault_group_ranks": [],
+        "fault_op": None,
+    },
+}
+
+
+def capture(fault: str, mode: str, expect: dict[str, Any], why: str = "", **kw: Any) -> Scenario:
+    base = dict(FAULTS[fault])
+    extra = dict(base.pop("extra", {}))
+    extra.update(kw.pop("extra", {}))
+    extra["capture_mode"] = mode
+    if why:
+        extra["why_expect"] = why
+    behaviour = "blocked" if mode == "waiter_died" else mode
+    kw.setdefault("notes", "")
+    return Scenario(
+        name=f"{fault}__{mode}",
+        fault=fault,
+        mode=behaviour,
+        tree="gloo_capture",
+        file_stem="comm_lib_trace_rank_" if mode in ("recorder", "running") else "rank_",
+        expect=expect,
+        extra=extra,
+        **base,
+        **kw,
+    )
+
+
+def _hang(*culprits: int) -> dict[str, Any]:
+    return {"verdict": "hang", "culprit_ranks": list(culprits)}
+
+
+def _desync(*culprits: int) -> dict[str, Any]:
+    return {"verdict": "desync", "culprit_ranks": list(culprits)}
+
+
+HEALTHY = {"verdict": "healthy", "culprit_ranks": []}
+_LATE = (
+    "every rank's all_reduce #12 is retired (the peers' timed out, rank 2's failed with "
+    "'Connection closed by peer' when it arrived late): the buffers alone look finished; only "
+    "time_created_ns tells: rank 2 created #12 seconds after its peers, more than timeout_ms "
+    "after them"
+)
+_MISSING = "the culprit left no dump; the survivors' op on the fault group failed (retired)"
+_SAME_SEQ_OP = "same collective_seq_id, different op on one rank"
+_CYCLE = (
+    "ranks 2, 3 are in the world barrier that 0, 1 never joined, 0 and 1 in the dp "
+    "all_reduce that 2, 3 never joined: a cycle through two groups. 2 and 3 are the ranks "
+    "that stopped training early (one tp all_reduce fewer than 0, 1); naming them takes "
+    "that step count"
+)
+
+CAPTURE_LIST: list[Scenario] = [
+    capture("never_joins", "after_timeout", _hang(2), _LATE),
+    capture("never_joins", "peer_signal", _hang(2), short_timeout_ranks=[0]),
+    capture("never_joins", "recorder", _hang(2)),
+    capture("never_joins", "died", _hang(2), _MISSING, crashed_ranks=[2]),
+    capture("never_joins", "waiter_died", _hang(2), crashed_ranks=[3], blocked_ranks=[0, 1]),
+    capture("wrong_collective", "after_timeout", _desync(1), _SAME_SEQ_OP),
+    capture("wrong_collective", "peer_signal", _desync(1), short_timeout_ranks=[0]),
+    capture("ddp_short_loader", "blocked", _desync(1), blocked_ranks=[0, 1, 2, 3]),
+    capture("ddp_short_loader", "after_timeout", _desync(1), _SAME_SEQ_OP),
+    capture("ddp_short_loader", "peer_signal", _desync(1), short_timeout_ranks=[0]),
+    capture("ddp_short_loader", "recorder", _desync(1), _SAME_SEQ_OP),
+    capture("ddp_ckpt_barrier", "blocked", _desync(0), blocked_ranks=[0, 1, 2, 3]),
+    capture("ddp_ckpt_barrier", "after_timeout", _desync(0), _SAME_SEQ_OP),
+    capture("ddp_ckpt_barrier", "recorder", _desync(0), _SAME_SEQ_OP),
+    capture("ddp_rank0_log", "after_timeout", _hang(0), _MISSING, crashed_ranks=[0]),
+    capture("ddp_rank0_log", "recorder", _hang(0), _MISSING, crashed_ranks=[0]),
+    capture("ddp_exception", "blocked", _hang(2), blocked_ranks=[0, 1, 3]),
+    capture("ddp_exception", "recorder", _hang(2)),
+    capture("ddp_exception", "died", _hang(2), _MISSING, crashed_ranks=[2]),
+    capture("fsdp2_exception", "blocked", _hang(1), blocked_ranks=[0, 2, 3]),
+    capture("fsdp2_exception", "recorder", _hang(1)),
+    capture("fsdp2_exception", "died", _hang(1), _MISSING, crashed_ranks=[1]),
+    capture("mesh2d_short_loader", "blocked", _hang(2, 3), _CYCLE, blocked_ranks=[0, 1, 2, 3]),
+    capture("mesh2d_short_loader", "after_timeout", _hang(2, 3), _CYCLE),
+    capture("mesh2d_short_loader", "recorder", _hang(2, 3), _CYCLE),
+    capture("ddp_healthy", "running", HEALTHY, buffer_size=64),
+    capture("fsdp2_healthy", "running_timer", HEALTHY, buffer_size=64),
+]
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in SCENARIO_LIST + CAPTURE_LIST}
 
 
 # --------------------------------------------------------------------------------------------
@@ -828,7 +1415,7 @@ class Outcome:
 
 def run_scenario(sc: Scenario, out: Path) -> Outcome:
     t0 = time.monotonic()
-    for sub in ("gloo", "gloo_json"):
+    for sub in (sc.tree, f"{sc.tree}_json"):
         d = out / sub / sc.name
         shutil.rmtree(d, ignore_errors=True)
         d.mkdir(parents=True)
@@ -858,9 +1445,28 @@ def run_scenario(sc: Scenario, out: Path) -> Outcome:
             return (scratch / f"result_{rank}.json").exists()
 
         deadline = time.monotonic() + SCENARIO_TIMEOUT_S
+        n_reported, last_report, triggered = 0, time.monotonic(), False
         while time.monotonic() < deadline:
             if all(done(r) for r in range(sc.world_size)):
                 break
+            reported = [r for r in range(sc.world_size) if (scratch / f"result_{r}.json").exists()]
+            if len(reported) != n_reported:
+                n_reported, last_report = len(reported), time.monotonic()
+            quiet = time.monotonic() - last_report > SIGNAL_AFTER_S
+            if not triggered and sc.mode == "recorder" and reported and quiet:
+                triggered = True  # SIGUSR1 to the ranks that never raise
+                for r, p in procs.items():
+                    if r not in reported and p.poll() is None:
+                        print(f"{sc.name}: SIGUSR1 to rank {r}", file=sys.stderr)
+                        p.send_signal(signal.SIGUSR1)
+            ready = all((scratch / f"ready_{r}").exists() for r in range(sc.world_size))
+            if not triggered and sc.mode == "running" and ready:
+                triggered = True
+                for p in procs.values():
+                    p.send_signal(signal.SIGUSR1)
+            if not triggered and sc.mode == "running_timer" and ready:
+                triggered = True
+                _write_atomic(scratch / "dump_at", f"{time.time() + 0.5:.6f}".encode())
             dead = [r for r, p in procs.items() if p.poll() is not None and not done(r)]
             if dead:
                 errors.append(f"ranks {dead} exited without reporting")
@@ -880,12 +1486,17 @@ def run_scenario(sc: Scenario, out: Path) -> Outcome:
         results: dict[int, dict[str, Any]] = {}
         for rank in range(sc.world_size):
             path = scratch / f"result_{rank}.json"
+            log = (scratch / f"log_{rank}.txt").read_text(errors="replace")
             if path.exists():
                 results[rank] = json.loads(path.read_text())
             elif rank in sc.crashed_ranks:
-                log = (scratch / f"log_{rank}.txt").read_text(errors="replace")
                 state = _crash_state(log, procs[rank].returncode)
                 results[rank] = {"outcome": "crashed", "state_at_dump": state}
+            if sc.tree != "gloo" and rank in results:
+                results[rank]["returncode"] = procs[rank].returncode
+                errs = re.findall(r"^rank \d+: raised (.*)$", log, flags=re.MULTILINE)
+                if errs:
+                    results[rank]["error"] = errs[0]
         errors += _check(sc, out, results, procs)
         if errors or os.environ.get("MAKE_FIXTURES_VERBOSE"):
             for rank in range(sc.world_size):
@@ -917,17 +1528,18 @@ def _check(
 ) -> list[str]:
     """The scenario produced exactly the expected files, and ran the way it was built to."""
     errors: list[str] = []
-    want = {f"rank_{r}" for r in sc.ranks_with_dumps}
-    got = {p.name for p in (out / "gloo" / sc.name).iterdir()}
-    got_json = {p.name for p in (out / "gloo_json" / sc.name).iterdir()}
+    want = {f"{sc.file_stem}{r}" for r in sc.ranks_with_dumps}
+    got = {p.name for p in (out / sc.tree / sc.name).iterdir()}
+    got_json = {p.name for p in (out / f"{sc.tree}_json" / sc.name).iterdir()}
     if got != want:
         errors.append(f"pickle dumps {sorted(got)} != expected {sorted(want)}")
     if got_json != {f"{w}.json" for w in want}:
         errors.append(f"json dumps {sorted(got_json)} != expected")
     for r in sc.ranks_with_dumps:
+        stem = f"{sc.file_stem}{r}"
         try:
-            data = pickle.loads((out / "gloo" / sc.name / f"rank_{r}").read_bytes())
-            json.loads((out / "gloo_json" / sc.name / f"rank_{r}.json").read_bytes())
+            data = pickle.loads((out / sc.tree / sc.name / stem).read_bytes())
+            json.loads((out / f"{sc.tree}_json" / sc.name / f"{stem}.json").read_bytes())
         except (OSError, pickle.UnpicklingError, ValueError) as exc:
             errors.append(f"rank {r}: unreadable dump: {exc}")
             continue
@@ -938,6 +1550,8 @@ def _check(
         expected = "crashed" if r in sc.crashed_ranks else "dumped"
         if outcome != expected:
             errors.append(f"rank {r}: outcome {outcome!r}, expected {expected!r}")
+        if sc.tree != "gloo":  # ranks that raise exit non-zero in these modes, as jobs do
+            continue
         if (procs[r].returncode == 0) != (r not in sc.crashed_ranks):
             errors.append(f"rank {r}: exit code {procs[r].returncode}")
     for r in sc.blocked_ranks:
@@ -945,6 +1559,56 @@ def _check(
         if not state.startswith("in "):
             errors.append(f"rank {r}: expected to be blocked in a collective, was {state!r}")
     return errors
+
+
+def _newest_entries(path: Path) -> list[str]:
+    """``pg '0' #12 all_reduce [[64]] retired`` for the newest entry of each group in a dump."""
+    data = pickle.loads(path.read_bytes())
+    newest: dict[str, dict[str, Any]] = {}
+    for e in data.get("entries", []):
+        newest[e["process_group"][0]] = e
+    return [
+        f"pg {name!r} #{e['collective_seq_id']} {e['profiling_name'].removeprefix('gloo:')} "
+        f"{e['input_sizes']} {'retired' if e['retired'] else 'not retired'}"
+        for name, e in sorted(newest.items())
+    ]
+
+
+def capture_manifest_entry(o: Outcome, out: Path) -> dict[str, Any]:
+    """The gloo_capture manifest: truth, capture mode, what a correct analysis says, facts."""
+    sc = o.scenario
+    base = manifest_entry(o)
+    after = [r for r in sorted(o.results) if o.results[r].get("dumped_after_error")]
+    expect = sc.expect or {}
+    entry: dict[str, Any] = {
+        "fault": sc.fault,
+        "capture_mode": sc.extra.get("capture_mode", sc.mode),
+        "description": sc.description,
+        "how_captured": CAPTURE_MODES[sc.extra.get("capture_mode", sc.mode)],
+        "torch_version": base["torch_version"],
+        "world_size": sc.world_size,
+        "buffer_size": sc.buffer_size,
+        "files": f"{sc.file_stem}<rank> (pickle), {sc.file_stem}<rank>.json (JSON)",
+        "ranks_with_dumps": sc.ranks_with_dumps,
+        "ranks_without_dump": sc.crashed_ranks,
+        "ranks_dumped_after_failure": after,
+        "culprit_ranks": sc.culprit_ranks,
+        "waiting_ranks": sc.waiting_ranks,
+        "fault_group_ranks": sc.fault_group_ranks,
+        "fault_op": sc.fault_op,
+        "expect": expect,
+        **{k: v for k, v in sc.extra.items() if k != "capture_mode"},
+        "groups": base["groups"],
+        "state_at_dump": base["state_at_dump"],
+        "newest_entries": {
+            str(r): _newest_entries(out / sc.tree / sc.name / f"{sc.file_stem}{r}")
+            for r in sc.ranks_with_dumps
+        },
+        "exit_codes": {str(r): o.results[r].get("returncode") for r in sorted(o.results)},
+    }
+    if sc.notes:
+        entry["notes"] = sc.notes
+    return entry
 
 
 def manifest_entry(o: Outcome) -> dict[str, Any]:
@@ -1001,6 +1665,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SCENARIO",
         help=f"run just this scenario (repeatable): {', '.join(SCENARIOS)}",
     )
+    ap.add_argument(
+        "--set",
+        choices=("all", "gloo", "capture"),
+        default="all",
+        help="without --only: the gloo/ fault set, the gloo_capture/ capture-mode set, or both",
+    )
     ap.add_argument("--jobs", type=int, default=4, help="scenarios run in parallel")
     ap.add_argument("--retries", type=int, default=1, help="reruns of a failed scenario")
     ap.add_argument("--worker", choices=sorted(SCENARIOS), help=argparse.SUPPRESS)
@@ -1014,7 +1684,8 @@ def main(argv: list[str] | None = None) -> int:
         worker_main(args.worker, args.rank, args.port, out, args.scratch)
         return 0
 
-    chosen = [SCENARIOS[n] for n in args.only] if args.only else SCENARIO_LIST
+    sets = {"all": SCENARIO_LIST + CAPTURE_LIST, "gloo": SCENARIO_LIST, "capture": CAPTURE_LIST}
+    chosen = [SCENARIOS[n] for n in args.only] if args.only else sets[args.set]
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         outcomes = list(pool.map(lambda sc: run_scenario(sc, out), chosen))
@@ -1025,24 +1696,31 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{o.scenario.name}: {'; '.join(o.errors)}; retrying", file=sys.stderr)
             outcomes[i] = o = run_scenario(o.scenario, out)
 
-    manifest_path = out / "gloo" / "MANIFEST.json"
-    manifest: dict[str, Any] = {}
-    if manifest_path.exists():
-        manifest = json.loads(manifest_path.read_text())
     failed = 0
     for o in outcomes:
         status = "ok" if not o.errors else "FAILED"
-        print(f"{o.scenario.name:24s} {status:6s} {o.seconds:5.1f}s")
+        print(f"{o.scenario.name:36s} {status:6s} {o.seconds:5.1f}s")
         for err in o.errors:
             print(f"    {err}")
-        if o.errors:
-            failed += 1
-            manifest.pop(o.scenario.name, None)
-        else:
-            manifest[o.scenario.name] = manifest_entry(o)
-    order = {s.name: i for i, s in enumerate(SCENARIO_LIST)}
-    manifest = dict(sorted(manifest.items(), key=lambda kv: order.get(kv[0], len(order))))
-    manifest_path.write_text(_to_json(manifest) + "\n")
+        failed += bool(o.errors)
+    for tree, listed in (("gloo", SCENARIO_LIST), ("gloo_capture", CAPTURE_LIST)):
+        mine = [o for o in outcomes if o.scenario.tree == tree]
+        if not mine:
+            continue  # leave the other set's manifest untouched
+        manifest_path = out / tree / "MANIFEST.json"
+        manifest: dict[str, Any] = {}
+        if manifest_path.exists():
+            manifest = json.loads(manifest_path.read_text())
+        for o in mine:
+            if o.errors:
+                manifest.pop(o.scenario.name, None)
+            elif tree == "gloo":
+                manifest[o.scenario.name] = manifest_entry(o)
+            else:
+                manifest[o.scenario.name] = capture_manifest_entry(o, out)
+        order = {s.name: i for i, s in enumerate(listed)}
+        manifest = dict(sorted(manifest.items(), key=lambda kv: order.get(kv[0], len(order))))
+        manifest_path.write_text(_to_json(manifest) + "\n")
     print(f"{len(outcomes) - failed}/{len(outcomes)} scenarios ok in {time.monotonic() - t0:.1f}s")
     return 1 if failed else 0
 
