@@ -82,10 +82,12 @@ def test_public_api() -> None:
     assert sorted(frsim.__all__) == sorted(
         [
             "VERSIONS",
+            "Capture",
             "Fault",
             "FaultKind",
             "Job",
             "JobSpec",
+            "Moment",
             "Truth",
             "dump_object",
             "simulate",
