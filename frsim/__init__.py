@@ -16,16 +16,18 @@ See README.md in this package for the execution model and the format versions.
 from frsim.job import Job, simulate
 from frsim.layout import VERSIONS
 from frsim.serialize import dump_object
-from frsim.spec import Fault, FaultKind, JobSpec
+from frsim.spec import Capture, Fault, FaultKind, JobSpec, Moment
 from frsim.truth import Truth
 from frsim.write import write_dumps
 
 __all__ = [
     "VERSIONS",
+    "Capture",
     "Fault",
     "FaultKind",
     "Job",
     "JobSpec",
+    "Moment",
     "Truth",
     "dump_object",
     "simulate",

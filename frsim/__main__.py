@@ -20,7 +20,7 @@ from pathlib import Path
 from frsim.job import simulate
 from frsim.layout import VERSIONS, entries_of, layout_of
 from frsim.program import PROLOGUE, step_template
-from frsim.spec import Fault, FaultKind, JobSpec
+from frsim.spec import Capture, Fault, FaultKind, JobSpec, Moment
 
 
 def steps_for_entries(spec: JobSpec, entries: int, version: str) -> int:
@@ -79,6 +79,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="give every entry its own frame dicts (real dumps share them)",
     )
+    p.add_argument(
+        "--moment",
+        choices=[m.value for m in Moment],
+        default="blocked",
+        help="when the dumps are taken (timeout/mixed need a hanging --fault; snapshot: a "
+        "healthy job caught while running)",
+    )
+    p.add_argument(
+        "--retired",
+        choices=("before", "after", "either"),
+        default="before",
+        help="timed-out call retired by the watchdog before the dump ('after') or not",
+    )
+    p.add_argument("--only-active", action="store_true", help="dump with onlyActive=True")
+    p.add_argument("--no-stacks", action="store_true", help="includeStackTraces=False")
     p.add_argument("--processes", type=int, default=None)
     p.add_argument("--out", type=Path, required=True, help="directory for the dump files")
     return p.parse_args(argv)
@@ -128,6 +143,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             batched_p2p=not args.no_batched_p2p,
             seed=args.seed,
             fault=fault,
+            capture=Capture(
+                moment=Moment(args.moment),
+                retired=args.retired,
+                only_active=args.only_active,
+                stacks=not args.no_stacks,
+            ),
         )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -156,6 +177,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "version": args.version,
         "format": args.format,
         "seed": args.seed,
+        "moment": args.moment,
+        "retired": args.retired,
+        "only_active": args.only_active,
+        "stacks": not args.no_stacks,
     }
     target = truth_path(args.out)
     target.write_text(json.dumps(truth, indent=2) + "\n")

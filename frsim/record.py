@@ -24,21 +24,26 @@ entry fresh frame dicts instead (bigger files, slower to load than real ones).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from frsim.frames import AUTOGRAD_CONTEXTS, Frame, stack
 from frsim.job import Job
-from frsim.layout import Layout, entries_of
+from frsim.layout import Layout, entries_of, layout_of
 from frsim.program import EPILOGUE, PROLOGUE, TOKENS
+from frsim.truth import Truth
 from frsim.units import Call, Unit, UnitKind
 
 INF = math.inf
 Status = tuple[str, int | None, int | None, bool, float | None]
 """state, time_discovered_started_ns, time_discovered_completed_ns, retired, duration_ms."""
+_Walk = tuple[Unit, int, float, float, float, bool]
+"""unit, step, post, start, done, timed out and retired before the dump."""
 WATCHDOG_TICK_US = 100_000.0  # kWatchdogThreadSleepMillis
+RETIRE_BEFORE_DUMP_NS = 20_000_000
+"""A timed-out work retired before the dump was last updated ~20 ms before it."""
 PART_GAP_NS = 15_000  # host time between the calls of one coalesced group
 MAIN_THREAD, AUTOGRAD_THREAD = "python3", "pt_autograd_{}"
 
@@ -92,12 +97,21 @@ def _bump(c: _Counters, unit: Unit, a: int) -> int:
     return c.coll[a]
 
 
+def _active(entry: dict[str, Any]) -> bool:
+    """Kept by onlyActive=True: torch skips entries whose completion was discovered."""
+    if "time_discovered_completed_ns" in entry:
+        return entry["time_discovered_completed_ns"] is None
+    return bool(entry["state"] != "completed")  # torch 2.2: no discovery times
+
+
 class RankDump:
     """Builds the dump of one rank for one layout."""
 
     def __init__(self, job: Job, rank: int, layout: Layout, *, share_frames: bool = True) -> None:
         self.job, self.rank, self.layout = job, rank, layout
         self.share_frames = share_frames
+        self.stacks_on = job.spec.capture.stacks
+        self.only_active = job.spec.capture.only_active
         spec, mesh = job.spec, job.mesh
         self.stage = mesh.stage(rank)
         self.axes = mesh.axes
@@ -175,9 +189,10 @@ class RankDump:
         return self.phase_us + ticks * WATCHDOG_TICK_US + 30.0
 
     # --- walking -------------------------------------------------------------------------
-    def _units(self) -> tuple[list[tuple[Unit, int, float, float, float]], int, int]:
-        """Units to walk (unit, step, post, start, done), the record_id of the first one and
-        the number of whole steps skipped before it."""
+    def _units(self) -> tuple[list[_Walk], int, int]:
+        """Units to walk (unit, step, post, start, done, timed out), the record_id of the first
+        one and the number of whole steps skipped before it. Only units posted by the dump
+        are recorded (a snapshot cuts the run short)."""
         job, layout, rank = self.job, self.layout, self.rank
         prefix, tail = job.prefix, job.tail
         width = job.mesh.dp * job.mesh.tp
@@ -185,12 +200,21 @@ class RankDump:
         template = job.programs.templates[self.stage]
         per_step = sum(entries_of(u, layout) for u in template)
         pro = sum(entries_of(u, layout) for u in PROLOGUE)
-        epi = sum(entries_of(u, layout) for u in EPILOGUE) if prefix.has_epilogue else 0
+        post = prefix.post[self.stage][:, column]
+        cut = int(np.searchsorted(post, self.dump_us, side="right"))
+        n_pro, n_step = len(PROLOGUE), len(template)
+        full, part = divmod(max(0, cut - n_pro), n_step) if n_step else (0, 0)
+        if full > prefix.steps or (full == prefix.steps and part):
+            full, part = prefix.steps, 0
+        recorded = sum(entries_of(u, layout) for u in PROLOGUE[:cut])
+        recorded += full * per_step + sum(entries_of(u, layout) for u in template[:part])
+        if prefix.has_epilogue:
+            n_epi = max(0, cut - n_pro - prefix.steps * n_step)
+            recorded += sum(entries_of(u, layout) for u in EPILOGUE[:n_epi])
         tail_units: list[Unit] = []
         if tail is not None:
             prog = tail.programs[rank]
             tail_units = [prog.unit(j) for j in range(tail.posted(rank))]
-        recorded = pro + prefix.steps * per_step + epi
         recorded += sum(entries_of(u, layout) for u in tail_units)
         self.window = max(0, recorded - self.job.spec.buffer_of(rank))
         skip = 0
@@ -198,25 +222,31 @@ class RankDump:
             skip = min(prefix.steps, (self.window - pro) // per_step)
         # walk one step before the window so pg_status of quiet groups is right
         walk_from = max(0, skip - 1)
-        post = prefix.post[self.stage][:, column].tolist()
+        posts = post.tolist()
         start = prefix.start[self.stage][:, column].tolist()
         done = prefix.done[self.stage][:, column].tolist()
-        out: list[tuple[Unit, int, float, float, float]] = []
-        n_pro = len(PROLOGUE)
         ks: list[tuple[Unit, int, int]] = []
         if walk_from == 0:
             ks += [(u, -1, k) for k, u in enumerate(PROLOGUE)]
         for t in range(walk_from, prefix.steps):
-            k0 = n_pro + t * len(template)
+            k0 = n_pro + t * n_step
             ks += [(u, t, k0 + j) for j, u in enumerate(template)]
         if prefix.has_epilogue:
-            k0 = n_pro + prefix.steps * len(template)
+            k0 = n_pro + prefix.steps * n_step
             ks += [(u, prefix.steps, k0 + j) for j, u in enumerate(EPILOGUE)]
-        out = [(u, t, post[k], start[k], done[k]) for u, t, k in ks]
+        out = [(u, t, posts[k], start[k], done[k], False) for u, t, k in ks if k < cut]
         if tail is not None:
             prog = tail.programs[rank]
+            aborted = bool(job.retired_head[rank])
             out += [
-                (u, prog.step_of(j), tail.post[rank][j], tail.start[rank][j], tail.done[rank][j])
+                (
+                    u,
+                    prog.step_of(j),
+                    tail.post[rank][j],
+                    tail.start[rank][j],
+                    tail.done[rank][j],
+                    aborted and j == tail.head[rank],
+                )
                 for j, u in enumerate(tail_units)
             ]
         return out, (pro + walk_from * per_step if walk_from else 0), walk_from
@@ -240,7 +270,7 @@ class RankDump:
         c.enqueued[a] = work
         if self.timing and start <= self.dump_us and c.started[a] < work:
             c.started[a] = work
-        if done != INF and self._discovered(done) <= self.dump_us:
+        if done <= self.dump_us and self._discovered(done) <= self.dump_us:
             c.completed[a] = work
 
     def build(self) -> None:
@@ -249,10 +279,14 @@ class RankDump:
         if skipped:
             self._skip_steps(skipped)
             assert self.counters.record == first_record
-        for unit, step, post, start, done in units:
-            self._unit(unit, step, post, start, done)
+        for unit, step, post, start, done, aborted in units:
+            self._unit(unit, step, post, start, done, aborted)
+        if self.only_active:
+            self.entries = [e for e in self.entries if _active(e)]
 
-    def _unit(self, unit: Unit, step: int, post: float, start: float, done: float) -> None:
+    def _unit(
+        self, unit: Unit, step: int, post: float, start: float, done: float, aborted: bool
+    ) -> None:
         c, layout = self.counters, self.layout
         a = self.axis_index[unit.axis]
         op_before = c.op[a]
@@ -265,17 +299,21 @@ class RankDump:
             return
         kind = unit.kind
         created = self.base_ns + int(post * 1000)
-        completed = done != INF
+        completed = done <= self.dump_us
         discovered = self._discovered(done) if completed else INF
-        retired = discovered <= self.dump_us
+        # a timed-out work the watchdog retired before dumping: retired, never completed
+        retired = discovered <= self.dump_us or aborted
         if completed:
             t_done = self.base_ns + int(discovered * 1000) if retired else self.dump_ns
             state = "completed"
             t_start: int | None = (t_done - 300) if self.timing else None
             t_completed: int | None = t_done
             duration = (done - start) / 1000.0 if (self.timing and retired) else None
-        elif start != INF and self.timing:
-            state, t_start, t_completed, duration = "started", self.dump_ns, None, None
+        elif start <= self.dump_us and self.timing:
+            # discovered by the dump's update_state, or by retire_id when the watchdog retired
+            # the timed-out work first
+            seen = self.dump_ns - (RETIRE_BEFORE_DUMP_NS if aborted else 0)
+            state, t_start, t_completed, duration = "started", seen, None, None
         else:
             state, t_start, t_completed, duration = "scheduled", None, None, None
         work_state: Status = (state, t_start, t_completed, retired, duration)
@@ -358,7 +396,8 @@ class RankDump:
             e["output_sizes"] = out_sizes
             e["state"] = state
             e["retired"] = retired
-            e["frames"] = self._frame_list(api, unit.context)
+            if self.stacks_on:
+                e["frames"] = self._frame_list(api, unit.context)
             self.entries.append(e)
             return
         if not layout.two_x:
@@ -376,10 +415,12 @@ class RankDump:
             e["time_discovered_started_ns"] = t_start
             e["time_discovered_completed_ns"] = t_completed
             e["retired"] = retired
-            e["frames"] = self._frame_list(api, unit.context)
+            if self.stacks_on:
+                e["frames"] = self._frame_list(api, unit.context)
             self.entries.append(e)
             return
-        e["frames"] = self._frame_list(api, unit.context)
+        if self.stacks_on:
+            e["frames"] = self._frame_list(api, unit.context)
         e["record_id"] = rid
         e["pg_id"] = a
         group = self.groups[a]
@@ -407,3 +448,39 @@ class RankDump:
             e["timeout_ms"] = self.job.spec.timeout_ms
         e["is_p2p"] = is_p2p
         self.entries.append(e)
+
+
+def shows_dump_instant(dump: RankDump) -> bool:
+    """Whether the dump shows when it was taken: an entry its own dump discovered (started, or
+    completed but not yet retired) carries the dump time. With it, a reader can see that the
+    calls still pending were created moments before, far less than a timeout."""
+    return any(
+        not e["retired"]
+        and (e.get("time_discovered_started_ns") or e.get("time_discovered_completed_ns"))
+        for e in dump.entries
+    )
+
+
+def snapshot_truth(job: Job, layout: Layout | None = None) -> Truth:
+    """The truth of a SNAPSHOT: healthy, no culprit; `detectable` only when some dump shows
+    the instant it was taken (format 2.10 unless `layout`). Without that instant, a rank that
+    finished its last call and has not posted the next looks exactly like a rank stuck in host
+    code in dumps taken while blocked: the entries and pg_status are the same."""
+    truth = job.truth
+    missing = set(truth.missing_ranks)
+    shown = []
+    for rank in range(job.spec.world_size):
+        if rank in missing or job.spec.buffer_of(rank) == 0:
+            continue
+        dump = RankDump(job, rank, layout or layout_of("2.10"))
+        dump.build()
+        if shows_dump_instant(dump):
+            shown.append(rank)
+    if shown:
+        return truth
+    return replace(
+        truth,
+        detectable=False,
+        reason="no dump shows the instant it was taken (no started or unretired completed "
+        "entry): a rank between two calls looks stuck in host code",
+    )

@@ -100,7 +100,7 @@ def json_object(dump: RankDump) -> dict[str, Any]:
     entries = []
     for e in dump.entries:
         j = dict(e)
-        del j["frames"]
+        j.pop("frames", None)
         if j["time_discovered_started_ns"] is None:
             j["time_discovered_started_ns"] = 0
         if j["time_discovered_completed_ns"] is None:

@@ -13,6 +13,7 @@ from typing import Literal
 
 AXES = ("world", "pp", "dp", "tp")
 GroupNaming = Literal["counter", "hashed"]
+RetireOrder = Literal["before", "after", "either"]
 
 
 class FaultKind(enum.StrEnum):
@@ -83,6 +84,57 @@ class Fault:
         object.__setattr__(self, "missing", tuple(sorted(set(self.missing))))
 
 
+class Moment(enum.StrEnum):
+    """When the ranks' dumps were taken (FORMAT.md sections 1, 8 and 9)."""
+
+    BLOCKED = "blocked"
+    """A hung job: the rank whose watchdog times out first dumps ~20 ms after its timeout,
+    before retiring the timed-out work; the others dump on the store's dump signal, within
+    1 s, while still blocked. A healthy job: every rank dumps 2 s after its last call."""
+    TIMEOUT = "timeout"
+    """A hung job: every blocked rank dumps after its own watchdog timed out the work it waits
+    in (dump time >= that work's creation + timeout_ms). Whether the dump came before or after
+    the watchdog retired the timed-out work is `Capture.retired`. Ranks not blocked in a call
+    (a host-stalled culprit) dump on the first rank's signal."""
+    MIXED = "mixed"
+    """A hung job whose ranks dumped at different moments: each rank (seeded coin) either
+    dumped early, while blocked and before any timeout (a debug-pipe or API dump), or after its
+    own watchdog timed out, as in TIMEOUT. Ranks that died without a dump: `Fault.missing`."""
+    SNAPSHOT = "snapshot"
+    """A healthy job caught while running: every rank dumps at (nearly) the same instant,
+    `Capture.at` of the way through step `Capture.step`, each up to `Capture.skew_us` later."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Capture:
+    """How and when the dumps were taken: the moment, the watchdog race, the dump options."""
+
+    moment: Moment = Moment.BLOCKED
+    retired: RetireOrder = "before"
+    """TIMEOUT/MIXED: the watchdog wrote the dump "before" retiring the timed-out work
+    (retired=False), or "after" it (retired=True without completed state or
+    time_discovered_completed_ns), or "either", a seeded coin per rank."""
+    only_active: bool = False
+    """Dumped with onlyActive=True: entries whose completion was discovered are left out."""
+    stacks: bool = True
+    """includeStackTraces: entries carry `frames` (pickle only). False: no `frames` key."""
+    step: int = -1
+    """SNAPSHOT: the step the snapshot falls in; -1 means the last step."""
+    at: float = 0.5
+    """SNAPSHOT: how far through that step (0: its first call, 1: its last completion)."""
+    skew_us: float = 500.0
+    """SNAPSHOT: each rank dumps up to this much after the snapshot instant."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "moment", Moment(self.moment))
+        if self.retired not in ("before", "after", "either"):
+            raise ValueError(f"Capture.retired must be before, after or either: {self.retired}")
+        if not 0.0 <= self.at <= 1.0:
+            raise ValueError(f"Capture.at must be within [0, 1], got {self.at}")
+        if self.skew_us < 0:
+            raise ValueError(f"Capture.skew_us must be >= 0, got {self.skew_us}")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobSpec:
     """A simulated training job: mesh, schedule, recorder settings and an optional fault.
@@ -122,6 +174,8 @@ class JobSpec:
     gpus_per_host: int = 8
     seed: int = 0
     fault: Fault | None = None
+    capture: Capture = Capture()
+    """When and how the dumps were taken (default: hung ranks dump while blocked)."""
 
     def __post_init__(self) -> None:
         for name in ("world_size", "tp", "pp", "steps", "microbatches", "layers", "gpus_per_host"):
@@ -158,6 +212,7 @@ class JobSpec:
             object.__setattr__(self, "buffer_size", sizes)
         if self.fault is not None:
             self._check_fault(self.fault)
+        self._check_capture(self.capture)
 
     @property
     def dp_size(self) -> int:
@@ -180,6 +235,28 @@ class JobSpec:
     def axis_size(self, axis: str) -> int:
         """Number of ranks in one group of `axis`."""
         return {"world": self.world_size, "pp": self.pp, "dp": self.dp_size, "tp": self.tp}[axis]
+
+    def hangs(self) -> bool:
+        """Whether the fault is one that hangs the job."""
+        return self.fault is not None and self.fault.kind in HANGING_KINDS
+
+    def snapshot_step(self) -> int:
+        """The step a SNAPSHOT falls in (resolving -1)."""
+        step = self.capture.step
+        return step if step >= 0 else self.steps - 1
+
+    def _check_capture(self, capture: Capture) -> None:
+        moment = capture.moment
+        if moment is Moment.SNAPSHOT:
+            if self.hangs():
+                raise ValueError(
+                    "Capture.moment snapshot is a healthy running job: its fault must not hang "
+                    f"the job (got {self.fault.kind if self.fault else None})"
+                )
+            if capture.step >= self.steps:
+                raise ValueError(f"Capture.step {capture.step} is outside steps {self.steps}")
+        elif moment in (Moment.TIMEOUT, Moment.MIXED) and not self.hangs():
+            raise ValueError(f"Capture.moment {moment} needs a fault that hangs the job")
 
     def _check_fault(self, fault: Fault) -> None:
         if fault.rank >= self.world_size:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 from frsim.execute import TailTimes
 from frsim.mesh import Group
 from frsim.program import PROLOGUE, Programs
-from frsim.spec import FaultKind
+from frsim.spec import FaultKind, Moment
 from frsim.units import Unit, UnitKind
 
 SeqKind = Literal["collective", "p2p"]
@@ -44,14 +44,24 @@ class Truth:
     cycle: tuple[tuple[int, str, int], ...] = ()
     """OPPOSITE_ORDER: (waiting rank, group name, rank it waits for) edges of the deadlock."""
     detectable: bool = True
-    """False when no dump holds evidence of the fault (see `reason`)."""
+    """False when no dump holds evidence of the fault (see `reason`). For a SNAPSHOT: False
+    when no dump shows the instant it was taken, so nothing tells the running job from a
+    hang whose dumps were taken while blocked."""
     reason: str = ""
     description: str = ""
+    moment: Moment = Moment.BLOCKED
+    """When the dumps were taken (JobSpec.capture.moment)."""
+    timed_out_ranks: tuple[int, ...] = ()
+    """Ranks that dumped after their own watchdog timed out the call they wait in."""
+    retired_ranks: tuple[int, ...] = ()
+    """Of those, the ranks whose timed-out call was already retired (not completed) when
+    they dumped."""
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (enums as strings, tuples as lists)."""
         data = asdict(self)
         data["kind"] = None if self.kind is None else str(self.kind)
+        data["moment"] = str(self.moment)
         return data
 
 
@@ -92,13 +102,25 @@ def _call_site(
 MIN_SLOW_STEPS = 3
 
 
-def derive_truth(programs: Programs, tail: TailTimes | None, missing: tuple[int, ...]) -> Truth:
-    """Read the truth off the execution of the job."""
+def derive_truth(
+    programs: Programs,
+    tail: TailTimes | None,
+    missing: tuple[int, ...],
+    *,
+    timed_out: tuple[int, ...] = (),
+    retired: tuple[int, ...] = (),
+) -> Truth:
+    """Read the truth off the execution of the job (and of its watchdogs: `timed_out` ranks
+    dumped after their own timeout, `retired` ones after retiring the timed-out call)."""
     spec = programs.spec
     present = [r not in missing and spec.buffer_of(r) > 0 for r in range(spec.world_size)]
     if spec.fault is None or tail is None or not tail.hung():
-        return _quiet_truth(programs, tail, missing, present)
-    return _hang_truth(programs, tail, missing, present)
+        truth = _quiet_truth(programs, tail, missing, present)
+    else:
+        truth = _hang_truth(programs, tail, missing, present)
+    return replace(
+        truth, moment=spec.capture.moment, timed_out_ranks=timed_out, retired_ranks=retired
+    )
 
 
 def _quiet_truth(
@@ -108,7 +130,11 @@ def _quiet_truth(
     fault = programs.spec.fault
     kind = None if fault is None else fault.kind
     detectable, reason = True, ""
-    if fault is None:
+    if programs.spec.capture.moment is Moment.SNAPSHOT:
+        description = "healthy job, dumped while running (snapshot)"
+        if fault is not None:
+            description += f"; no dump from ranks {list(missing)}"
+    elif fault is None:
         description = "healthy job: every call completed"
     elif tail is not None:
         detectable, reason = False, "the injected fault did not hang the job"

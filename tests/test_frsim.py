@@ -17,7 +17,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import frsim
-from frsim import VERSIONS, Fault, FaultKind, JobSpec, dump_object, simulate, write_dumps
+from frsim import (
+    VERSIONS,
+    Capture,
+    Fault,
+    FaultKind,
+    JobSpec,
+    Moment,
+    dump_object,
+    simulate,
+    write_dumps,
+)
 from frsim.serialize import dump_bytes
 
 SMALL: dict[str, Any] = {"world_size": 16, "tp": 4, "pp": 2, "steps": 6, "buffer_size": 120}
@@ -82,10 +92,12 @@ def test_public_api() -> None:
     assert sorted(frsim.__all__) == sorted(
         [
             "VERSIONS",
+            "Capture",
             "Fault",
             "FaultKind",
             "Job",
             "JobSpec",
+            "Moment",
             "Truth",
             "dump_object",
             "simulate",
@@ -523,3 +535,212 @@ def test_hang_truth_matches_dumps(
         assert unfinished(dump_object(job, r)), r
     if kind is FaultKind.HOST_STALL:
         assert unfinished(dump_object(job, rank)) == []
+
+
+# --- capture moments (issue 10) ------------------------------------------------------------
+
+STALL = Fault(kind=FaultKind.HOST_STALL, rank=5, step=4)
+
+
+def timed_out(retired: str, **extra: Any) -> frsim.Job:
+    """SMALL with rank 5 stalled, lookahead 0 (nothing queued behind the hung call), dumped
+    after every blocked rank's own timeout."""
+    capture = Capture(moment=Moment.TIMEOUT, retired=retired)  # type: ignore[arg-type]
+    return simulate(JobSpec(**{**SMALL, "lookahead": 0, **extra}, fault=STALL, capture=capture))
+
+
+def hung_entry(job: frsim.Job, rank: int) -> dict[str, Any]:
+    (e,) = [
+        e
+        for e in entries(job, rank)
+        if e["process_group"][0] == job.truth.group_name
+        and e["collective_seq_id"] == job.truth.seq
+        and not e["is_p2p"]
+    ]
+    return e
+
+
+@pytest.mark.parametrize("retired", ["before", "after"])
+def test_post_timeout_hung_entry_and_pg_status(retired: str) -> None:
+    """After the timeout: the hung call is pending (dump first) or retired without completing
+    (retire first); pg_status: last enqueued = its seq, last completed = the one before."""
+    job = timed_out(retired)
+    truth = job.truth
+    assert truth.moment is Moment.TIMEOUT and truth.culprit_ranks == (5,)
+    assert truth.timed_out_ranks == truth.waiting_ranks
+    assert truth.retired_ranks == (truth.waiting_ranks if retired == "after" else ())
+    waiters = [r for r in truth.group_ranks if r != 5]
+    for rank in waiters:
+        e = hung_entry(job, rank)
+        assert e["retired"] is (retired == "after")
+        assert e["state"] == "started"  # timing on; "completed" never
+        assert e["time_discovered_completed_ns"] is None and "duration_ms" not in e
+        assert e["timeout_ms"] == 600_000
+        # the dump (or the retirement just before it) came a timeout after the call
+        assert e["time_discovered_started_ns"] - e["time_created_ns"] >= 600_000 * 10**6 - 10**8
+        status = dump_object(job, rank)["pg_status"][str(e["pg_id"])]
+        assert status["last_enqueued_collective"] == truth.seq
+        assert status["last_completed_collective"] == truth.seq - 1
+    # the culprit never entered the call: no entry for it
+    assert not [
+        e
+        for e in entries(job, 5)
+        if e["process_group"][0] == truth.group_name and e["collective_seq_id"] == truth.seq
+    ]
+    # dump times: at least a timeout after each blocked rank's hung call
+    tail = job.tail
+    assert tail is not None
+    for rank in truth.waiting_ranks:
+        assert job.dump_us[rank] >= tail.post[rank][tail.head[rank]] + 600_000_000
+
+
+def test_post_timeout_without_timing_is_scheduled_and_json_has_zero_times() -> None:
+    """Timing off: the timed-out call stays 'scheduled' (retired or not); JSON writes 0."""
+    job = timed_out("after", timing=False)
+    e = hung_entry(job, 4)
+    assert (e["state"], e["retired"], e["time_discovered_completed_ns"]) == (
+        "scheduled",
+        True,
+        None,
+    )
+    doc = json.loads(dump_bytes(job, 4, "2.10", "json"))
+    (j,) = [
+        j
+        for j in doc["entries"]
+        if j["collective_seq_id"] == job.truth.seq and j["process_group"][0] == job.truth.group_name
+    ]
+    assert j["retired"] is True and j["time_discovered_completed_ns"] == 0
+    assert j["state"] == "scheduled"
+
+
+def test_retire_race_either_flips_a_coin_per_rank() -> None:
+    """retired='either': some ranks dumped first, others retired first, as the truth says."""
+    job = timed_out("either", world_size=16)
+    truth = job.truth
+    assert set(truth.retired_ranks) < set(truth.timed_out_ranks) and truth.retired_ranks
+    for rank in truth.group_ranks:
+        if rank != 5:
+            assert hung_entry(job, rank)["retired"] is (rank in truth.retired_ranks)
+
+
+def test_mixed_moments_dump_early_or_after_the_timeout() -> None:
+    """MIXED: early ranks dumped before any timeout (nothing retired, the hung call younger
+    than the timeout); the others after their own; a missing rank wrote nothing."""
+    fault = Fault(kind=FaultKind.HOST_STALL, rank=5, step=4, missing=(9,))
+    capture = Capture(moment=Moment.MIXED, retired="after")
+    job = simulate(JobSpec(**SMALL, fault=fault, capture=capture))
+    truth = job.truth
+    assert truth.culprit_ranks == (5,) and truth.missing_ranks == (9,)
+    early = [r for r in truth.waiting_ranks if r not in truth.timed_out_ranks]
+    assert early and truth.timed_out_ranks
+    assert truth.retired_ranks == truth.timed_out_ranks
+    tail = job.tail
+    assert tail is not None
+    first_timeout = min(tail.post[r][tail.head[r]] for r in truth.waiting_ranks) + 600e6
+    for rank in early:
+        assert job.dump_us[rank] < first_timeout
+        pending = [e for e in entries(job, rank) if not e["retired"]]
+        assert pending and all(e["state"] != "completed" or not e["retired"] for e in pending)
+    for rank in truth.timed_out_ranks:
+        assert job.dump_us[rank] >= tail.post[rank][tail.head[rank]] + 600e6
+
+
+def test_snapshot_of_a_running_job() -> None:
+    """SNAPSHOT: healthy truth; nothing recorded after a rank's dump; ranks at different
+    places; recent completions not yet retired; pending calls created moments before."""
+    capture = Capture(moment=Moment.SNAPSHOT, step=3, at=0.4, skew_us=300.0)
+    # no coalescing: every pending non-p2p entry is a work (per-op entries never change)
+    job = simulate(JobSpec(**SMALL, coalesced=False, capture=capture))
+    truth = job.truth
+    assert not truth.hung and truth.culprit_ranks == () and truth.detectable
+    assert truth.moment is Moment.SNAPSHOT
+    assert float(job.dump_us.max() - job.dump_us.min()) <= 300.0
+    heads, unretired = set(), 0
+    for rank in range(16):
+        es = entries(job, rank)
+        dump_ns = job.epoch_ns + int(job.clock_offset_ns[rank]) + int(job.dump_us[rank] * 1000)
+        assert max(e["time_created_ns"] for e in es) <= dump_ns
+        pending = [e for e in es if e["state"] != "completed"]
+        assert all(dump_ns - e["time_created_ns"] < 10**9 for e in pending)  # far below 600 s
+        work = [e for e in pending if not e["is_p2p"]]
+        heads.add((work[0]["profiling_name"], work[0]["state"]))
+        unretired += any(e["state"] == "completed" and not e["retired"] for e in es)
+    assert len(heads) > 2  # ranks at different places: inside a call, or not started it yet
+    assert unretired  # the watchdog (100 ms ticks) has not retired the latest completions
+
+
+def test_snapshot_needs_a_healthy_job_and_timeout_a_hang() -> None:
+    """SNAPSHOT with a hanging fault, or TIMEOUT/MIXED without one, is refused."""
+    with pytest.raises(ValueError, match="snapshot"):
+        JobSpec(**SMALL, fault=STALL, capture=Capture(moment=Moment.SNAPSHOT))
+    with pytest.raises(ValueError, match="hangs"):
+        JobSpec(**SMALL, capture=Capture(moment=Moment.TIMEOUT))
+    with pytest.raises(ValueError, match="retired"):
+        Capture(retired="never")  # type: ignore[arg-type]
+
+
+def test_only_active_without_stacks() -> None:
+    """onlyActive=True, no stacks: no completed entry, no 'frames'; the stalled rank has
+    entries [] (JSON: no key) and only its pg_status shows where it stopped."""
+    capture = Capture(moment=Moment.TIMEOUT, retired="after", only_active=True, stacks=False)
+    job = simulate(
+        JobSpec(**SMALL, coalesced=False, batched_p2p=False, fault=STALL, capture=capture)
+    )
+    for rank in range(16):
+        for e in entries(job, rank):
+            assert "frames" not in e and e["time_discovered_completed_ns"] is None
+    culprit = dump_object(job, 5)
+    assert culprit["entries"] == [] and unfinished(culprit) == []
+    assert "entries" not in json.loads(dump_bytes(job, 5, "2.10", "json"))
+    tp_pg = str(hung_entry(job, 4)["pg_id"])
+    assert culprit["pg_status"][tp_pg]["last_completed_collective"] == job.truth.seq - 1
+    assert next(e["retired"] for e in entries(job, 4)) is True
+
+
+def test_only_active_keeps_per_op_entries_of_finished_batches() -> None:
+    """torch never updates the per-op entries of a coalesced group, so onlyActive keeps
+    them even after the group completed (the end entry is gone)."""
+    capture = Capture(moment=Moment.TIMEOUT, only_active=True)
+    job = simulate(JobSpec(**SMALL, fault=STALL, capture=capture))
+    es = entries(job, 13)
+    assert any(e["is_p2p"] and e["state"] == "scheduled" for e in es)
+    assert not [e for e in es if e["state"] == "completed"]
+
+
+def test_batched_p2p_post_timeout_end_entry_retired_parts_not() -> None:
+    """A batch whose peer never posted its half, retired first: the 'coalesced' end entry is
+    retired without completing; its per-op send entry stays scheduled, never retired."""
+    fault = Fault(kind=FaultKind.P2P_NO_PEER, rank=9, step=3)
+    capture = Capture(moment=Moment.TIMEOUT, retired="after")
+    job = simulate(JobSpec(**{**SMALL, "lookahead": 0}, fault=fault, capture=capture))
+    truth = job.truth
+    sender = [
+        e
+        for e in entries(job, 1)
+        if e["process_group"][0] == truth.group_name and e["p2p_seq_id"] == truth.seq
+    ]
+    assert [e["profiling_name"] for e in sender] == ["nccl:send 0->1", "nccl:coalesced"]
+    part, end = sender
+    assert (part["state"], part["retired"]) == ("scheduled", False)
+    assert end["retired"] is True and end["state"] == "started"
+    assert end["time_discovered_completed_ns"] is None
+    assert 1 in truth.retired_ranks
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("moment", [Moment.TIMEOUT, Moment.MIXED, Moment.SNAPSHOT])
+def test_capture_moments_in_every_format(version: str, moment: Moment) -> None:
+    """Every moment is written in every format version (JSON where torch had it)."""
+    fault = None if moment is Moment.SNAPSHOT else STALL
+    capture = Capture(moment=moment, retired="either", stacks=version != "1.4")
+    job = simulate(JobSpec(**SMALL, fault=fault, capture=capture))
+    dump = dump_object(job, 4, version)
+    es = dump if version == "2.2" else dump["entries"]
+    assert es
+    for e in es:
+        assert set(e) - {"duration_ms"} == ENTRY_KEYS[version] - (
+            {"frames"} if version == "1.4" else set()
+        )
+    pickle.loads(dump_bytes(job, 4, version, "pickle"))
+    if version in ("2.4", "2.9", "2.10"):
+        json.loads(dump_bytes(job, 4, version, "json"))

@@ -1,0 +1,172 @@
+"""A failed op is not a finished op: which retired collectives could not have completed.
+
+Gloo marks an op ``retired`` when it *fails* or times out, exactly as when it finishes, and
+the dumps that real hangs leave are mostly written after that (from an exception handler, the
+recorder's excepthook, a watchdog on timeout). Read as "finished", such an op hides the hang.
+A collective cannot complete unless every member entered it, so a retired op at (group, seq)
+``k`` failed when the dumps show any of:
+
+- ``absent``: a member with a dump never reached ``k`` (its newest seq in the group is lower;
+  the newest entries are never the ones a ring buffer drops);
+- ``late``: a member entered ``k`` after another member's op had already timed out (its
+  ``time_created_ns`` is more than the other's ``timeout_ms`` later; clocks of different hosts
+  are allowed a margin);
+- ``stopped``: a member has no dump, and every member with a dump stopped in ``k``: it is the
+  newest entry of each of them, in every group. Nothing vouches for the missing member, and a
+  job that stopped in an op whose members cannot all be seen is where to look first.
+
+None of this applies once any member shows ``k`` ``completed`` (NCCL's CUDA-event state): then
+it did complete, and a member without it has a dump older than its peers'. Nor when a member
+moved past ``k`` in the group (a later seq): the op returned there. On NCCL a timed-out op is
+``retired`` without ``completed`` and is not counted as done in the first place; it is still
+reported here when a member joined it late, so that the late rank is named.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from frtrace.analysis.groups import Membership
+from frtrace.load.tables import DumpSet
+
+__all__ = ["FailedOp", "find_failed"]
+
+# Clocks of different hosts may disagree by this much before a late entry counts as "after
+# the timeout" (NTP keeps them within milliseconds; a second is generous).
+_SKEW_NS = 1_000_000_000
+_SKEW_FRACTION = 0.05  # ... or this share of the timeout, whichever is larger
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailedOp:
+    """A collective that was retired on some members but cannot have completed."""
+
+    gid: int
+    seq: int
+    reason: str  # "absent" | "late" | "stopped"
+    absent: tuple[int, ...]  # members with a dump that never reached it
+    late: tuple[int, ...]  # members that entered it after a peer's timeout had expired
+    missing: tuple[int, ...]  # members without a readable dump
+    retired_on: tuple[int, ...]  # members whose dump shows it retired: dumped after it failed
+    late_by_s: float | None  # how long after the earliest member the latest one entered
+    timeout_s: float | None  # the earliest member's timeout for it
+
+
+def find_failed(
+    dumps: DumpSet,
+    membership: Membership,
+    collectives: pd.DataFrame,
+    consensus: pd.DataFrame,
+) -> dict[tuple[int, int], FailedOp]:
+    """Failed collectives by (gid, seq); see the module docstring.
+
+    ``collectives`` are the logical collectives before completion is settled (``done`` is
+    each member's own: retired on Gloo, completed on NCCL).
+    """
+    if collectives.empty:
+        return {}
+    loaded = set(dumps.loaded_ranks)
+    wrapped = {
+        int(r)
+        for r, w in zip(
+            dumps.files.column("rank").to_pylist(),
+            dumps.files.column("wrapped").to_pylist(),
+            strict=True,
+        )
+        if w
+    }
+    timeout = dumps.entries.column("timeout_ms").to_numpy(zero_copy_only=False)
+    # each rank's newest entry row: "stopped" means an op's last entry is the rank's last
+    rank_col = dumps.entries.column("rank").to_numpy()
+    newest_row: dict[int, int] = {}
+    if len(rank_col):
+        ends = np.flatnonzero(np.r_[rank_col[1:] != rank_col[:-1], True])
+        newest_row = {int(rank_col[i]): int(i) for i in ends}
+
+    seq = collectives["seq"].to_numpy(dtype=np.int64)
+    gid = collectives["gid"].to_numpy(dtype=np.int64)
+    top = pd.Series(seq).groupby([collectives["rank"].to_numpy(), gid]).max()
+    tops: dict[int, dict[int, int]] = {}
+    for (r, g), s in zip(top.index.tolist(), top.tolist(), strict=True):
+        tops.setdefault(int(g), {})[int(r)] = int(s)
+
+    # Only ops above some member's newest seq, or a group's newest op, can be failed ones:
+    # a handful per group, whatever the size of the buffers.
+    candidates: list[tuple[int, int]] = []
+    for g, by_rank in tops.items():
+        members = membership.groups[g].members
+        present = [by_rank[m] for m in members if m in by_rank]
+        highest = max(present)
+        lowest = min(present) if len(present) == len(members) else highest - 1
+        candidates.extend((g, s) for s in range(max(lowest, highest - 64) + 1, highest + 1))
+    if not candidates:
+        return {}
+    wanted = pd.DataFrame(candidates, columns=["gid", "seq"])
+    rows = collectives.merge(wanted, on=["gid", "seq"], how="inner")
+
+    out: dict[tuple[int, int], FailedOp] = {}
+    for (g, k), ops in rows.groupby(["gid", "seq"], sort=True):
+        g, k = int(g), int(k)
+        if (ops["state_rank"] == 2).any():
+            continue  # completed on a member (NCCL): it did complete
+        if tops[g] and max(tops[g].values()) > k:
+            continue  # a member moved past it: it returned there
+        members = membership.groups[g].members
+        ranks = ops["rank"].tolist()
+        done = dict(zip(ranks, ops["done"].astype(bool).tolist(), strict=True))
+        created = dict(zip(ranks, ops["created_ns"].tolist(), strict=True))
+        first_row = dict(zip(ranks, ops["row"].tolist(), strict=True))
+        last_row = dict(zip(ranks, ops["last_row"].tolist(), strict=True))
+        absent = tuple(
+            m
+            for m in members
+            if m in loaded
+            and m not in done
+            and (tops[g].get(m, -1) < k if m in tops[g] else m not in wrapped)
+        )
+        missing = tuple(m for m in members if m not in loaded)
+        late, late_by, limit = _late_joiners(created, first_row, timeout)
+        stopped = bool(missing) and all(newest_row.get(r) == last_row[r] for r in ranks)
+        retired_on = tuple(sorted(r for r, d in done.items() if d))
+        if absent and retired_on:
+            reason = "absent"
+        elif late:
+            reason = "late"
+        elif stopped and retired_on and len(retired_on) == len(ranks):
+            reason = "stopped"
+        else:
+            continue
+        out[(g, k)] = FailedOp(
+            gid=g,
+            seq=k,
+            reason=reason,
+            absent=absent,
+            late=late,
+            missing=missing,
+            retired_on=retired_on,
+            late_by_s=late_by,
+            timeout_s=limit,
+        )
+    return out
+
+
+def _late_joiners(
+    created: dict[int, object], first_row: dict[int, int], timeout: np.ndarray
+) -> tuple[tuple[int, ...], float | None, float | None]:
+    """Members that entered after the earliest member's op had timed out."""
+    times = {r: int(t) for r, t in created.items() if t is not None and not pd.isna(t)}
+    if len(times) < 2:
+        return (), None, None
+    earliest = min(times, key=lambda r: (times[r], r))
+    limit_ms = timeout[first_row[earliest]]
+    if limit_ms is None or pd.isna(limit_ms) or int(limit_ms) <= 0:
+        return (), None, None
+    limit_ns = int(limit_ms) * 1_000_000
+    margin = max(_SKEW_NS, int(limit_ns * _SKEW_FRACTION))
+    start = times[earliest]
+    late = tuple(sorted(r for r, t in times.items() if t - start > limit_ns + margin))
+    spread = (max(times.values()) - start) / 1e9
+    return late, spread, limit_ns / 1e9
