@@ -1580,6 +1580,23 @@ def capture_manifest_entry(o: Outcome, out: Path) -> dict[str, Any]:
     base = manifest_entry(o)
     after = [r for r in sorted(o.results) if o.results[r].get("dumped_after_error")]
     expect = sc.expect or {}
+    extra_why: dict[str, str] = {}
+    survivors = [r for r in sc.ranks_with_dumps if r not in sc.crashed_ranks]
+    if sc.culprit_ranks and set(sc.culprit_ranks) <= set(sc.crashed_ranks) and survivors == after:
+        # Every culprit died without a dump and every survivor's op failed (retired): Gloo
+        # retires a failed op as it does a finished one, so the dumps cannot tell a death in
+        # it from a job that finished it and lost a dump. The dead rank is the suspect.
+        expect = {
+            "verdict": "cannot_tell",
+            "culprit_ranks": [],
+            "suspected_ranks": sc.culprit_ranks,
+        }
+        extra_why["why_expect"] = (
+            f"rank {sc.culprit_ranks[0]} left no dump and every other rank stopped in the same "
+            "op, retired: Gloo retires a failed op as it does a finished one, so the dumps cannot "
+            "tell a death in it from a job that finished it and lost one dump. The rank without "
+            "a dump is named as the suspect (what settles it: its log or exit status)"
+        )
     entry: dict[str, Any] = {
         "fault": sc.fault,
         "capture_mode": sc.extra.get("capture_mode", sc.mode),
@@ -1598,6 +1615,7 @@ def capture_manifest_entry(o: Outcome, out: Path) -> dict[str, Any]:
         "fault_op": sc.fault_op,
         "expect": expect,
         **{k: v for k, v in sc.extra.items() if k != "capture_mode"},
+        **extra_why,
         "groups": base["groups"],
         "state_at_dump": base["state_at_dump"],
         "newest_entries": {

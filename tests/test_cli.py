@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from frtrace.cli import app
-from tests.conftest import GLOO, GLOO_JSON
+from tests.conftest import FIXTURES, GLOO, GLOO_JSON
 
 HANG = GLOO / "never_joins"  # rank 2 never joins; ranks 0, 1, 3 wait
 HEALTHY = GLOO / "healthy"
@@ -34,10 +34,23 @@ def assert_one_line_error(result: Result, *needles: str) -> None:
 
 @pytest.fixture
 def partial(tmp_path: Path) -> Path:
-    """The healthy job with rank 3's dump removed."""
-    for src in sorted(HEALTHY.iterdir())[:3]:
+    """A healthy NCCL job (states show every op completed) with rank 7's dump removed."""
+    for src in sorted((FIXTURES / "nccl" / "healthy" / "2.10-pickle").iterdir())[:7]:
         shutil.copy(src, tmp_path / src.name)
     return tmp_path
+
+
+def test_a_gloo_job_that_stopped_with_a_dump_missing_cannot_be_called_healthy(
+    tmp_path: Path,
+) -> None:
+    """Gloo retires a failed op like a finished one: when every rank with a dump stopped in
+    the same op and one rank has none, the dumps cannot tell a death there from a finished
+    job that lost a dump. Not healthy: cannot tell, with the rank without a dump as suspect."""
+    for src in sorted(HEALTHY.iterdir())[:3]:
+        shutil.copy(src, tmp_path / src.name)
+    data = json.loads(run("analyze", "-d", tmp_path, "-f", "json", "--allow-partial").stdout)
+    assert data["verdict"] == "cannot_tell"
+    assert data["culprit_ranks"] == [] and data["suspected_ranks"] == [3]
 
 
 # ---- exit codes ---------------------------------------------------------------------------
@@ -104,11 +117,11 @@ def test_bad_format_is_a_usage_error_without_traceback() -> None:
 
 
 def test_missing_dumps_exit_1_without_allow_partial(partial: Path) -> None:
-    """A healthy set missing rank 3: analysed and reported, but exit 1, with advice."""
+    """A healthy set missing rank 7: analysed and reported, but exit 1, with advice."""
     result = run("analyze", "-d", partial)
     assert result.exit_code == 1
-    assert "no dump: 3" in result.stdout
-    assert "no readable dump for 1 of 4 ranks (3)" in result.stderr
+    assert "no dump: 7" in result.stdout
+    assert "no readable dump for 1 of 8 ranks (7)" in result.stderr
     assert "--allow-partial" in result.stderr
 
 
@@ -165,7 +178,7 @@ def test_quiet_prints_only_the_headline(partial: Path) -> None:
     """--quiet: one line on stdout, nothing on stderr, same exit code."""
     result = run("analyze", "-d", partial, "--quiet")
     assert result.exit_code == 1
-    assert result.stdout == "HEALTHY: no problem found in 3 ranks\n"
+    assert result.stdout == "HEALTHY: no problem found in 7 ranks\n"
     assert result.stderr == ""
 
 

@@ -121,6 +121,12 @@ def _deviators(
         if culprits:
             reasons.append("one op entered early by fewer ranks than the ops others entered")
     if not culprits:
+        culprits = _habit_breakers(matched, component)
+        if culprits:
+            reasons.append(
+                "each rank's own habit: what followed the op before at every earlier step"
+            )
+    if not culprits:
         return (), "", words
     return tuple(sorted(culprits)), "decided by " + " and ".join(sorted(set(reasons))), words
 
@@ -150,6 +156,41 @@ def _cycle_history(matched: MatchResult, cycle: tuple[int, ...]) -> set[int]:
         elif changed is False:
             kept.add(b)
     return moved if moved and kept else set()
+
+
+def _habit_breakers(matched: MatchResult, component: tuple[int, ...]) -> set[int]:
+    """Ranks whose blocked op breaks the order they kept at every earlier step.
+
+    A training step repeats its collectives in one order: if, at every earlier step, the
+    group a rank used just before its blocked op was followed by the same other group, and
+    now it is followed by the blocked op's group instead, that rank left the loop (a data
+    loader with fewer batches, a rank-dependent branch). The ranks that kept their order
+    confirm it; without them nothing is decided.
+    """
+    coll = matched.collectives
+    mine = coll[coll["rank"].isin(component)][["rank", "gid", "row"]].sort_values(["rank", "row"])
+    broke: set[int] = set()
+    kept: set[int] = set()
+    for rank in sorted(component):
+        rows = mine[mine["rank"] == rank]
+        blocked = matched.blocked.get(rank)
+        if blocked is None or blocked.kind != COLLECTIVE:
+            continue
+        gids = rows["gid"].tolist()
+        order = rows["row"].tolist()
+        at = order.index(blocked.row) if blocked.row in order else -1
+        if at < 1:
+            continue
+        before = gids[at - 1]
+        followers = {gids[i + 1] for i in range(at - 1) if gids[i] == before}
+        if len(followers) != 1 or sum(1 for i in range(at - 1) if gids[i] == before) < 2:
+            continue  # no habit to break: too little history, or no single order
+        (usual,) = followers
+        if usual == blocked.gid:
+            kept.add(rank)
+        else:
+            broke.add(rank)
+    return broke if broke and kept else set()
 
 
 def _early_movers(

@@ -35,7 +35,7 @@ from frtrace.analysis.mismatch import find_mismatches
 from frtrace.analysis.notes import data_notes, unexplained_ranks
 from frtrace.analysis.ops import MatchResult
 from frtrace.analysis.stragglers import find_stragglers
-from frtrace.analysis.stuck import stuck_findings
+from frtrace.analysis.stuck import in_flight_findings, stuck_findings
 from frtrace.analysis.unrecorded import unrecorded_finding, unrecorded_ops
 from frtrace.analysis.waitgraph import WaitGraph, build_wait_graph, victims_of
 from frtrace.load.tables import DumpSet
@@ -54,6 +54,7 @@ def diagnose(dumps: DumpSet) -> Report:
     findings += hang_findings(dumps, membership, matched, waits, unrecorded)
     findings += find_deadlocks(dumps, membership, matched, waits)
     findings += stuck_findings(dumps, membership, matched, waits)
+    findings += in_flight_findings(dumps, membership, matched, waits)
     findings, presumed = _explain_missing(findings, membership, waits, set(dumps.loaded_ranks))
     hidden = unrecorded_finding(membership, unrecorded)
     if hidden is not None:
@@ -64,7 +65,7 @@ def diagnose(dumps: DumpSet) -> Report:
     errors = [f for f in findings if f.severity == Severity.ERROR]
     culprits = sorted({r for f in errors for r in f.culprit_ranks})
     suspected = sorted(
-        {r for f in errors if f.kind == FindingKind.MISSING_DUMP for r in f.culprit_ranks}
+        {r for f in findings if f.kind == FindingKind.MISSING_DUMP for r in f.culprit_ranks}
         - {r for f in errors if f.kind != FindingKind.MISSING_DUMP for r in f.culprit_ranks}
     )
     kinds = {f.kind for f in errors}
@@ -80,6 +81,8 @@ def diagnose(dumps: DumpSet) -> Report:
         verdict = Verdict.HANG
     elif (
         any(f.kind == FindingKind.STUCK_IN_COLLECTIVE for f in findings)
+        or any(f.kind == FindingKind.MISSING_DUMP for f in findings)
+        or any(f.kind == FindingKind.IN_FLIGHT and f.severity == Severity.WARNING for f in findings)
         or unexplained_ranks(matched, waits)
         or hidden is not None  # every recorded op finished, but a send/recv may not have
     ):

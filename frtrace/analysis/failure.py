@@ -100,16 +100,17 @@ def find_failed(
         members = membership.groups[g].members
         present = [by_rank[m] for m in members if m in by_rank]
         highest = max(present)
-        lowest = min(present) if len(present) == len(members) else highest - 1
-        candidates.extend((g, s) for s in range(max(lowest, highest - 64) + 1, highest + 1))
+        lowest = min(present) if len(present) == len(members) else highest
+        start = max(min(lowest, highest - 1), highest - 64) + 1
+        candidates.extend((g, s) for s in range(start, highest + 1))
     if not candidates:
         return {}
     wanted = pd.DataFrame(candidates, columns=["gid", "seq"])
     rows = collectives.merge(wanted, on=["gid", "seq"], how="inner")
 
     out: dict[tuple[int, int], FailedOp] = {}
-    for (g, k), ops in rows.groupby(["gid", "seq"], sort=True):
-        g, k = int(g), int(k)
+    for key, ops in rows.groupby(["gid", "seq"], sort=True):
+        g, k = (int(x) for x in key)  # type: ignore[call-overload]
         if (ops["state_rank"] == 2).any():
             continue  # completed on a member (NCCL): it did complete
         if tops[g] and max(tops[g].values()) > k:
@@ -117,7 +118,10 @@ def find_failed(
         members = membership.groups[g].members
         ranks = ops["rank"].tolist()
         done = dict(zip(ranks, ops["done"].astype(bool).tolist(), strict=True))
-        created = dict(zip(ranks, ops["created_ns"].tolist(), strict=True))
+        created = {
+            r: None if pd.isna(t) else int(t)
+            for r, t in zip(ranks, ops["created_ns"].tolist(), strict=True)
+        }
         first_row = dict(zip(ranks, ops["row"].tolist(), strict=True))
         last_row = dict(zip(ranks, ops["last_row"].tolist(), strict=True))
         absent = tuple(
@@ -154,10 +158,10 @@ def find_failed(
 
 
 def _late_joiners(
-    created: dict[int, object], first_row: dict[int, int], timeout: np.ndarray
+    created: dict[int, int | None], first_row: dict[int, int], timeout: np.ndarray
 ) -> tuple[tuple[int, ...], float | None, float | None]:
     """Members that entered after the earliest member's op had timed out."""
-    times = {r: int(t) for r, t in created.items() if t is not None and not pd.isna(t)}
+    times = {r: t for r, t in created.items() if t is not None}
     if len(times) < 2:
         return (), None, None
     earliest = min(times, key=lambda r: (times[r], r))

@@ -30,6 +30,7 @@ __all__ = ["hang_findings", "in_sink_cycle", "last_seen"]
 
 _HANG_KINDS = {
     EdgeKind.NEVER_JOINED: FindingKind.NEVER_JOINED,
+    EdgeKind.JOINED_LATE: FindingKind.NEVER_JOINED,
     EdgeKind.NOT_STARTED: FindingKind.NOT_STARTED,
     EdgeKind.P2P_UNMATCHED: FindingKind.P2P_UNMATCHED,
     EdgeKind.NO_DUMP: FindingKind.MISSING_DUMP,
@@ -129,9 +130,17 @@ def _hang_finding(
     site = call_site(expected.stack)
     if site:
         evidence.append(f"the waiting ranks called it from {site}")
+    evidence.extend(failed_evidence(matched, gid, seq, where))
     confidence, why = Confidence.HIGH, "every rank involved has a dump that shows it"
+    severity = Severity.ERROR
     if kind == FindingKind.NEVER_JOINED:
         summary = f"{who} never joined {where}{also}"
+        failure = matched.failed.get((gid, seq)) if seq is not None else None
+        if failure is not None and all(e.kind == EdgeKind.JOINED_LATE for e in edges):
+            summary = (
+                f"{who} joined {where} {_seconds(failure.late_by_s)} after its peers, past "
+                f"their {_seconds(failure.timeout_s)} timeout: it was held up before it{also}"
+            )
         if group.inferred:
             confidence, why = (
                 Confidence.MEDIUM,
@@ -167,6 +176,13 @@ def _hang_finding(
                 "it recorded: it is stuck in host code (data loading, a Python loop, an "
                 "exception handler) before this collective"
             )
+            if failure is None:
+                evidence.append(
+                    "the dumps do not record when they were written, and nothing shows the op "
+                    "timed out: read as taken while the job was stuck. If it was running, "
+                    f"rank{'s' if len(host) > 1 else ''} {format_ranks(host)} may just be "
+                    "between ops; a second snapshot a few seconds later settles it"
+                )
         if hidden:
             evidence.append(
                 f"rank{'s' if len(hidden) > 1 else ''} {format_ranks(hidden)} finished every "
@@ -211,9 +227,22 @@ def _hang_finding(
                 "failed it; the rank(s) without a dump are the only ones that may not be"
             ),
         )
+        failure = matched.failed.get((gid, seq)) if seq is not None else None
+        if failure is not None and failure.reason == "stopped":
+            severity = Severity.WARNING
+            summary = (
+                f"{who} ha{'ve' if len(culprits) > 1 else 's'} no dump, and every other member "
+                f"stopped in {where}: if the job hung, look there first "
+                "(it may also have finished and lost its dump)"
+            )
+            why = (
+                "Gloo retires a failed op as it does a finished one, so the dumps cannot tell "
+                f"a death of {who} in {where} from a job that finished it; {who}'s log or "
+                "exit status settles it"
+            )
     return Finding(
         kind=kind,
-        severity=Severity.ERROR,
+        severity=severity,
         summary=summary,
         culprit_ranks=culprits,
         waiting_ranks=waiting,
@@ -266,3 +295,32 @@ def _unretired(dumps: DumpSet, row: int) -> bool:
     as finished, only because other members finished this one.)"""
     entry = entry_at(dumps, row)
     return entry["retired"] is False and not entry["is_p2p"]
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "?"
+    return f"{value:.1f} s" if value < 600 else f"{value / 60:.0f} min"
+
+
+def failed_evidence(matched: MatchResult, gid: int, seq: int | None, where: str) -> list[str]:
+    """What shows that the op failed, and which ranks dumped after it did."""
+    failure = matched.failed.get((gid, seq)) if seq is not None else None
+    if failure is None:
+        return []
+    reason = {
+        "absent": f"rank(s) {format_ranks(failure.absent)} never reached it",
+        "late": f"rank(s) {format_ranks(failure.late)} entered it after the others' timeout",
+        "stopped": (
+            f"rank(s) {format_ranks(failure.missing)} left no dump and every other member "
+            "stopped in it"
+        ),
+    }[failure.reason]
+    out = [f"{where} cannot have completed: {reason}"]
+    if failure.retired_on:
+        out.append(
+            f"rank{'s' if len(failure.retired_on) > 1 else ''} "
+            f"{format_ranks(failure.retired_on)} dumped after {where} failed or timed out "
+            "(their entry is retired: Gloo retires a failed op as it does a finished one)"
+        )
+    return out

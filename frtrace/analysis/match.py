@@ -180,7 +180,7 @@ def match(dumps: DumpSet, membership: Membership) -> MatchResult:
     collectives = drop_truncated_runs(dumps, first_row, logical_collectives(coll))
     del coll
     consensus = consensus_of(collectives)
-    collectives, consensus = settle_completion(dumps, membership, collectives, consensus)
+    collectives, consensus, failed = settle_completion(dumps, membership, collectives, consensus)
     spans = collectives.groupby(["rank", "gid"], sort=True)["seq"].agg(["min", "max"])
     extent = {
         (int(r), int(g)): (int(lo), int(hi))
@@ -199,4 +199,18 @@ def match(dumps: DumpSet, membership: Membership) -> MatchResult:
         pending=pending,
         pending_p2p=pending_p2p,
         blocked=blocked_ops(pending, pending_p2p),
+        failed=failed,
+        finishing=_finishing(collectives),
+    )
+
+
+def _finishing(collectives: pd.DataFrame) -> frozenset[tuple[int, int, int]]:
+    rows = collectives[collectives["finishing"].to_numpy(dtype=bool)]
+    return frozenset(
+        zip(
+            rows["rank"].astype(int).tolist(),
+            rows["gid"].astype(int).tolist(),
+            rows["seq"].astype(int).tolist(),
+            strict=True,
+        )
     )

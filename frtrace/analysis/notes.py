@@ -86,6 +86,7 @@ def data_notes(
 def unexplained_ranks(matched: MatchResult, waits: WaitGraph) -> list[int]:
     """Blocked ranks that wait on no one and are not all inside one op together."""
     together = {r for ranks in waits.co_waiting.values() for r in ranks}
+    together |= {e.waiter for e in waits.in_flight}
     return [
         r
         for r in matched.blocked

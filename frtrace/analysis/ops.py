@@ -3,11 +3,13 @@ and the op families whose members may legitimately differ."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+
+from frtrace.analysis.failure import FailedOp
 
 __all__ = [
     "COLLECTIVE",
@@ -82,6 +84,11 @@ class MatchResult:
     pending_p2p: dict[int, list[OpRef]]
     # Each rank's oldest unfinished op: where it is blocked. Ranks with none are absent.
     blocked: dict[int, OpRef]
+    # Collectives retired on some members that cannot have completed, by (gid, seq).
+    failed: dict[tuple[int, int], FailedOp] = field(default_factory=dict)
+    # (rank, gid, seq) of ops a member has not finished itself although another member did:
+    # it is still inside them (in flight), finishing what completed elsewhere.
+    finishing: frozenset[tuple[int, int, int]] = frozenset()
 
 
 def codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str | None]]:

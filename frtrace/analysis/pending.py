@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from frtrace.analysis.failure import FailedOp, find_failed
 from frtrace.analysis.groups import Membership
 from frtrace.analysis.ops import COLLECTIVE, P2P, OpRef
 from frtrace.load.tables import DumpSet
@@ -27,7 +28,7 @@ __all__ = [
 
 def settle_completion(
     dumps: DumpSet, membership: Membership, collectives: pd.DataFrame, consensus: pd.DataFrame
-) -> tuple[pd.DataFrame, pd.DataFrame]:
+) -> tuple[pd.DataFrame, pd.DataFrame, dict[tuple[int, int], FailedOp]]:
     """Decide, per (group, seq) and member, whether the op finished.
 
     A collective cannot finish on one member unless every member joined it, so one member's
@@ -36,9 +37,31 @@ def settle_completion(
     nor for Gloo when a member has no dump (Gloo retires a *failed* op, e.g. after its peer
     crashed, exactly like a finished one). There, each member speaks only for itself.
 
-    Adds ``done`` (effective, per member) to collectives and ``finished`` (every member that
-    recorded it is done) to consensus; ``done_any`` keeps "some member finished it".
+    A retired op that cannot have completed (``failure.find_failed``: a member never reached
+    it, joined it after a peer's timeout, or the job stopped in it with a member unseen) is
+    not done on any member: they are all still waiting in it, as if the dumps had been taken
+    while they blocked.
+
+    Adds ``done`` (effective, per member) and ``own_done`` (what the member's own entry
+    says) to collectives and ``finished`` (every member that recorded it is done) to
+    consensus; ``done_any`` keeps "some member finished it". Returns the failed ops too.
     """
+    failed = find_failed(dumps, membership, collectives, consensus)
+    collectives["own_done"] = collectives["done"].to_numpy(dtype=bool)
+    if failed:
+        keys_failed = pd.DataFrame(list(failed), columns=["gid", "seq"]).assign(failed=True)
+        hit = (
+            collectives[["gid", "seq"]]
+            .merge(keys_failed, on=["gid", "seq"], how="left")["failed"]
+            .fillna(False)
+            .to_numpy(dtype=bool)
+        )
+        collectives["done"] = collectives["done"].to_numpy(dtype=bool) & ~hit
+        consensus = consensus.merge(keys_failed, on=["gid", "seq"], how="left")
+        consensus["done_any"] = consensus["done_any"].astype(bool) & ~consensus["failed"].fillna(
+            False
+        ).astype(bool)
+        consensus = consensus.drop(columns=["failed"])
     loaded = set(dumps.loaded_ranks)
     complete = {
         gid for gid, g in enumerate(membership.groups) if all(m in loaded for m in g.members)
@@ -73,8 +96,11 @@ def settle_completion(
     collectives["done"] = collectives["done"].to_numpy(dtype=bool) | vouched
     del vouched
     finished = collectives["done"].groupby(keys).all().rename("finished")
+    collectives["finishing"] = collectives["done"].to_numpy(dtype=bool) & ~collectives[
+        "own_done"
+    ].to_numpy(dtype=bool)
     consensus = consensus.join(finished, on=["gid", "seq"]).drop(columns=["gloo", "vouch"])
-    return collectives, consensus
+    return collectives, consensus, failed
 
 
 def consensus_of(collectives: pd.DataFrame) -> pd.DataFrame:

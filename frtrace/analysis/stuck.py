@@ -19,7 +19,7 @@ from frtrace.analysis.waitgraph import WaitGraph, victims_of
 from frtrace.load.tables import DumpSet
 from frtrace.ranges import format_ranks
 
-__all__ = ["stateless_ranks", "stuck_findings"]
+__all__ = ["in_flight_findings", "stateless_ranks", "stuck_findings"]
 
 
 def stuck_findings(
@@ -83,6 +83,79 @@ def stuck_findings(
                 evidence=(
                     "check the NCCL/transport logs (NCCL_DEBUG=INFO), the network between "
                     f"ranks {format_ranks(ranks)}, and GPU health (Xid errors in dmesg)",
+                ),
+            )
+        )
+    return findings
+
+
+def in_flight_findings(
+    dumps: DumpSet, membership: Membership, matched: MatchResult, waits: WaitGraph
+) -> list[Finding]:
+    """Waits on members still inside the op before, which another member finished.
+
+    On Gloo (no states) that is a running job caught between ops: ``retired`` comes a moment
+    after an op finishes, so a member can still look inside an op its peers left. On NCCL a
+    member whose GPU has not finished an op that completed on its peers is stalled below the
+    recorder, unless its dump was taken a moment before theirs: a warning that names it.
+    """
+    by_op: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
+    for e in waits.in_flight:
+        if e.seq is not None:
+            by_op.setdefault((e.gid, e.seq), []).append((e.waiter, e.target, e.row))
+    stateless = stateless_ranks(dumps)
+    findings = []
+    for (gid, seq), pairs in sorted(by_op.items()):
+        group = membership.groups[gid]
+        waiting = tuple(sorted({w for w, _, _ in pairs}))
+        behind = tuple(sorted({t for _, t, _ in pairs}))
+        sig = signature_at(dumps, min(r for _, _, r in pairs))
+        where = f"{sig.op} #{seq} of {group.label}"
+        ahead = f"rank{'s' if len(waiting) > 1 else ''} {format_ranks(waiting)}"
+        late = f"rank{'s' if len(behind) > 1 else ''} {format_ranks(behind)}"
+        if set(behind) <= stateless:
+            findings.append(
+                Finding(
+                    kind=FindingKind.IN_FLIGHT,
+                    severity=Severity.INFO,
+                    summary=f"{ahead} entered {where} while {late} were still finishing "
+                    f"#{seq - 1}, which other members had finished: a running job caught "
+                    "between ops",
+                    culprit_ranks=(),
+                    waiting_ranks=waiting,
+                    group=group,
+                    seq=seq,
+                    op=sig.op,
+                    expected=sig,
+                    confidence=Confidence.MEDIUM,
+                    why="Gloo marks an op retired a moment after it finishes; a rank still "
+                    "inside an op its peers left is on its way, not stuck",
+                    evidence=(
+                        "if the job is in fact hung, a second snapshot a few seconds later "
+                        "shows it: `frtrace analyze` on both",
+                    ),
+                )
+            )
+            continue
+        findings.append(
+            Finding(
+                kind=FindingKind.IN_FLIGHT,
+                severity=Severity.WARNING,
+                summary=f"{late} had not finished #{seq - 1} of {group.label}, which completed "
+                f"on its peers, while {ahead} waited in {where}: a stall below the recorder "
+                "(GPU, stream, communicator) on it, or its dump was taken a moment earlier",
+                culprit_ranks=behind,
+                waiting_ranks=waiting,
+                group=group,
+                seq=seq,
+                op=sig.op,
+                expected=sig,
+                confidence=Confidence.LOW,
+                why="a collective completes on all members at nearly the same moment; the dumps "
+                "do not say when each was taken",
+                evidence=(
+                    f"check rank {format_ranks(behind)}'s GPU (nvidia-smi, Xid errors in dmesg) "
+                    "and take a second snapshot a few seconds later",
                 ),
             )
         )

@@ -5,10 +5,18 @@ something. For u blocked in collective (group, seq), member v is waited on when:
 
 - ``never_joined``: v's buffer shows it never reached that seq (its newest seq in the group is
   lower; a buffer that wrapped can still say this, since the newest entries are kept);
+- ``joined_late``: v entered the seq only after u's op had timed out (``failure``): the op
+  failed, and v was held up before it;
 - ``blocked_elsewhere``: v enqueued the op but is itself blocked in an older op;
 - ``mismatch``: v entered the seq with another op, size or dtype than the majority;
 - ``not_started``: every member enqueued it, u's GPU started it, v's did not (NCCL timing);
-- ``no_dump``: v has no readable dump and nothing else explains u's wait (inferred).
+- ``no_dump``: v has no readable dump and nothing else explains u's wait (inferred);
+- ``in_flight``: v has not reached the seq but is still inside the one before it, which
+  another member finished, and both dumps were written moments after their newest entries
+  (``running``: known from the recorder's dump time): v is on its way, not stuck. Without the
+  dump time the same picture is a rank stuck inside an op its peers left (a broadcast from
+  another root), and is read so. Not a root cause: such edges are kept apart from the graph
+  (``WaitGraph.in_flight``).
 
 For u blocked in a send/recv, the peer is waited on if it never posted the matching op
 (``p2p_unmatched``) or is blocked elsewhere.
@@ -37,11 +45,13 @@ class EdgeKind(StrEnum):
     """Why the waiter waits on the target."""
 
     NEVER_JOINED = "never_joined"
+    JOINED_LATE = "joined_late"
     BLOCKED_ELSEWHERE = "blocked_elsewhere"
     MISMATCH = "mismatch"
     NOT_STARTED = "not_started"
     P2P_UNMATCHED = "p2p_unmatched"
     NO_DUMP = "no_dump"
+    IN_FLIGHT = "in_flight"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,6 +79,7 @@ class WaitGraph:
     sink_components: tuple[tuple[int, ...], ...]
     cycles: tuple[tuple[int, ...], ...]
     co_waiting: dict[tuple[int, int], tuple[int, ...]]  # (gid, seq) -> ranks all inside it
+    in_flight: tuple[Edge, ...] = ()  # waits on a member still finishing the op before
 
 
 def _majority(members: list[tuple[int, object]]) -> set[int] | None:
@@ -84,11 +95,18 @@ def _majority(members: list[tuple[int, object]]) -> set[int] | None:
     return set(ranked[0])
 
 
-def build_wait_graph(dumps: DumpSet, membership: Membership, match: MatchResult) -> WaitGraph:
-    """Edges from every blocked rank; see the module docstring."""
+def build_wait_graph(
+    dumps: DumpSet,
+    membership: Membership,
+    match: MatchResult,
+    running: frozenset[int] = frozenset(),
+) -> WaitGraph:
+    """Edges from every blocked rank; see the module docstring. ``running``: ranks whose dump
+    was written moments after their newest entry (a snapshot of a running job)."""
     ctx = _Context(
         membership=membership,
         match=match,
+        running=running,
         loaded=set(dumps.loaded_ranks),
         wrapped={
             r
@@ -125,6 +143,7 @@ class _Context:
     match: MatchResult
     loaded: set[int]
     wrapped: set[int]
+    running: frozenset[int]
     # What the members of one collective are to a waiter, which depends only on the
     # collective and the waiter's own op: worked out once for the ~10^3 ranks of a large
     # group that block in the same collective (see _collective_edges).
@@ -153,7 +172,9 @@ def _collective_edges(ctx: _Context, mine: OpRef) -> list[Edge]:
     majority = _collective_majority(ctx, gid, seq)
     if majority is not None and u not in majority:
         return []  # u is the odd one out: a culprit, not a waiter
-    key = (gid, seq, mine.op, mine.sig, mine.state_rank)
+    failed = ctx.match.failed.get((gid, seq))
+    late = failed is not None and u in failed.late
+    key = (gid, seq, mine.op, mine.sig, mine.state_rank, late)
     known = ctx.targets.get(key)
     if known is None:
         known = ctx.targets[key] = _collective_targets(ctx, mine, majority)
@@ -165,6 +186,8 @@ def _collective_edges(ctx: _Context, mine: OpRef) -> list[Edge]:
     out = [edge(v, kind) for v, kind in targets if v != u]
     if not out:
         out = [edge(v, EdgeKind.NO_DUMP) for v in no_dump if v != u]
+    elif all(e.kind == EdgeKind.IN_FLIGHT for e in out) and no_dump:
+        out += [edge(v, EdgeKind.NO_DUMP) for v in no_dump if v != u]
     return out
 
 
@@ -185,6 +208,8 @@ def _collective_targets(
     gid, seq = mine.gid, mine.seq
     assert seq is not None
     pending = ctx.match.pending
+    failed = ctx.match.failed.get((gid, seq))
+    late = set(failed.late) if failed is not None and mine.rank not in failed.late else set()
     out: list[tuple[int, EdgeKind]] = []
     no_dump: list[int] = []
     for v in ctx.membership.groups[gid].members:
@@ -199,6 +224,8 @@ def _collective_targets(
                 out.append((v, EdgeKind.MISMATCH))  # without a majority each waits on the other
             elif theirs.done:
                 pass  # v finished its part: it holds nobody here
+            elif v in late:
+                out.append((v, EdgeKind.JOINED_LATE))
             elif not ctx.same_op(v, mine):
                 out.append((v, EdgeKind.BLOCKED_ELSEWHERE))
             elif mine.state_rank == 1 and theirs.state_rank == 0:
@@ -209,7 +236,12 @@ def _collective_targets(
             if v not in ctx.wrapped:  # its whole history is there: it never used this group
                 out.append((v, EdgeKind.NEVER_JOINED))
         elif seq > span[1]:
-            out.append((v, EdgeKind.NEVER_JOINED))
+            finishing = (
+                span[1] == seq - 1
+                and (v, gid, seq - 1) in ctx.match.finishing
+                and {mine.rank, v} <= ctx.running
+            )
+            out.append((v, EdgeKind.IN_FLIGHT if finishing else EdgeKind.NEVER_JOINED))
         # else: seq inside or below v's window without an entry: a gap or a wrapped-out op
     return out, no_dump
 
@@ -259,6 +291,8 @@ def _p2p_edges(ctx: _Context, first: OpRef) -> list[Edge]:
 
 def _analyse(edges: list[Edge], co_waiting: dict[tuple[int, int], tuple[int, ...]]) -> WaitGraph:
     graph: nx.DiGraph[int] = nx.DiGraph()
+    in_flight = tuple(e for e in edges if e.kind == EdgeKind.IN_FLIGHT)
+    edges = [e for e in edges if e.kind != EdgeKind.IN_FLIGHT]
     # The odd one out of a mismatch is a root cause: whatever it waits on afterwards (its
     # peers never join the op it moved on to) is a consequence, not a cause.
     odd = {e.target for e in edges if e.kind == EdgeKind.MISMATCH}
@@ -293,6 +327,7 @@ def _analyse(edges: list[Edge], co_waiting: dict[tuple[int, int], tuple[int, ...
         cycles=tuple(sorted(cycles)),
         sink_components=tuple(sorted(sinks)),
         co_waiting=co_waiting,
+        in_flight=in_flight,
     )
 
 

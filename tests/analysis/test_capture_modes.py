@@ -6,9 +6,9 @@ frtrace.recorder (unhandled exception + SIGUSR1), while a healthy job runs, and 
 that died without a dump. The truth and what a correct analysis says (``expect``) come from
 the manifest, written from how each fault was built, never from frtrace's output.
 
-Where the current analysis is wrong the case is ``xfail(strict=True)`` with what misled it
-(FIXTURE_REPORT.md has the table): the test passes today and fails, so that the marker is
-removed, the day the analysis gets it right.
+Where the current analysis is wrong the case is ``xfail(strict=True)`` with what misled it:
+the test passes today and fails, so that the marker is removed, the day the analysis gets it
+right.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from frtrace.findings import Verdict
+from frtrace.analysis.findings import Verdict
 from frtrace.pipeline import analyze
 from tests.conftest import FIXTURES
 
@@ -32,72 +32,15 @@ HEALTHY_VERDICTS = {Verdict.HEALTHY, Verdict.STRAGGLERS}
 
 # (scenario, format) -> what in the dumps misled the current analysis (FIXTURE_REPORT.md).
 _WRONG: dict[str, str] = {
-    "never_joins__after_timeout": (
-        "every rank's all_reduce #12 is retired=True: 0, 1, 3 timed out, rank 2 created "
-        "#12 16.7 s after them (timeout_ms 4000) and failed with 'Connection closed by "
-        "peer'; pg_status last_completed 12 everywhere. Retired is read as completed; "
-        "only time_created_ns shows it"
-    ),
-    "never_joins__peer_signal": (
-        "rank 0's #12 is retired=True (it timed out), ranks 1 and 3 still show #12 "
-        "retired=False, rank 2's newest entry is #11. Called healthy although two ranks "
-        "are pending in an op rank 2 never created: apparently one retired copy makes #12 "
-        "count as finished"
-    ),
-    "never_joins__recorder": (
-        "waiting ranks' all_reduce #12 is retired=True (timed out / connection closed, "
-        "dumped by the recorder's excepthook); the culprit (dumped on SIGUSR1 while "
-        "stuck) has no entry #12"
-    ),
-    "never_joins__died": (
-        "rank 2 has no dump; the survivors' all_reduce #12 is retired=True (timeout / "
-        "'Connection reset by peer'): nothing is pending, so the missing rank is not "
-        "blamed"
-    ),
-    "ddp_rank0_log__after_timeout": (
-        "rank 0 died of SIGABRT (no dump); ranks 1-3's DDP all_reduce #9 [[49]] is "
-        "retired=True (connection reset / timeout): nothing pending, missing rank not "
-        "blamed"
-    ),
-    "ddp_rank0_log__recorder": (
-        "as after_timeout: rank 0 SIGABRT, no dump; 1-3 have DDP all_reduce #9 retired=True"
-    ),
-    "ddp_exception__recorder": (
-        "rank 2 (recorder dump on its unhandled ValueError) has newest entry #7; ranks 0, "
-        "1, 3 have DDP all_reduce #8 retired=True (failed with 'Connection closed by "
-        "peer' once rank 2 exited): culprit has no entry #8, waiting ranks' #8 retired"
-    ),
-    "ddp_exception__died": (
-        "rank 2 has no dump; 0, 1, 3 have DDP all_reduce #8 retired=True (timeout / "
-        "connection reset)"
-    ),
-    "fsdp2_exception__recorder": (
-        "rank 1's newest entry is FSDP2 all_gather #13 (it raised in forward after it); "
-        "0, 2, 3 have the next all_gather #14 retired=True (connection closed after rank "
-        "1 exited)"
-    ),
-    "fsdp2_exception__died": ("rank 1 has no dump; 0, 2, 3 have all_gather #14 retired=True"),
-    "mesh2d_short_loader__blocked": (
-        "FR007 cycle naming all four: 0, 1 pending in dp all_reduce #6 (groups '1', '2'), "
-        "2, 3 pending in world barrier #1. The dumps also show 2, 3 ran one tp step fewer "
-        "(tp #5 vs #6), which would pick 2, 3"
-    ),
-    "mesh2d_short_loader__after_timeout": (
-        "every pending op (dp all_reduce #6 on 0, 1; world barrier #1 on 2, 3) is "
-        "retired=True after the timeout; nothing pending, only a straggler signal (rank 0 "
-        "late) is left"
-    ),
-    "mesh2d_short_loader__recorder": (
-        "as after_timeout: dp #6 and world barrier #1 retired=True on every rank"
-    ),
     "ddp_healthy__running": (
-        "snapshot mid-step: 0, 1, 3 are in DDP all_reduce #14 (retired=False), rank 2 is "
-        "still in step 9's forward (newest #13): read as rank 2 never joining #14"
+        "snapshot mid-step: 0, 1, 3 are in all_reduce #14, rank 2 finished #13 and is between "
+        "ops: without the dump time (the recorder's sidecar) this is what a rank stuck in "
+        "host code looks like, and the dumps are read as taken while stuck"
     ),
     "fsdp2_healthy__running_timer": (
-        "snapshot mid-step: rank 0 is one op ahead, reduce-scatter (gloo:all_reduce "
-        "[[36]]) #89 pending, while 1-3 are still in all_gather #88 (pending): read as "
-        "1-3 never joining #89"
+        "snapshot mid-step: 1-3 are still inside all_gather #88, which rank 0 finished, and "
+        "rank 0 waits in #89: without the dump time this is a rank stuck inside an op its "
+        "peers left (broadcast_root), so it is read as one (medium confidence)"
     ),
 }
 KNOWN_WRONG: dict[tuple[str, str], str] = {
@@ -131,6 +74,8 @@ def test_verdict_and_culprits_match_the_truth(path: Path, scenario: str) -> None
         return
     assert report.verdict == expect["verdict"], report.findings
     assert list(report.culprit_ranks) == expect["culprit_ranks"], report.findings
+    if "suspected_ranks" in expect:
+        assert list(report.suspected_ranks) == expect["suspected_ranks"], report.findings
     assert report.has_problems
 
 

@@ -79,7 +79,7 @@ def test_segments_equal_group_by(
     def both(coll: pd.DataFrame) -> pd.DataFrame:
         expected = _reference(coll.copy())
         got = real(coll)
-        seen.append((got, expected))
+        seen.append((got.copy(), expected))  # (matching adds columns to it later)
         return got
 
     monkeypatch.setattr(match_module, "logical_collectives", both)

@@ -17,7 +17,7 @@ from frtrace.gate.check import (
 )
 from frtrace.pipeline import analyze
 from frtrace.testing import assert_culprits, assert_expected, assert_healthy
-from tests.conftest import GLOO
+from tests.conftest import FIXTURES, GLOO
 
 HANG = GLOO / "never_joins"
 
@@ -98,9 +98,9 @@ def test_assert_healthy(tmp_path: Path) -> None:
     assert_healthy(GLOO / "healthy")
     with pytest.raises(AssertionError, match="healthy: expected healthy, got hang"):
         assert_healthy(HANG)
-    for src in sorted((GLOO / "healthy").iterdir())[:3]:
+    for src in sorted((FIXTURES / "nccl" / "healthy" / "2.10-pickle").iterdir())[:7]:
         shutil.copy(src, tmp_path / src.name)
-    with pytest.raises(AssertionError, match="no readable dump for ranks 3"):
+    with pytest.raises(AssertionError, match="no readable dump for ranks 7"):
         assert_healthy(tmp_path)
     assert_healthy(tmp_path, allow_partial=True)
 
