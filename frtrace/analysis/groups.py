@@ -18,6 +18,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from frtrace.analysis.findings import GroupRef
 from frtrace.load.tables import DumpSet, recorded_groups
@@ -144,8 +145,9 @@ def resolve_groups(dumps: DumpSet) -> Membership:
             members = tuple(range(world))
             how = f"all {world} ranks (the default group)"
         else:
-            members = tuple(unresolved)
-            how = "the ranks that recorded entries in it"
+            unseen = tuple(r for r in dumps.missing_ranks if r not in unresolved)
+            size = _group_size(dumps.entries, name) if unseen else None
+            members, how = _with_unseen_members(tuple(unresolved), size, unseen)
         gid = key_for(name, members, desc, inferred=True)
         place(name, members, gid)
         notes.append(
@@ -159,3 +161,56 @@ def resolve_groups(dumps: DumpSet) -> Membership:
 def _name_order(name: str) -> tuple[int, int | str]:
     """Numeric group names in numeric order, then the others alphabetically."""
     return (0, int(name)) if name.isdigit() else (1, name)
+
+
+def _with_unseen_members(
+    seen: tuple[int, ...], size: int | None, missing: tuple[int, ...]
+) -> tuple[tuple[int, ...], str]:
+    """An inferred group's members: the ranks that recorded it, plus ranks without a dump
+    where the entries show the group is larger (a missing dump must not shrink a group).
+
+    The group's size comes from its all_gathers (Gloo and NCCL record the output stacked,
+    ``[[size, *shape]]``). When exactly as many ranks have no dump as the group lacks, they
+    are its other members; a group only one rank recorded while ranks have no dump is taken
+    to include all of them (a one-member group has nobody to disagree with its one member).
+    """
+    how = "the ranks that recorded entries in it"
+    unseen = missing
+    if not unseen:
+        return seen, how
+    if size is not None and size > len(seen) and size - len(seen) == len(unseen):
+        return tuple(sorted(seen + unseen)), (
+            f"the ranks that recorded entries in it, plus rank(s) {_ranks(unseen)} without a dump "
+            f"(its all_gathers show {size} members)"
+        )
+    if len(seen) == 1 and (size is None or size > 1):
+        return tuple(sorted(seen + unseen)), (
+            f"rank {seen[0]}, the only one that recorded it, plus rank(s) {_ranks(unseen)} "
+            "without a dump (a group of one could not disagree with anyone)"
+        )
+    return seen, how
+
+
+def _ranks(ranks: tuple[int, ...]) -> str:
+    return ",".join(map(str, ranks))
+
+
+def _group_size(entries: pa.Table, name: str) -> int | None:
+    """A group's size from its all_gathers' outputs, stacked as ``[[size, *shape]]``, where
+    they agree on it (a few entries are enough)."""
+    mask = pc.and_(
+        pc.equal(entries.column("group_name"), name), pc.equal(entries.column("op"), "all_gather")
+    )
+    gathers = entries.filter(mask).slice(0, 64)
+    found: set[int] = set()
+    for inputs, outputs in zip(
+        gathers.column("input_sizes").to_pylist(),
+        gathers.column("output_sizes").to_pylist(),
+        strict=True,
+    ):
+        if not inputs or not outputs or len(outputs) != 1:
+            continue
+        out = outputs[0]
+        if len(out) >= 1 and list(out[1:]) == list(inputs[0]) and out[0] > 0:
+            found.add(int(out[0]))
+    return next(iter(found)) if len(found) == 1 else None

@@ -1,0 +1,130 @@
+"""A failed op is not a finished op; a missing dump does not shrink a group (issue 10).
+
+Synthetic Gloo dumps (no states; ``retired`` on failure too), each built to show one rule,
+next to the real fixtures in tests/fixtures/gloo_capture that exercise the same rules.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from frtrace.analysis.findings import FindingKind, Verdict
+from frtrace.pipeline import analyze
+from tests.conftest import make_dump, make_entry, write_pickle
+
+T0 = 1_700_000_000_000_000_000
+MS = 1_000_000
+
+
+def _gloo(rank: int, seqs: list[tuple[int, bool, int]], **over: Any) -> dict[str, Any]:
+    """A Gloo entry per (seq, retired, created offset in ms) on the default group."""
+    return make_dump(
+        [
+            make_entry(
+                record_id=i,
+                collective_seq_id=seq,
+                op_id=seq,
+                profiling_name="gloo:all_reduce",
+                state="scheduled",
+                time_discovered_completed_ns=None,
+                retired=retired,
+                time_created_ns=T0 + at * MS,
+                timeout_ms=4000,
+                **over,
+            )
+            for i, (seq, retired, at) in enumerate(seqs)
+        ],
+        world=4,
+        comm_lib_version="",
+        pg_config={"": {"name": "", "desc": "", "ranks": "[0, 1, 2, 3]"}},
+    )
+
+
+def _write(tmp_path: Path, dumps: dict[int, dict[str, Any]]) -> Path:
+    for rank, dump in dumps.items():
+        write_pickle(tmp_path / f"rank_{rank}", dump)
+    return tmp_path
+
+
+def test_retired_op_a_member_never_reached_failed(tmp_path: Path) -> None:
+    """Everyone else's #3 is retired (it timed out), rank 2's newest is #2: rank 2 never
+    joined, and the others are waiting in #3 as if dumped while blocked."""
+    done = [(1, True, 0), (2, True, 10)]
+    report = analyze(
+        _write(
+            tmp_path,
+            {r: _gloo(r, [*done, (3, True, 20)]) for r in (0, 1, 3)} | {2: _gloo(2, done)},
+        )
+    )
+    assert report.verdict == Verdict.HANG and report.culprit_ranks == (2,)
+    (finding,) = report.findings
+    assert finding.kind == FindingKind.NEVER_JOINED
+    assert any("dumped after all_reduce #3" in e for e in finding.evidence)
+
+
+def test_a_member_that_joined_after_the_timeout_is_named(tmp_path: Path) -> None:
+    """Every member's #3 is retired, but rank 1 created it 9 s after the others, whose 4 s
+    timeout had expired: the op failed, and rank 1 was held up before it."""
+    done = [(1, True, 0), (2, True, 10)]
+    report = analyze(
+        _write(
+            tmp_path,
+            {r: _gloo(r, [*done, (3, True, 20 + r)]) for r in (0, 2, 3)}
+            | {1: _gloo(1, [*done, (3, True, 9_000)])},
+        )
+    )
+    assert report.verdict == Verdict.HANG and report.culprit_ranks == (1,)
+    assert "after its peers, past their 4.0 s timeout" in report.findings[0].summary
+
+
+def test_late_within_the_timeout_is_not_a_failure(tmp_path: Path) -> None:
+    """A member 2 s late against a 4 s timeout: slow, not failed."""
+    done = [(1, True, 0), (2, True, 10)]
+    report = analyze(
+        _write(
+            tmp_path,
+            {r: _gloo(r, [*done, (3, True, 20)]) for r in (0, 2, 3)}
+            | {1: _gloo(1, [*done, (3, True, 2_000)])},
+        )
+    )
+    assert report.culprit_ranks == ()
+    assert report.verdict in (Verdict.HEALTHY, Verdict.STRAGGLERS)
+
+
+def test_a_job_that_stopped_with_a_dump_missing_is_never_healthy(tmp_path: Path) -> None:
+    """Ranks 0, 1, 3 all stopped in a retired #3; rank 2 has no dump: cannot tell (a death in
+    #3 or a finished job that lost a dump), with rank 2 as the suspect."""
+    ops = [(1, True, 0), (2, True, 10), (3, True, 20)]
+    report = analyze(_write(tmp_path, {r: _gloo(r, ops) for r in (0, 1, 3)}))
+    assert report.verdict == Verdict.CANNOT_TELL
+    assert report.culprit_ranks == () and report.suspected_ranks == (2,)
+
+
+def test_a_missing_member_does_not_vanish_from_a_group_only_it_shares(tmp_path: Path) -> None:
+    """Rank 1 alone recorded an all_gather on group '1' (of 2 members, by its output) and is
+    stuck in it; rank 3, the other member, has no dump: the group is {1, 3}, not {1}."""
+    default = [(1, True, 0), (2, True, 10)]
+    dumps = {r: _gloo(r, default) for r in (0, 2)}
+    stray = make_entry(
+        record_id=2,
+        pg_id=1,
+        process_group=("1", ""),
+        collective_seq_id=1,
+        op_id=1,
+        profiling_name="gloo:all_gather",
+        input_sizes=[[4]],
+        output_sizes=[[2, 4]],
+        state="scheduled",
+        time_discovered_completed_ns=None,
+        retired=False,
+        time_created_ns=T0 + 30 * MS,
+    )
+    one = _gloo(1, default)
+    one["entries"].append(stray)
+    dumps[1] = one
+    report = analyze(_write(tmp_path, dumps))
+    group = next(g for g in report.groups if g.name == "1")
+    assert group.members == (1, 3)
+    assert report.suspected_ranks == (3,)
+    assert report.verdict in (Verdict.HANG, Verdict.CANNOT_TELL)
