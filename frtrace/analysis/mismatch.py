@@ -198,10 +198,13 @@ def _disagreement(
     if len(ranked[0]) > len(ranked[1]):
         majority = frozenset(ranked[0])
     else:
+        # The size rule judges sizes against the op each side called: it can only pick a
+        # side when both called the same op (each side's sizes may well fit its own op).
+        same_op = len(set(ops.values())) == 1
         lawful = [
             ranks
             for ranks in sides.values()
-            if size_rule is not None and size_rule.holds(ops[ranks[0]], rows[ranks[0]])
+            if same_op and size_rule is not None and size_rule.holds(ops[ranks[0]], rows[ranks[0]])
         ]
         if len(lawful) == 1 and len(sides) == 2:  # only one side obeys the op's size rule
             majority = frozenset(lawful[0])
