@@ -99,6 +99,8 @@ def find_failed(
     for g, by_rank in tops.items():
         members = membership.groups[g].members
         present = [by_rank[m] for m in members if m in by_rank]
+        if not present:
+            continue  # (damaged dumps: entries of a group none of whose members recorded them)
         highest = max(present)
         lowest = min(present) if len(present) == len(members) else highest
         start = max(min(lowest, highest - 1), highest - 64) + 1
