@@ -109,10 +109,11 @@ def _parse_ranks(text: str | None, flag: str) -> tuple[int, ...] | None:
 def _load_and_analyze(dump_dir: Path, jobs: int | None) -> tuple[DumpSet, Report]:
     from frtrace.load.tables import load_dumps
     from frtrace.pipeline import analyze_dumps
+    from frtrace.pystack.discover import load_stacks
 
     try:
         dumps = load_dumps(dump_dir, jobs=jobs, progress=True)
-        return dumps, analyze_dumps(dumps)
+        return dumps, analyze_dumps(dumps, load_stacks(dump_dir))
     except FrtraceError as exc:
         raise _fail(exc) from None
 
@@ -187,6 +188,8 @@ def analyze(
         raise _fail(exc) from None
     if not quiet:
         _print_load_problems(dumps)
+        for problem in report.stacks.problems if report.stacks else ():
+            _echo(f"warning: {problem}", err=True)
     text = _renderer(fmt)(shown, selection)
     if output is not None:
         _write(output, text)

@@ -34,6 +34,16 @@ NOT_A_DUMP_PARTS = frozenset(
     ).split()
 )
 _RANK_AT_END = re.compile(r"^(?P<prefix>.*?)(?P<rank>\d+)$")
+# Python stack samples kept next to the dumps (``stacks_rank_5.json``, ``pyspy_rank_5.json``),
+# read by frtrace.pystack, never as dumps; the same pattern as pystack.discover.STACK_NAME.
+STACK_FILE_NAME = re.compile(
+    r"^(?:stacks?|py[-_]?spy|tracebacks?|dump[-_]?traceback|faulthandler)(?:[-_.]|\d|$)",
+    re.IGNORECASE,
+)
+# How a stack sample starts (py-spy --json, py-spy text, faulthandler); the recorder's sidecar
+# is a JSON object whose first key is "format": "frtrace-stacks" (a dump's never is).
+_STACK_HEADS = (b"[", b"Process ", b"Thread 0x", b"Current thread")
+_SIDECAR_MARK = b'"format": "frtrace-stacks"'
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,6 +91,20 @@ def parse_dump_name(name: str) -> tuple[str, int, str] | None:
     return match["prefix"], int(match["rank"]), DUMP_SUFFIXES[suffix]
 
 
+def _is_stack_file(path: Path, name: str, encoding: str) -> bool:
+    """A stack sample by its name, or (a JSON or extensionless file) by how it starts."""
+    if STACK_FILE_NAME.match(name):
+        return True
+    if encoding == "pickle":
+        return False
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(128).lstrip()
+    except OSError:
+        return False
+    return head.startswith(_STACK_HEADS) or (head[:1] == b"{" and _SIDECAR_MARK in head)
+
+
 def discover(directory: Path) -> Discovery:
     """Walk ``directory`` recursively; raise if nothing in it can be a dump."""
     if not directory.exists():
@@ -118,6 +142,9 @@ def discover(directory: Path) -> Discovery:
                 skipped.append(SkippedFile(path=path, reason="name does not end in a rank number"))
                 continue
             prefix, rank, encoding = parsed
+            if _is_stack_file(path, name, encoding):
+                skipped.append(SkippedFile(path=path, reason="Python stacks, not a dump"))
+                continue
             if rank >= MAX_WORLD_SIZE:
                 skipped.append(
                     SkippedFile(path=path, reason=f"rank {rank} is beyond any job's world size")
