@@ -178,3 +178,28 @@ def test_collect_with_no_rank_process_says_why(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert "no rank process found on this host" in result.output
+
+
+def test_data_loader_workers_are_not_taken_for_ranks(tmp_path: Path) -> None:
+    """A child that inherits RANK (a data loader worker) is skipped; its parent is found."""
+    tag = uuid.uuid4().hex
+    code = (
+        "import subprocess, sys, time; "
+        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        "print(c.pid, flush=True); time.sleep(60)"
+    )
+    env = {**os.environ, "RANK": "7", "LOCAL_RANK": "3", "FRTRACE_TEST_JOB": tag}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env
+    )
+    child = 0
+    try:
+        assert proc.stdout is not None
+        child = int(proc.stdout.readline())
+        found = find_rank_processes({"FRTRACE_TEST_JOB": tag})
+        assert [(p.pid, p.rank, p.local_rank) for p in found] == [(proc.pid, 7, 3)]
+    finally:
+        if child:
+            os.kill(child, signal.SIGKILL)
+        proc.kill()
+        proc.wait()
