@@ -104,6 +104,8 @@ def _looks_like_stacks(path: Path) -> bool:
     fmt = detect_format(head)
     if fmt == "recorder":  # any JSON object: only the sidecar's own format name counts
         return b'"frtrace-stacks"' in head
+    if fmt == "py-spy-json":  # any JSON list: only py-spy's thread keys count (not a dump)
+        return b'"owns_gil"' in head or b'"os_thread_id"' in head
     return fmt is not None
 
 
