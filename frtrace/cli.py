@@ -21,6 +21,7 @@ from frtrace.gate.exitcodes import EXIT_INPUT, EXIT_OK, EXIT_PROBLEM
 from frtrace.printable import printable
 
 if TYPE_CHECKING:
+    from frtrace.analysis.compare import SnapshotComparison
     from frtrace.analysis.findings import Report
     from frtrace.load.tables import DumpSet
     from frtrace.report.select import Selection
@@ -109,10 +110,11 @@ def _parse_ranks(text: str | None, flag: str) -> tuple[int, ...] | None:
 def _load_and_analyze(dump_dir: Path, jobs: int | None) -> tuple[DumpSet, Report]:
     from frtrace.load.tables import load_dumps
     from frtrace.pipeline import analyze_dumps
+    from frtrace.pystack.discover import load_stacks
 
     try:
         dumps = load_dumps(dump_dir, jobs=jobs, progress=True)
-        return dumps, analyze_dumps(dumps)
+        return dumps, analyze_dumps(dumps, load_stacks(dump_dir))
     except FrtraceError as exc:
         raise _fail(exc) from None
 
@@ -187,6 +189,8 @@ def analyze(
         raise _fail(exc) from None
     if not quiet:
         _print_load_problems(dumps)
+        for problem in report.stacks.problems if report.stacks else ():
+            _echo(f"warning: {problem}", err=True)
     text = _renderer(fmt)(shown, selection)
     if output is not None:
         _write(output, text)
@@ -411,6 +415,22 @@ def export(
     _print_load_problems(dumps)
     for path, rows in written:
         _echo(f"{path}  ({rows} rows)")
+
+
+def _compare_snapshots(first: Path, second: Path, jobs: int | None) -> SnapshotComparison:
+    from frtrace.analysis.compare import compare_snapshots, render_comparison
+
+    a_dumps, a_report = _load_and_analyze(first, jobs)
+    b_dumps, b_report = _load_and_analyze(second, jobs)
+    result = compare_snapshots(a_dumps, a_report, b_dumps, b_report)
+    _echo(render_comparison(result), nl=False)
+    return result
+
+
+from frtrace.cli_live import collect, compare  # noqa: E402 (needs the helpers above)
+
+app.command()(collect)
+app.command()(compare)
 
 
 def main() -> None:

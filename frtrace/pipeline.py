@@ -1,4 +1,5 @@
-"""analyze(directory) -> Report: load, match, diagnose. Wires the steps, decides nothing."""
+"""analyze(directory) -> Report: load, match, diagnose, join the stacks. Wires the steps,
+decides nothing."""
 
 from __future__ import annotations
 
@@ -6,16 +7,21 @@ from pathlib import Path
 
 from frtrace.analysis.diagnose import diagnose
 from frtrace.analysis.findings import Report
+from frtrace.analysis.stackjoin import join_stacks
 from frtrace.load.tables import DumpSet, load_dumps
+from frtrace.pystack.discover import StackSet, load_stacks
 
 __all__ = ["analyze", "analyze_dumps"]
 
 
 def analyze(directory: Path, *, jobs: int | None = None, progress: bool = False) -> Report:
-    """Load every dump under ``directory`` and diagnose the job."""
-    return analyze_dumps(load_dumps(directory, jobs=jobs, progress=progress))
+    """Load every dump (and every collected Python stack) under ``directory``; diagnose."""
+    directory = Path(directory)
+    dumps = load_dumps(directory, jobs=jobs, progress=progress)
+    return analyze_dumps(dumps, load_stacks(directory))
 
 
-def analyze_dumps(dumps: DumpSet) -> Report:
-    """Diagnose an already loaded dump set."""
-    return diagnose(dumps)
+def analyze_dumps(dumps: DumpSet, stacks: StackSet | None = None) -> Report:
+    """Diagnose an already loaded dump set; ``stacks`` say where the culprits are."""
+    report = diagnose(dumps)
+    return report if stacks is None else join_stacks(report, stacks)

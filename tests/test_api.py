@@ -38,6 +38,7 @@ ALLOWED = {
     "pystack": {"pystack", "job", "errors", "ranges", "printable"},
     "load": {"load", "errors", "printable", "ranges"},
     "analysis": {"analysis", "load", "pystack", "errors", "ranges", "printable"},
+    "collect": {"collect", "job", "errors", "ranges", "printable"},
     "report": {"report", "analysis", "load", "pystack", "errors", "ranges", "printable"},
     "gate": {"gate", "pipeline", "analysis", "load", "report", "errors", "ranges", "printable"},
 }

@@ -30,9 +30,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 
+from frtrace.pystack.classes import StackClasses
+
 __all__ = [
     "KIND_CODES",
     "Confidence",
+    "CulpritWhere",
     "Finding",
     "FindingKind",
     "GroupProgress",
@@ -40,6 +43,7 @@ __all__ = [
     "OpSignature",
     "Report",
     "Severity",
+    "StackEvidence",
     "Straggler",
     "Verdict",
 ]
@@ -124,6 +128,41 @@ class OpSignature:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CulpritWhere:
+    """Where a culprit's Python stack says it is: the innermost frame of the user's code on
+    its main thread, and the library call it is in (from a collected stack file)."""
+
+    rank: int
+    summary: str  # "in host code at load_batch (data.py:88), in Event.wait (threading.py:629)"
+    place: str  # "host code" or "collective": is the library call a torch.distributed one
+    function: str | None  # the user's frame; None when every frame is library code
+    file: str | None  # its file, short (base name for the user's own files)
+    line: int | None
+    library_call: str | None  # "all_reduce (torch/distributed/distributed_c10d.py:3252)"
+    thread: str  # "main thread", or which thread was read and why
+    source: str  # "recorder", "py-spy-text", "py-spy-json", "dump_traceback", "faulthandler"
+    file_name: str  # the stack file's base name (never an absolute path)
+    taken_at_ns: int | None = None  # when the sample was taken, if the file says
+    trigger: str | None = None  # what made the rank write it ("signal: SIGUSR1"), if known
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StackEvidence:
+    """Every rank's current stack, grouped into STAT-style classes, against the verdict."""
+
+    classes: StackClasses
+    ranks_with_stacks: tuple[int, ...]
+    sources: tuple[tuple[str, int], ...]  # (source, ranks read from it), by source name
+    # "corroborates": the culprits are the outliers; "questions": an outlier is not a
+    # culprit, or a culprit shares the waiting ranks' stack; "no_culprit": the dumps name
+    # none; "no_culprit_stack": no stack for any culprit
+    agreement: str
+    statement: str  # one sentence saying which, and why
+    unexplained_ranks: tuple[int, ...] = ()  # outliers neither culprit nor waiting
+    problems: tuple[str, ...] = ()  # stack files that could not be read, one line each
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Finding:
     """One thing wrong, with the ranks it blames and the ranks it holds up."""
 
@@ -141,6 +180,7 @@ class Finding:
     why: str = ""  # what the confidence rests on
     evidence: tuple[str, ...] = ()  # facts a user can check in the dumps
     cycle: tuple[int, ...] = ()  # deadlock: ranks in wait order, r0 waits on r1 ...
+    where: tuple[CulpritWhere, ...] = ()  # each culprit with a collected stack, by rank
 
     @property
     def code(self) -> str:
@@ -201,6 +241,7 @@ class Report:
     suspected_ranks: tuple[int, ...] = ()  # culprits inferred only from missing dumps
     victim_ranks: tuple[int, ...] = ()  # ranks blocked, directly or not, by the culprits
     progress: tuple[GroupProgress, ...] = ()  # one per group, same order as ``groups``
+    stacks: StackEvidence | None = None  # collected Python stacks, when any were found
 
     @property
     def has_problems(self) -> bool:

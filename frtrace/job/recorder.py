@@ -10,9 +10,16 @@ Call ``enable()`` before ``init_process_group``::
     frtrace.recorder.dump()                         # on demand, e.g. from your own watchdog
 
 and when the job hangs, ``kill -USR1 <pid of every rank>`` (or ``pkill -USR1 -f train.py`` on
-each host): every rank writes ``/shared/fr_dumps/comm_lib_trace_rank_<rank>``, then
-``frtrace analyze -d /shared/fr_dumps``. A rank also dumps on an unhandled exception (a Gloo
-collective that times out raises one), since Gloo has no dump on timeout of its own.
+each host, or ``frtrace collect DIR``): every rank writes
+``/shared/fr_dumps/comm_lib_trace_rank_<rank>``, then ``frtrace analyze -d /shared/fr_dumps``.
+A rank also dumps on an unhandled exception (a Gloo collective that times out raises one),
+since Gloo has no dump on timeout of its own.
+
+Next to every dump it writes ``stacks_rank_<rank>.json`` (:mod:`frtrace.job.sidecar`): the
+Python stack of every thread, the dump time and what triggered it (the signal, the exception
+type and message, or on demand), so the report can say where the culprit is stuck. While
+enabled, ``<runtime dir>/recorder-<pid>.json`` says where this process dumps (see
+:func:`registry_path`), so ``frtrace collect`` can find and fetch the dump.
 
 The signal is handled by a thread, not by the main thread: a rank blocked inside a
 collective never returns to Python to run a signal handler, yet it still dumps. (Python's
@@ -24,10 +31,13 @@ torch is imported inside the functions only: importing this module costs nothing
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import warnings
 from collections.abc import Callable, Iterable
@@ -37,8 +47,13 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from frtrace.job.env import DEFAULT_BUFFER_SIZE, DUMP_PREFIX, job_environment
+from frtrace.job.sidecar import TriggerKind, capture_current_stacks, write_stacks
 
 __all__ = ["RecorderState", "disable", "dump", "dump_path", "enable", "state"]
+
+STACKS_PREFIX = "stacks_rank_"  # the sidecar: stacks_rank_<rank>.json
+REGISTRY_ENV = "FRTRACE_RUNTIME_DIR"  # where recorder-<pid>.json files go (default: temp dir)
+MAX_DETAIL_CHARS = 500  # an exception message is cut here in the sidecar
 
 _ExceptHook = Callable[[type[BaseException], BaseException, TracebackType | None], Any]
 
@@ -50,6 +65,8 @@ class RecorderState:
     dump_dir: Path
     fmt: str  # "pickle" (with stacks) or "json"
     verbose: bool
+    stacks: bool = True  # write the stacks sidecar next to every dump
+    registry: Path | None = None  # recorder-<pid>.json, removed by disable()
     env_set: dict[str, str | None] = field(default_factory=dict)  # name -> previous value
     signals: dict[int, Any] = field(default_factory=dict)  # signum -> previous handler
     wakeup_r: socket.socket | None = None
@@ -80,12 +97,14 @@ def enable(
     fmt: str = "pickle",
     override_env: bool = False,
     verbose: bool = True,
+    stacks: bool = True,
 ) -> RecorderState:
     """Turn recording on and install the dump triggers; call it before ``init_process_group``.
 
     Environment variables already set by the user win unless ``override_env``. ``signals``
     are the signals that make this rank dump (empty: none); they must be installable, so call
     this from the main thread. ``fmt="pickle"`` keeps Python stacks; ``"json"`` has none.
+    ``stacks``: write ``stacks_rank_<rank>.json`` (every thread's stack) next to each dump.
     """
     global _state
     if fmt not in ("pickle", "json"):
@@ -94,7 +113,7 @@ def enable(
         disable()
     directory = Path(dump_dir).resolve()
     directory.mkdir(parents=True, exist_ok=True)
-    st = RecorderState(dump_dir=directory, fmt=fmt, verbose=verbose)
+    st = RecorderState(dump_dir=directory, fmt=fmt, verbose=verbose, stacks=stacks)
     for name, value in job_environment(directory, buffer_size=buffer_size, timing=timing).items():
         if override_env or name not in os.environ:
             st.env_set[name] = os.environ.get(name)
@@ -105,8 +124,45 @@ def enable(
         _install_signals(st, sigs)
     if on_exception:
         _install_excepthooks(st)
+    st.registry = _register(st, sigs)
     _state = st
     return st
+
+
+def registry_dir() -> Path:
+    """Where enabled recorders say where they dump: ``$FRTRACE_RUNTIME_DIR``, else
+    ``<tempdir>/frtrace-<uid>``; read by ``frtrace collect``."""
+    base = os.environ.get(REGISTRY_ENV)
+    if base:
+        return Path(base)
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return Path(tempfile.gettempdir()) / f"frtrace-{uid}"
+
+
+def registry_path(pid: int) -> Path:
+    """``recorder-<pid>.json`` in :func:`registry_dir`."""
+    return registry_dir() / f"recorder-{pid}.json"
+
+
+def _register(st: RecorderState, sigs: list[int]) -> Path | None:
+    """Say where this process dumps, for ``frtrace collect``; a failure only costs that."""
+    path = registry_path(os.getpid())
+    doc = {
+        "pid": os.getpid(),
+        "dump_dir": str(st.dump_dir),
+        "fmt": st.fmt,
+        "stacks": st.stacks,
+        "signals": sorted(int(s) for s in sigs),
+        "rank_env": os.environ.get("RANK"),
+    }
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(doc) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        return None
+    return path
 
 
 def disable() -> None:
@@ -129,6 +185,9 @@ def disable() -> None:
         sys.excepthook = st.excepthook
     if st.threading_excepthook is not None:
         threading.excepthook = st.threading_excepthook
+    if st.registry is not None:
+        with contextlib.suppress(OSError):
+            st.registry.unlink()
     for name, previous in st.env_set.items():
         if previous is None:
             os.environ.pop(name, None)
@@ -191,31 +250,93 @@ def _trace_bytes(fmt: str) -> bytes:
     return data if isinstance(data, bytes) else str(data).encode()
 
 
-def dump(reason: str = "on demand", *, rank: int | None = None) -> Path:
-    """Write this rank's dump now (atomically: a reader never sees half a file)."""
+def dump(
+    reason: str = "on demand",
+    *,
+    rank: int | None = None,
+    trigger: TriggerKind = "on_demand",
+    detail: str | None = None,
+    frame: FrameType | None = None,
+) -> Path:
+    """Write this rank's dump now (atomically: a reader never sees half a file), and the
+    stacks sidecar ``stacks_rank_<rank>.json`` next to it (``trigger``/``detail``: why;
+    ``frame``: where the calling thread's stack starts, e.g. a signal handler's frame)."""
     path = dump_path(rank)
     st = _state
     assert st is not None  # dump_path raised otherwise
     with _lock:
+        # The stacks first: they show the moment of the request, before the dump's own work.
+        stacks = _capture(st, rank, trigger, detail, frame)
         data = _trace_bytes(st.fmt)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_bytes(data)
         os.replace(tmp, path)
         st.written.append(path)
+        if stacks is not None:
+            side = path.with_name(STACKS_PREFIX + path.name.removeprefix(DUMP_PREFIX))
+            side = side.with_name(side.name.removesuffix(".json") + ".json")
+            try:
+                write_stacks(side, stacks)
+                st.written.append(side)
+            except OSError as exc:
+                print(f"frtrace.recorder: could not write {side}: {exc}", file=sys.stderr)
     if st.verbose:
         print(f"frtrace.recorder: wrote {path} ({reason})", file=sys.stderr, flush=True)
     return path
 
 
-def _safe_dump(reason: str) -> None:
+def _capture(
+    st: RecorderState,
+    rank: int | None,
+    trigger: TriggerKind,
+    detail: str | None,
+    frame: FrameType | None,
+) -> dict[str, Any] | None:
+    if not st.stacks:
+        return None
     try:
-        dump(reason)
+        return capture_current_stacks(
+            trigger, detail, rank=_rank() if rank is None else rank, frame=frame
+        )
+    except Exception as exc:  # the stacks are a bonus: never lose the dump for them
+        print(f"frtrace.recorder: could not capture stacks: {exc}", file=sys.stderr, flush=True)
+        return None
+
+
+def _safe_dump(
+    reason: str,
+    trigger: TriggerKind = "on_demand",
+    detail: str | None = None,
+    frame: FrameType | None = None,
+) -> None:
+    try:
+        dump(reason, trigger=trigger, detail=detail, frame=frame)
     except Exception as exc:  # a failed dump must never change how the job fails
         print(f"frtrace.recorder: could not dump ({reason}): {exc}", file=sys.stderr, flush=True)
 
 
+def _exception_detail(exc_type: type[BaseException], exc: BaseException | None) -> str:
+    text = f"{exc_type.__name__}: {exc}" if exc is not None and str(exc) else exc_type.__name__
+    return text if len(text) <= MAX_DETAIL_CHARS else text[: MAX_DETAIL_CHARS - 1] + "…"
+
+
+def _innermost(tb: TracebackType | None) -> FrameType | None:
+    """The frame the exception was raised in: the main thread's stack as it failed."""
+    if tb is None:
+        return None
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame
+
+
 def _noop_handler(signum: int, frame: FrameType | None) -> None:
     """The main thread's handler: the watcher thread does the dump."""
+
+
+def _dump_in_handler(signum: int, frame: FrameType | None) -> None:
+    """Fallback when the wakeup fd is taken: dump from the main thread's handler."""
+    name = signal.Signals(signum).name
+    _safe_dump(f"signal {name}", "signal", name, frame)
 
 
 def _install_signals(st: RecorderState, sigs: list[int]) -> None:
@@ -236,9 +357,7 @@ def _install_signals(st: RecorderState, sigs: list[int]) -> None:
             stacklevel=3,
         )
         for signum in sigs:
-            st.signals[signum] = signal.signal(
-                signum, lambda s, f: _safe_dump(f"signal {signal.Signals(s).name}")
-            )
+            st.signals[signum] = signal.signal(signum, _dump_in_handler)
         return
     st.wakeup_r, st.wakeup_w, st.previous_wakeup_fd = r, w, previous
     for signum in sigs:
@@ -260,7 +379,8 @@ def _watch(sock: socket.socket, wanted: frozenset[int]) -> None:
             return  # disable() closed the other end
         for signum in data:
             if signum in wanted:
-                _safe_dump(f"signal {signal.Signals(signum).name}")
+                name = signal.Signals(signum).name
+                _safe_dump(f"signal {name}", "signal", name)
 
 
 def _install_excepthooks(st: RecorderState) -> None:
@@ -269,7 +389,8 @@ def _install_excepthooks(st: RecorderState) -> None:
 
     def hook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
         if not issubclass(exc_type, KeyboardInterrupt):
-            _safe_dump(f"unhandled {exc_type.__name__}")
+            detail = _exception_detail(exc_type, exc)
+            _safe_dump(f"unhandled {exc_type.__name__}", "exception", detail, _innermost(tb))
         previous(exc_type, exc, tb)
 
     sys.excepthook = hook
@@ -279,7 +400,8 @@ def _install_excepthooks(st: RecorderState) -> None:
     def thread_hook(args: threading.ExceptHookArgs) -> None:
         if args.exc_type is not SystemExit:
             name = args.thread.name if args.thread else "?"
-            _safe_dump(f"unhandled {args.exc_type.__name__} in thread {name}")
+            detail = _exception_detail(args.exc_type, args.exc_value) + f" (thread {name})"
+            _safe_dump(f"unhandled {args.exc_type.__name__} in thread {name}", "exception", detail)
         previous_threading(args)
 
     threading.excepthook = thread_hook

@@ -34,6 +34,21 @@ NOT_A_DUMP_PARTS = frozenset(
     ).split()
 )
 _RANK_AT_END = re.compile(r"^(?P<prefix>.*?)(?P<rank>\d+)$")
+# Python stack samples kept next to the dumps (``stacks_rank_5.json``, ``pyspy_rank_5.json``),
+# read by frtrace.pystack, never as dumps; the same pattern as pystack.discover.STACK_NAME.
+STACK_FILE_NAME = re.compile(
+    r"^(?:stacks?|py[-_]?spy|tracebacks?|dump[-_]?traceback|faulthandler)(?:[-_.]|\d|$)",
+    re.IGNORECASE,
+)
+# How a stack sample starts: py-spy text, faulthandler; py-spy --json is a list whose first
+# thread has "owns_gil"/"os_thread_id" (no dump entry has), the recorder's sidecar a JSON
+# object whose first key is "format": "frtrace-stacks". Anything else (damage included) is
+# left to the loader, which reports it. Only small files are looked into (stacks are small;
+# a file too large for a dump is refused by the loader unread).
+_STACK_HEADS = (b"Process ", b"Thread 0x", b"Current thread")
+_PYSPY_JSON_MARKS = (b'"owns_gil"', b'"os_thread_id"')
+_SIDECAR_MARK = b'"format": "frtrace-stacks"'
+_SNIFF_MAX_BYTES = 64 << 20
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,6 +96,22 @@ def parse_dump_name(name: str) -> tuple[str, int, str] | None:
     return match["prefix"], int(match["rank"]), DUMP_SUFFIXES[suffix]
 
 
+def _is_stack_file(path: Path, name: str, encoding: str, size: int) -> bool:
+    """A stack sample by its name, or (a small JSON or extensionless file) by how it starts."""
+    if STACK_FILE_NAME.match(name):
+        return True
+    if encoding == "pickle" or not 0 < size <= _SNIFF_MAX_BYTES:
+        return False
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(512).lstrip()
+    except OSError:
+        return False
+    if head[:1] == b"[":
+        return any(mark in head for mark in _PYSPY_JSON_MARKS)
+    return head.startswith(_STACK_HEADS) or (head[:1] == b"{" and _SIDECAR_MARK in head)
+
+
 def discover(directory: Path) -> Discovery:
     """Walk ``directory`` recursively; raise if nothing in it can be a dump."""
     if not directory.exists():
@@ -118,6 +149,9 @@ def discover(directory: Path) -> Discovery:
                 skipped.append(SkippedFile(path=path, reason="name does not end in a rank number"))
                 continue
             prefix, rank, encoding = parsed
+            if _is_stack_file(path, name, encoding, info.st_size):
+                skipped.append(SkippedFile(path=path, reason="Python stacks, not a dump"))
+                continue
             if rank >= MAX_WORLD_SIZE:
                 skipped.append(
                     SkippedFile(path=path, reason=f"rank {rank} is beyond any job's world size")

@@ -29,6 +29,7 @@ from frtrace.report.common import (
 )
 from frtrace.report.nextsteps import next_steps
 from frtrace.report.select import Selection
+from frtrace.report.stacks import class_lines, where_line
 
 __all__ = [
     "Block",
@@ -108,6 +109,7 @@ def build_document(report: Report, selection: Selection | None = None) -> list[B
     shown_ids = {id(f) for f in shown}
     _other_findings(doc, [f for f in report.findings if id(f) not in shown_ids])
     _stragglers(doc, report)
+    _stacks(doc, report)
     if report.data_notes:
         notes = tuple(shorten_rank_lists(n) for n in report.data_notes)
         doc.add(Heading(2, "What the dumps could not show"), Bullets(notes))
@@ -133,6 +135,9 @@ def _answer(doc: _Doc, report: Report, selection: Selection) -> None:
     pairs = [("verdict", str(report.verdict)), ("ranks", loaded)]
     if report.culprit_ranks:
         pairs.append(("culprits", compact_ranks(report.culprit_ranks)))
+    where = where_line(report)
+    if where is not None:
+        pairs.append(("where", where))
     if report.victim_ranks:
         pairs.append(
             ("waiting", f"{compact_ranks(report.victim_ranks)} ({len(report.victim_ranks)})")
@@ -228,6 +233,20 @@ def _other_findings(doc: _Doc, rest: list[Finding]) -> None:
         counts = Counter(f.code for f in rest[MAX_OTHER_FINDINGS:])
         text = ", ".join(f"{code} ×{n}" for code, n in sorted(counts.items()))
         doc.add(Para(f"… +{len(rest) - MAX_OTHER_FINDINGS} more ({text}); see the JSON report"))
+
+
+def _stacks(doc: _Doc, report: Report) -> None:
+    """Every rank's Python stack in classes, and whether they agree with the verdict."""
+    ev = report.stacks
+    if ev is None:
+        return
+    title, lines = class_lines(ev)
+    doc.add(
+        Heading(2, "Where each rank is (Python stacks)"),
+        Para(ev.statement, strong=True),
+        Bullets(tuple(lines), title=title),
+        Figure("stacktree"),
+    )
 
 
 def _stragglers(doc: _Doc, report: Report) -> None:

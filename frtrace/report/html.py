@@ -22,6 +22,7 @@ from frtrace.report.document import (
 )
 from frtrace.report.heatmap import render_heatmap_svg
 from frtrace.report.select import Selection
+from frtrace.report.stacks import render_stack_tree_html
 from frtrace.report.waitsvg import render_waitgraph_svg
 
 __all__ = ["render_html"]
@@ -53,6 +54,9 @@ svg .culprit { font-size: 12px; font-weight: 700; fill: #cb181d; }
 svg .node { font-size: 12px; font-weight: 600; }
 svg .edge { font-size: 10px; fill: #555; }
 .figure { overflow-x: auto; }
+ul.stacktree, ul.stacktree ul { list-style: none; padding-left: 18px; margin: 2px 0; }
+ul.stacktree li { margin: 2px 0; border-left: 1px solid #ddd; padding-left: 6px; }
+ul.stacktree .culprit { color: #cb181d; }
 """
 
 
@@ -128,6 +132,15 @@ def _block(block: Block, report: Report, columns: list[int] | None) -> str:
 
 
 def _figure(kind: str, report: Report, columns: list[int] | None) -> str:
+    if kind == "stacktree":
+        tree = render_stack_tree_html(report)
+        if not tree:
+            return ""
+        return (
+            '<div class="caption">stack tree: outer frames first; each branch with how many '
+            "ranks share it (culprits' branches in red)</div>\n"
+            f'<div class="figure">{tree}</div>'
+        )
     if kind == "progress":
         if not report.progress:
             return ""

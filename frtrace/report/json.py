@@ -23,10 +23,11 @@ from frtrace.printable import json_safe
 from frtrace.report.common import headline
 from frtrace.report.nextsteps import finding_steps, next_steps
 from frtrace.report.select import Selection
+from frtrace.report.stacks import stacks_to_dict, where_to_dict
 
 __all__ = ["SCHEMA_VERSION", "dumps_compact", "render_json", "report_to_dict"]
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 
 
 def _group(g: GroupRef | None) -> dict[str, Any] | None:
@@ -56,7 +57,7 @@ def _sig(s: OpSignature | None) -> dict[str, Any] | None:
 
 
 def _finding(f: Finding, report: Report) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "code": f.code,
         "kind": str(f.kind),
         "severity": f.severity.name.lower(),
@@ -74,6 +75,9 @@ def _finding(f: Finding, report: Report) -> dict[str, Any]:
         "cycle": list(f.cycle),
         "next_steps": finding_steps(f, report),
     }
+    if f.where:  # 1.1: only when stack files were found (reports without stay as in 1.0)
+        out["where"] = [where_to_dict(w) for w in f.where]
+    return out
 
 
 def _straggler(s: Straggler) -> dict[str, Any]:
@@ -104,7 +108,7 @@ def report_to_dict(report: Report, selection: Selection | None = None) -> dict[s
     if selection is not None and selection.active:
         ranks = list(selection.ranks) if selection.ranks is not None else None
         chosen = {"pg": selection.pg, "ranks": ranks}
-    return {
+    out: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "verdict": str(report.verdict),
         "has_problems": report.has_problems,
@@ -125,6 +129,9 @@ def report_to_dict(report: Report, selection: Selection | None = None) -> dict[s
         "progress": [_progress(p) for p in report.progress],
         "wait_edges": [{"waiter": a, "target": b, "why": k} for a, b, k in report.wait_edges],
     }
+    if report.stacks is not None:  # 1.1: only when stack files were found
+        out["stacks"] = stacks_to_dict(report.stacks)
+    return out
 
 
 def render_json(report: Report, selection: Selection | None = None) -> str:

@@ -47,6 +47,15 @@ def finding_steps(finding: Finding, report: Report) -> list[str]:
     steps: list[str] = []
     if kind == FindingKind.NEVER_JOINED:
         idle = [r for r in culprits if idle_in_host_code(report, r)]
+        placed = {w.rank: w for w in finding.where}
+        for w in finding.where:
+            if w.function is not None:
+                call = f", inside {w.library_call}" if w.library_call else ""
+                steps.append(
+                    f"open {w.file}:{w.line} (`{w.function}`): rank {w.rank}'s main thread "
+                    f"is there{call}; its stack is in {w.file_name}"
+                )
+        idle = [r for r in idle if r not in placed or placed[r].function is None]
         if idle:
             steps.append(_PY_SPY.format(who=ranks_phrase(idle), first=idle[0]))
         stuck = [r for r in culprits if r not in idle]

@@ -1,0 +1,195 @@
+"""Join the collected Python stacks with the verdict: where each culprit is, and whether the
+ranks' stacks agree with what the Flight Recorder dumps say.
+
+Flight Recorder shows a rank's *last* collective; a rank stuck in host code (a data loader on
+a file system read, a checkpoint write, a deadlocked thread) looks the same whatever it is
+doing. Its Python stack says where. For each culprit with a stack sample this adds a
+``CulpritWhere`` to its findings (and a clause to the finding's one-line summary, so every
+format shows it where the finding is named), an evidence line, and a ``StackEvidence`` on the
+report: every rank's stack in STAT-style classes and one sentence saying whether the
+outliers corroborate the verdict (the culprits are the ranks elsewhere) or question it (an
+outlier that no finding explains, or a culprit with the same stack as the ranks waiting on it).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import replace
+
+from frtrace.analysis.findings import CulpritWhere, Finding, Report, StackEvidence, Verdict
+from frtrace.pystack.classes import StackClass, group_stacks
+from frtrace.pystack.discover import StackSet
+from frtrace.pystack.model import Frame, ProcessStacks
+from frtrace.pystack.where import frame_label, short_filename, where
+from frtrace.ranges import format_ranks
+
+__all__ = ["MAX_WHERE_IN_SUMMARY", "culprit_where", "join_stacks"]
+
+MAX_WHERE_IN_SUMMARY = 2  # culprits whose place is added to a finding's one-line summary
+_MAX_STACK_IN_EVIDENCE = 6  # frames in an evidence line (the JSON has them all)
+
+
+def _is_collective_call(frame: Frame | None) -> bool:
+    if frame is None:
+        return False
+    path = frame.filename.replace("\\", "/")
+    return "torch/distributed/" in path or "torch\\distributed" in frame.filename
+
+
+def culprit_where(rank: int, sample: ProcessStacks) -> CulpritWhere:
+    """Where one rank's sample says it is."""
+    w = where(sample)
+    place = "collective" if _is_collective_call(w.library_frame) else "host code"
+    user = w.user_frame
+    if user is None:
+        text = w.summary  # "no user frame; innermost ..." / "no Python frames"
+    else:
+        text = f"in {'a collective' if place == 'collective' else 'host code'} at {w.summary}"
+    return CulpritWhere(
+        rank=rank,
+        summary=text,
+        place=place,
+        function=None if user is None else user.function,
+        file=None if user is None else short_filename(user.filename),
+        line=None if user is None else user.line,
+        library_call=None if w.library_frame is None else frame_label(w.library_frame),
+        thread=w.thread_reason,
+        source=sample.source,
+        file_name=os.path.basename(sample.path),
+        taken_at_ns=sample.taken_at_ns,
+        trigger=sample.trigger,
+    )
+
+
+def _evidence(cw: CulpritWhere, sample: ProcessStacks) -> str:
+    thread = where(sample).thread
+    frames = () if thread is None else tuple(f for f in thread.frames if not f.native)
+    chain = " <- ".join(frame_label(f) for f in frames[:_MAX_STACK_IN_EVIDENCE])
+    if len(frames) > _MAX_STACK_IN_EVIDENCE:
+        chain += f" <- … (+{len(frames) - _MAX_STACK_IN_EVIDENCE} frames)"
+    how = f"{cw.source}, {cw.file_name}"
+    if cw.trigger:
+        how += f", {cw.trigger}"
+    return f"rank {cw.rank}'s Python stack ({how}): {cw.thread}: {chain or 'no Python frames'}"
+
+
+def _with_where(f: Finding, found: dict[int, tuple[CulpritWhere, ProcessStacks]]) -> Finding:
+    mine = [found[r] for r in f.culprit_ranks if r in found]
+    if not mine:
+        return f
+    wheres = tuple(cw for cw, _ in mine)
+    clauses = [f"rank {cw.rank}: {cw.summary}" for cw in wheres[:MAX_WHERE_IN_SUMMARY]]
+    if len(wheres) > MAX_WHERE_IN_SUMMARY:
+        clauses.append(f"+{len(wheres) - MAX_WHERE_IN_SUMMARY} more in the evidence")
+    evidence = tuple(_evidence(cw, s) for cw, s in mine)
+    return replace(
+        f,
+        summary=f"{f.summary}; {'; '.join(clauses)}",
+        where=wheres,
+        evidence=(*evidence, *f.evidence),
+    )
+
+
+def _agreement(
+    report: Report, classes: tuple[StackClass, ...], have: set[int]
+) -> tuple[str, str, tuple[int, ...]]:
+    culprits = [r for r in report.culprit_ranks if r not in set(report.suspected_ranks)]
+    waiting = set(report.victim_ranks)
+    class_of = {r: i for i, c in enumerate(classes) for r in c.ranks}
+    outliers = {r for c in classes if c.outlier for r in c.ranks}
+    unexplained = tuple(sorted(outliers - set(culprits) - waiting))
+    with_stack = [r for r in culprits if r in class_of]
+    if not culprits:
+        if report.verdict in (Verdict.HEALTHY, Verdict.STRAGGLERS) and not unexplained:
+            return "no_culprit", "The stacks show nothing the dumps do not.", unexplained
+        if unexplained:
+            desc = "; ".join(_class_text(classes[class_of[r]]) for r in unexplained[:1])
+            return (
+                "no_culprit",
+                f"The dumps name no culprit, but the stacks single out "
+                f"rank{'s' if len(unexplained) > 1 else ''} {format_ranks(unexplained)} "
+                f"({desc}): look there first.",
+                unexplained,
+            )
+        return "no_culprit", "The dumps name no culprit and no rank's stack stands out.", ()
+    if not with_stack:
+        return (
+            "no_culprit_stack",
+            f"No stack sample for culprit {_ranks(culprits)}: collect one (py-spy dump, or "
+            "frtrace collect) to see where it is.",
+            unexplained,
+        )
+    waiting_classes = {class_of[r] for r in waiting if r in class_of}
+    shared = [r for r in with_stack if class_of[r] in waiting_classes]
+    if shared:
+        return (
+            "questions",
+            f"The stacks question the verdict: culprit {_ranks(shared)} has the same stack "
+            f"as ranks waiting on it ({_class_text(classes[class_of[shared[0]]])}); check "
+            "whether it is really behind.",
+            unexplained,
+        )
+    if unexplained:
+        return (
+            "questions",
+            f"The stacks partly question the verdict: culprit {_ranks(with_stack)} is "
+            f"elsewhere, as the dumps say, but so {'are' if len(unexplained) > 1 else 'is'} "
+            f"{_ranks(unexplained)} ({_class_text(classes[class_of[unexplained[0]]])}), "
+            "which no finding explains.",
+            unexplained,
+        )
+    places = sorted({_class_text(classes[class_of[r]]) for r in with_stack})
+    where_text = "; ".join(places[:2]) + (f" (+{len(places) - 2})" if len(places) > 2 else "")
+    rest = have - set(with_stack)
+    return (
+        "corroborates",
+        f"The stacks corroborate the verdict: culprit {_ranks(with_stack)} "
+        f"{'is' if len(with_stack) == 1 else 'are'} elsewhere ({where_text}), while the "
+        f"{len(rest):,} other rank{'s' if len(rest) != 1 else ''} with a stack "
+        f"{'are' if len(rest) != 1 else 'is'} where the dumps say.",
+        unexplained,
+    )
+
+
+def _ranks(ranks: list[int] | tuple[int, ...]) -> str:
+    return f"rank{'s' if len(ranks) != 1 else ''} {format_ranks(ranks)}"
+
+
+def _class_text(c: StackClass) -> str:
+    return c.description
+
+
+def join_stacks(report: Report, stacks: StackSet) -> Report:
+    """The report with each culprit's place, and the stack classes, when stacks were found."""
+    problems = tuple(p.message for p in stacks.problems)
+    if not stacks.by_rank:
+        if not problems:
+            return report
+        return replace(report, data_notes=(*report.data_notes, *problems))
+    by_rank = {r: s for r, s in stacks.by_rank.items() if r < max(report.world_size, 1)}
+    found = {
+        r: (culprit_where(r, by_rank[r]), by_rank[r]) for r in report.culprit_ranks if r in by_rank
+    }
+    findings = tuple(_with_where(f, found) for f in report.findings)
+    classes = group_stacks(by_rank)
+    agreement, statement, unexplained = _agreement(report, classes.classes, set(by_rank))
+    sources = Counter(s.source for s in by_rank.values())
+    evidence = StackEvidence(
+        classes=classes,
+        ranks_with_stacks=tuple(sorted(by_rank)),
+        sources=tuple(sorted(sources.items())),
+        agreement=agreement,
+        statement=statement,
+        unexplained_ranks=unexplained,
+        problems=problems,
+    )
+    notes = report.data_notes
+    no_stack = [r for r in report.ranks_loaded if r not in by_rank]
+    if no_stack and len(no_stack) < len(report.ranks_loaded):
+        notes = (
+            *notes,
+            f"no Python stack sample for {_ranks(no_stack)}: the stack classes leave "
+            "them out (py-spy dump --pid, or frtrace collect, gets one)",
+        )
+    return replace(report, findings=findings, stacks=evidence, data_notes=(*notes, *problems))

@@ -1,0 +1,118 @@
+"""``frtrace collect`` and ``frtrace compare``: the commands for a job that is hung right now.
+
+Registered on :data:`frtrace.cli.app` (kept in their own module so the CLI stays readable);
+the helpers they share with the other commands (``_echo``, ``_fail``, the analysis) come
+from :mod:`frtrace.cli`, imported when a command runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from frtrace.gate.exitcodes import EXIT_OK, EXIT_PROBLEM
+
+__all__ = ["collect", "compare"]
+
+
+def collect(
+    out_dir: Annotated[
+        Path, typer.Argument(help="Directory to collect into (created).", file_okay=False)
+    ],
+    no_analyze: Annotated[
+        bool,
+        typer.Option(
+            "--no-analyze", help="Only collect (run it on every host, then analyse once)."
+        ),
+    ] = False,
+    twice: Annotated[
+        float | None,
+        typer.Option(
+            "--twice",
+            help="Take two snapshots N seconds apart (DIR/snap1, DIR/snap2) and say which "
+            "ranks moved: stuck or slow.",
+            min=0.5,
+        ),
+    ] = None,
+    env_match: Annotated[
+        list[str] | None,
+        typer.Option("--env", help="Only processes with this variable, e.g. MASTER_PORT=29500."),
+    ] = None,
+    pyspy: Annotated[
+        bool, typer.Option("--pyspy/--no-pyspy", help="Take py-spy stacks (needs ptrace).")
+    ] = True,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds to wait for each dump.", min=0.5)
+    ] = 20.0,
+) -> None:
+    """Get every local rank's dump and stacks from a live, hung job, without killing it.
+
+    Finds the rank processes on this host (RANK in their environment), takes a py-spy dump
+    of each, asks each for a Flight Recorder dump (frtrace.recorder's SIGUSR1, the NCCL
+    debug pipe, or torch's worker server), prints what was collected per rank and how,
+    then analyses DIR.
+
+    Example: frtrace collect /shared/incident --no-analyze   # on every host, then analyze once
+    """
+    from tabulate import tabulate
+
+    from frtrace.cli import _compare_snapshots, _echo, _fail, analyze
+    from frtrace.collect.run import CollectOptions, render_table
+    from frtrace.collect.run import collect as run_collect
+
+    match: dict[str, str] = {}
+    for item in env_match or []:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise _fail(f"--env {item!r}: give NAME=VALUE, e.g. --env MASTER_PORT=29500")
+        match[key] = value
+    options = CollectOptions(dump_timeout_s=timeout, pyspy=pyspy, match_env=match or None)
+    snaps = [out_dir] if twice is None else [out_dir / "snap1", out_dir / "snap2"]
+    for i, snap in enumerate(snaps):
+        if i:
+            import time
+
+            time.sleep(twice or 0)
+        try:
+            result = run_collect(snap, options)
+        except OSError as exc:
+            raise _fail(f"{snap}: cannot collect there ({exc.strerror})") from None
+        if not result.ranks:
+            raise _fail(
+                "no rank process found on this host (no process with RANK in its environment"
+                + (f" and {', '.join(env_match or [])}" if match else "")
+                + " that this user can read); run it as the job's user, on a host of the job"
+            )
+        headers = ("rank", "pid", "Flight Recorder dump", "stacks", "not collected")
+        _echo(f"collected into {snap}:")
+        _echo(tabulate(render_table(result), headers=headers))
+    if no_analyze:
+        raise typer.Exit(code=EXIT_OK)
+    _echo("")
+    if twice is not None:
+        _compare_snapshots(snaps[0], snaps[1], None)
+        _echo("")
+    analyze(dump_dir=snaps[-1], allow_partial=True)
+
+
+def compare(
+    first: Annotated[Path, typer.Argument(help="First snapshot's dump directory.")],
+    second: Annotated[Path, typer.Argument(help="Second snapshot, taken seconds later.")],
+    jobs: Annotated[
+        int | None,
+        typer.Option("--jobs", "-j", help="Worker processes for loading (default: all CPUs)."),
+    ] = None,
+) -> None:
+    """Stuck or slow: which ranks moved between two dump sets of one job.
+
+    A rank that moved is slow, not stuck; a job where nothing moved is hung. Exit code 1
+    when some rank did not move.
+
+    Example: frtrace compare incident/snap1 incident/snap2
+    """
+    from frtrace.cli import _compare_snapshots
+
+    result = _compare_snapshots(first, second, jobs)
+    raise typer.Exit(code=EXIT_OK if result.verdict == "progressing" else EXIT_PROBLEM)

@@ -1,0 +1,152 @@
+"""Find the job's rank processes on this host from ``/proc``.
+
+A rank process has ``RANK`` in its environment (torchrun, torch.distributed.launch and most
+launchers set it; ``LOCAL_RANK`` too). Data loader workers and other children inherit that
+environment: a process whose parent has the same ``RANK`` is one of those and is skipped. So
+is this process and its ancestors (``frtrace collect`` run from a shell inside the job).
+Only the environment a process started with is visible (``/proc/PID/environ``), which is
+where launchers put these variables.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["PROC", "RankProcess", "find_rank_processes", "proc_state", "signal_caught"]
+
+PROC = Path("/proc")
+# The variables the collection mechanisms read; the rest of the environment is not kept.
+KEPT = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "HOME",
+    "XDG_CACHE_HOME",
+    "TORCH_FR_DUMP_TEMP_FILE",
+    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+    "TORCH_NCCL_DEBUG_INFO_PIPE_FILE",
+    "TORCH_WORKER_SERVER_SOCKET",
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankProcess:
+    """One rank's process on this host."""
+
+    pid: int
+    rank: int
+    local_rank: int | None
+    cmdline: str
+    env: Mapping[str, str] = field(default_factory=dict)  # only the KEPT variables
+
+
+def _environ(pid: int) -> dict[str, str] | None:
+    try:
+        raw = (PROC / str(pid) / "environ").read_bytes()
+    except OSError:  # gone, or another user's process
+        return None
+    env: dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        key, eq, value = item.partition(b"=")
+        if eq:
+            env[key.decode(errors="replace")] = value.decode(errors="replace")
+    return env
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        stat = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()  # the command name may hold spaces and ')'
+    return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
+
+
+def proc_state(pid: int) -> str | None:
+    """The process's state letter (``R``, ``S``, ``D``...), None when it is gone."""
+    try:
+        stat = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    return fields[0] if fields else None
+
+
+def signal_caught(pid: int, signum: int) -> bool:
+    """Does the process have a handler for ``signum`` (``SigCgt`` in /proc/PID/status)?
+
+    A signal with no handler takes its default action: for SIGUSR1, that kills the process.
+    """
+    try:
+        for line in (PROC / str(pid) / "status").read_text().splitlines():
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    except (OSError, ValueError):
+        return False
+    return False
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text is not None and text.strip().isdigit() else None
+
+
+def _ancestors(pid: int) -> set[int]:
+    out: set[int] = set()
+    while pid > 1 and pid not in out:
+        out.add(pid)
+        parent = _ppid(pid)
+        if parent is None:
+            break
+        pid = parent
+    return out
+
+
+def find_rank_processes(
+    match_env: Mapping[str, str] | None = None, pids: tuple[int, ...] | None = None
+) -> list[RankProcess]:
+    """Rank processes on this host, by rank; ``match_env``: only those whose environment
+    has these values (``MASTER_PORT=29500`` picks one job among several)."""
+    mine = _ancestors(os.getpid())
+    candidates: dict[int, tuple[int, dict[str, str]]] = {}
+    listing = (
+        pids if pids is not None else [int(p.name) for p in PROC.iterdir() if p.name.isdigit()]
+    )
+    for pid in listing:
+        if pid in mine:
+            continue
+        env = _environ(pid)
+        if env is None:
+            continue
+        rank = _int(env.get("RANK"))
+        if rank is None:
+            continue
+        if match_env and any(env.get(k) != v for k, v in match_env.items()):
+            continue
+        candidates[pid] = (rank, env)
+    found: list[RankProcess] = []
+    for pid, (rank, env) in candidates.items():
+        parent = _ppid(pid)
+        if parent in candidates and candidates[parent][0] == rank:
+            continue  # a data loader worker (or another child) of the rank process
+        try:
+            cmd = (
+                (PROC / str(pid) / "cmdline")
+                .read_bytes()
+                .replace(b"\0", b" ")
+                .decode(errors="replace")
+            )
+        except OSError:
+            continue
+        found.append(
+            RankProcess(
+                pid=pid,
+                rank=rank,
+                local_rank=_int(env.get("LOCAL_RANK")),
+                cmdline=cmd.strip()[:200],
+                env={k: env[k] for k in KEPT if k in env},
+            )
+        )
+    return sorted(found, key=lambda p: (p.rank, p.pid))

@@ -1,0 +1,108 @@
+"""``frtrace collect``: every local rank's dump and stacks into one directory, and one table
+of what was collected per rank and how, and what was not and why.
+
+Per rank, the stack first (``py-spy dump``: the moment as found, before any dump request
+stirs the process), then one Flight Recorder dump, by the first way that works: the
+recorder's SIGUSR1, the NCCL debug pipe, the worker server; then the worker server's
+``dump_traceback``. Ranks are collected at the same time, each step bounded in time, so a
+host of 8 ranks takes about as long as its slowest rank.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from frtrace.collect import mechanisms as m
+from frtrace.collect.procs import RankProcess, find_rank_processes
+
+__all__ = ["CollectOptions", "CollectResult", "RankCollection", "collect", "render_table"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CollectOptions:
+    """How to collect; every wait is bounded by these."""
+
+    dump_timeout_s: float = 20.0  # per dump request (asynchronous dumps included)
+    pyspy_timeout_s: float = 10.0  # per py-spy dump
+    http_timeout_s: float = 10.0  # per worker-server request
+    pyspy: bool = True  # take py-spy stacks when py-spy is installed
+    match_env: Mapping[str, str] | None = None  # only processes with these variables
+    pids: tuple[int, ...] | None = None  # only these processes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankCollection:
+    """What was done for one rank process."""
+
+    proc: RankProcess
+    outcomes: tuple[m.Outcome, ...]
+
+    @property
+    def dump(self) -> m.Outcome | None:
+        return next((o for o in self.outcomes if o.kind == "dump" and o.ok), None)
+
+    @property
+    def stacks(self) -> tuple[m.Outcome, ...]:
+        return tuple(o for o in self.outcomes if o.kind == "stacks" and o.ok)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CollectResult:
+    directory: Path
+    ranks: tuple[RankCollection, ...]
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.ranks) and all(r.dump is not None for r in self.ranks)
+
+
+def _one(proc: RankProcess, out: Path, opts: CollectOptions, exe: str | None) -> RankCollection:
+    outcomes: list[m.Outcome] = []
+    if opts.pyspy:
+        outcomes.append(m.pyspy(proc, out, opts.pyspy_timeout_s, exe))
+    for ask in (m.recorder, m.nccl_pipe, m.worker_server_dump):
+        if any(o.kind == "dump" and o.ok for o in outcomes):
+            break
+        timeout = opts.http_timeout_s if ask is m.worker_server_dump else opts.dump_timeout_s
+        outcomes.append(ask(proc, out, timeout))
+    outcomes.append(m.worker_server_traceback(proc, out, opts.http_timeout_s))
+    return RankCollection(proc=proc, outcomes=tuple(outcomes))
+
+
+def collect(directory: Path, options: CollectOptions | None = None) -> CollectResult:
+    """Collect every rank process found on this host into ``directory`` (created)."""
+    opts = options or CollectOptions()
+    directory.mkdir(parents=True, exist_ok=True)
+    procs = find_rank_processes(opts.match_env, opts.pids)
+    exe = shutil.which("py-spy") if opts.pyspy else None
+    if not procs:
+        return CollectResult(directory=directory, ranks=())
+    with ThreadPoolExecutor(max_workers=min(32, len(procs))) as pool:
+        done = list(pool.map(lambda p: _one(p, directory, opts, exe), procs))
+    return CollectResult(directory=directory, ranks=tuple(done))
+
+
+def _cell(outcomes: list[m.Outcome]) -> str:
+    return ", ".join(f"{o.mechanism} ({o.detail})" for o in outcomes) or "-"
+
+
+def render_table(result: CollectResult) -> list[list[str]]:
+    """One row per rank: rank, pid, the dump and how, the stacks and how, what was not got."""
+    rows = []
+    for rc in result.ranks:
+        dump = rc.dump
+        missed = [o for o in rc.outcomes if not o.ok]
+        rows.append(
+            [
+                str(rc.proc.rank),
+                str(rc.proc.pid),
+                f"{dump.mechanism} ({dump.detail})" if dump else "NONE",
+                _cell(list(rc.stacks)),
+                "; ".join(f"{o.mechanism}: {o.detail}" for o in missed) or "-",
+            ]
+        )
+    return rows

@@ -1,0 +1,64 @@
+"""A hung 4-rank Gloo job for tests/collect: rank STUCK sleeps in ``load_batch`` while the
+others block in ``all_reduce``. One rank of it, configured by the command line:
+
+    python3 tests/collect/hung_job.py RANK WORLD PORT DUMP_DIR MODE
+
+MODE ``recorder``: ``frtrace.recorder.enable(DUMP_DIR)`` (dumps on SIGUSR1, with its stacks
+sidecar). MODE ``server``: no recorder; the script runs inside torch's ``worker_main()``, so
+``TORCH_WORKER_SERVER_SOCKET`` (set by the test) serves ``fr_trace_json`` and
+``dump_traceback``. Each rank prints ``ready`` once it is where it will stay.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+STUCK = int(os.environ.get("STUCK_RANK", "2"))
+
+
+def load_batch(step: int) -> None:
+    print("ready", flush=True)
+    while True:  # a data loader that never returns (a file system read that hangs)
+        time.sleep(0.05)
+
+
+def train_step(step: int, rank: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    t = torch.ones(16)
+    if step == 3 and rank == STUCK:
+        load_batch(step)
+    work = dist.all_reduce(t, async_op=True)
+    if step == 3:
+        print("ready", flush=True)
+    work.wait()
+
+
+def main() -> None:
+    rank, world, port = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    dump_dir, mode = Path(sys.argv[4]), sys.argv[5]
+    if mode == "recorder":
+        import frtrace.recorder
+
+        frtrace.recorder.enable(dump_dir, verbose=False)
+    import torch.distributed as dist
+    from torch.distributed.elastic.control_plane import worker_main
+
+    store = dist.TCPStore("127.0.0.1", port, world, is_master=rank == 0, timeout=timedelta(60))
+    dist.init_process_group(
+        "gloo", store=store, rank=rank, world_size=world, timeout=timedelta(seconds=300)
+    )
+    ctx = worker_main() if mode == "server" else contextlib.nullcontext()
+    with ctx:
+        for step in range(4):
+            train_step(step, rank)
+
+
+if __name__ == "__main__":
+    main()
