@@ -23,5 +23,7 @@ def analyze(directory: Path, *, jobs: int | None = None, progress: bool = False)
 
 def analyze_dumps(dumps: DumpSet, stacks: StackSet | None = None) -> Report:
     """Diagnose an already loaded dump set; ``stacks`` say where the culprits are."""
-    report = diagnose(dumps)
-    return report if stacks is None else join_stacks(report, stacks)
+    if stacks is None:
+        return diagnose(dumps)
+    times = {r: t for r in stacks.ranks if (t := stacks.taken_at_ns(r)) is not None}
+    return join_stacks(diagnose(dumps, times), stacks)

@@ -14,11 +14,13 @@ Order of reasoning:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
+from frtrace.analysis.capture import dump_moments
 from frtrace.analysis.deadlock import find_deadlocks
 from frtrace.analysis.findings import (
     Finding,
@@ -44,17 +46,19 @@ from frtrace.ranges import format_ranks
 __all__ = ["diagnose"]
 
 
-def diagnose(dumps: DumpSet) -> Report:
-    """Analyse a loaded dump set."""
+def diagnose(dumps: DumpSet, dumped_at_ns: Mapping[int, int] | None = None) -> Report:
+    """Analyse a loaded dump set; ``dumped_at_ns``: when each rank's dump was written, where
+    known (the recorder's stack sidecar), to tell a running job from a stall."""
     membership = resolve_groups(dumps)
     matched = match(dumps, membership)
-    waits = build_wait_graph(dumps, membership, matched)
+    moments = dump_moments(dumps, dumped_at_ns or {})
+    waits = build_wait_graph(dumps, membership, matched, running=moments.running)
     unrecorded = unrecorded_ops(dumps, membership)
     findings = find_mismatches(dumps, membership, matched)
     findings += hang_findings(dumps, membership, matched, waits, unrecorded)
     findings += find_deadlocks(dumps, membership, matched, waits)
     findings += stuck_findings(dumps, membership, matched, waits)
-    findings += in_flight_findings(dumps, membership, matched, waits)
+    findings += in_flight_findings(membership, matched, waits, moments)
     findings, presumed = _explain_missing(findings, membership, waits, set(dumps.loaded_ranks))
     hidden = unrecorded_finding(membership, unrecorded)
     if hidden is not None:
@@ -82,7 +86,6 @@ def diagnose(dumps: DumpSet) -> Report:
     elif (
         any(f.kind == FindingKind.STUCK_IN_COLLECTIVE for f in findings)
         or any(f.kind == FindingKind.MISSING_DUMP for f in findings)
-        or any(f.kind == FindingKind.IN_FLIGHT and f.severity == Severity.WARNING for f in findings)
         or unexplained_ranks(matched, waits)
         or hidden is not None  # every recorded op finished, but a send/recv may not have
     ):

@@ -200,17 +200,4 @@ def match(dumps: DumpSet, membership: Membership) -> MatchResult:
         pending_p2p=pending_p2p,
         blocked=blocked_ops(pending, pending_p2p),
         failed=failed,
-        finishing=_finishing(collectives),
-    )
-
-
-def _finishing(collectives: pd.DataFrame) -> frozenset[tuple[int, int, int]]:
-    rows = collectives[collectives["finishing"].to_numpy(dtype=bool)]
-    return frozenset(
-        zip(
-            rows["rank"].astype(int).tolist(),
-            rows["gid"].astype(int).tolist(),
-            rows["seq"].astype(int).tolist(),
-            strict=True,
-        )
     )

@@ -86,9 +86,6 @@ class MatchResult:
     blocked: dict[int, OpRef]
     # Collectives retired on some members that cannot have completed, by (gid, seq).
     failed: dict[tuple[int, int], FailedOp] = field(default_factory=dict)
-    # (rank, gid, seq) of ops a member has not finished itself although another member did:
-    # it is still inside them (in flight), finishing what completed elsewhere.
-    finishing: frozenset[tuple[int, int, int]] = frozenset()
 
 
 def codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str | None]]:

@@ -42,12 +42,11 @@ def settle_completion(
     not done on any member: they are all still waiting in it, as if the dumps had been taken
     while they blocked.
 
-    Adds ``done`` (effective, per member) and ``own_done`` (what the member's own entry
-    says) to collectives and ``finished`` (every member that recorded it is done) to
-    consensus; ``done_any`` keeps "some member finished it". Returns the failed ops too.
+    Adds ``done`` (effective, per member) to collectives and ``finished`` (every member that
+    recorded it is done) to consensus; ``done_any`` keeps "some member finished it".
+    Returns the failed ops too.
     """
     failed = find_failed(dumps, membership, collectives, consensus)
-    collectives["own_done"] = collectives["done"].to_numpy(dtype=bool)
     if failed:
         keys_failed = pd.DataFrame(list(failed), columns=["gid", "seq"]).assign(failed=True)
         hit = (
@@ -96,9 +95,6 @@ def settle_completion(
     collectives["done"] = collectives["done"].to_numpy(dtype=bool) | vouched
     del vouched
     finished = collectives["done"].groupby(keys).all().rename("finished")
-    collectives["finishing"] = collectives["done"].to_numpy(dtype=bool) & ~collectives[
-        "own_done"
-    ].to_numpy(dtype=bool)
     consensus = consensus.join(finished, on=["gid", "seq"]).drop(columns=["gloo", "vouch"])
     return collectives, consensus, failed
 

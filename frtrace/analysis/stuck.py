@@ -6,6 +6,7 @@ the same picture is also a healthy dump taken a moment after an op, so it is inf
 
 from __future__ import annotations
 
+from frtrace.analysis.capture import DumpMoments
 from frtrace.analysis.findings import (
     Confidence,
     Finding,
@@ -90,72 +91,53 @@ def stuck_findings(
 
 
 def in_flight_findings(
-    dumps: DumpSet, membership: Membership, matched: MatchResult, waits: WaitGraph
+    membership: Membership, matched: MatchResult, waits: WaitGraph, moments: DumpMoments
 ) -> list[Finding]:
-    """Waits on members still inside the op before, which another member finished.
+    """Waits on members that had not entered the op yet when a running job was dumped.
 
-    On Gloo (no states) that is a running job caught between ops: ``retired`` comes a moment
-    after an op finishes, so a member can still look inside an op its peers left. On NCCL a
-    member whose GPU has not finished an op that completed on its peers is stalled below the
-    recorder, unless its dump was taken a moment before theirs: a warning that names it.
+    Both sides' dumps were written moments after their newest entries (``capture``): the
+    member is between ops, or finishing the one before; the chain of waits ends in an op in
+    flight, not in a culprit.
     """
-    by_op: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
+    by_op: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for e in waits.in_flight:
         if e.seq is not None:
-            by_op.setdefault((e.gid, e.seq), []).append((e.waiter, e.target, e.row))
-    stateless = stateless_ranks(dumps)
+            by_op.setdefault((e.gid, e.seq), []).append((e.waiter, e.target))
     findings = []
     for (gid, seq), pairs in sorted(by_op.items()):
         group = membership.groups[gid]
-        waiting = tuple(sorted({w for w, _, _ in pairs}))
-        behind = tuple(sorted({t for _, t, _ in pairs}))
-        sig = signature_at(dumps, min(r for _, _, r in pairs))
-        where = f"{sig.op} #{seq} of {group.label}"
-        ahead = f"rank{'s' if len(waiting) > 1 else ''} {format_ranks(waiting)}"
-        late = f"rank{'s' if len(behind) > 1 else ''} {format_ranks(behind)}"
-        if set(behind) <= stateless:
-            findings.append(
-                Finding(
-                    kind=FindingKind.IN_FLIGHT,
-                    severity=Severity.INFO,
-                    summary=f"{ahead} entered {where} while {late} were still finishing "
-                    f"#{seq - 1}, which other members had finished: a running job caught "
-                    "between ops",
-                    culprit_ranks=(),
-                    waiting_ranks=waiting,
-                    group=group,
-                    seq=seq,
-                    op=sig.op,
-                    expected=sig,
-                    confidence=Confidence.MEDIUM,
-                    why="Gloo marks an op retired a moment after it finishes; a rank still "
-                    "inside an op its peers left is on its way, not stuck",
-                    evidence=(
-                        "if the job is in fact hung, a second snapshot a few seconds later "
-                        "shows it: `frtrace analyze` on both",
-                    ),
-                )
-            )
-            continue
+        waiting = tuple(sorted({w for w, _ in pairs}))
+        behind = tuple(sorted({t for _, t in pairs}))
+        op = (
+            matched.pending[(waiting[0], gid, seq)].op
+            if (waiting[0], gid, seq) in matched.pending
+            else "op"
+        )
+        where = f"{op} #{seq} of {group.label}"
+        idle = max(moments.idle_s.get(r, 0.0) for r in (*waiting, *behind))
         findings.append(
             Finding(
                 kind=FindingKind.IN_FLIGHT,
-                severity=Severity.WARNING,
-                summary=f"{late} had not finished #{seq - 1} of {group.label}, which completed "
-                f"on its peers, while {ahead} waited in {where}: a stall below the recorder "
-                "(GPU, stream, communicator) on it, or its dump was taken a moment earlier",
-                culprit_ranks=behind,
+                severity=Severity.INFO,
+                summary=(
+                    f"rank{'s' if len(waiting) > 1 else ''} {format_ranks(waiting)} entered "
+                    f"{where}; rank{'s' if len(behind) > 1 else ''} {format_ranks(behind)} "
+                    f"had not yet (newest op #{seq - 1}): a running job, dumped at most "
+                    f"{idle * 1000:.0f} ms after each rank's newest op"
+                ),
+                culprit_ranks=(),
                 waiting_ranks=waiting,
                 group=group,
                 seq=seq,
-                op=sig.op,
-                expected=sig,
-                confidence=Confidence.LOW,
-                why="a collective completes on all members at nearly the same moment; the dumps "
-                "do not say when each was taken",
-                evidence=(
-                    f"check rank {format_ranks(behind)}'s GPU (nvidia-smi, Xid errors in dmesg) "
-                    "and take a second snapshot a few seconds later",
+                op=op,
+                confidence=Confidence.HIGH,
+                why="the recorder wrote each dump moments after the rank's newest entry, well "
+                "within the job's own gaps between ops: nobody had waited long",
+                evidence=tuple(
+                    f"rank {r}: dumped {moments.idle_s[r] * 1000:.0f} ms after its newest entry "
+                    f"(running if under {moments.limit_s[r] * 1000:.0f} ms)"
+                    for r in sorted({*waiting, *behind})[:8]
+                    if r in moments.idle_s
                 ),
             )
         )

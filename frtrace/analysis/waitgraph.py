@@ -11,12 +11,12 @@ something. For u blocked in collective (group, seq), member v is waited on when:
 - ``mismatch``: v entered the seq with another op, size or dtype than the majority;
 - ``not_started``: every member enqueued it, u's GPU started it, v's did not (NCCL timing);
 - ``no_dump``: v has no readable dump and nothing else explains u's wait (inferred);
-- ``in_flight``: v has not reached the seq but is still inside the one before it, which
-  another member finished, and both dumps were written moments after their newest entries
-  (``running``: known from the recorder's dump time): v is on its way, not stuck. Without the
-  dump time the same picture is a rank stuck inside an op its peers left (a broadcast from
-  another root), and is read so. Not a root cause: such edges are kept apart from the graph
-  (``WaitGraph.in_flight``).
+- ``in_flight``: v's newest op in the group is the one just before, and both dumps were
+  written moments after their newest entries (``running``, from the recorder's dump time,
+  ``capture``): v is between ops or finishing the one before, on its way, not stuck. Without
+  the dump time the same picture is a rank stuck in host code, or inside an op its peers left
+  (a broadcast from another root), and is read so. Not a root cause: such edges are kept
+  apart from the graph (``WaitGraph.in_flight``).
 
 For u blocked in a send/recv, the peer is waited on if it never posted the matching op
 (``p2p_unmatched``) or is blocked elsewhere.
@@ -79,7 +79,7 @@ class WaitGraph:
     sink_components: tuple[tuple[int, ...], ...]
     cycles: tuple[tuple[int, ...], ...]
     co_waiting: dict[tuple[int, int], tuple[int, ...]]  # (gid, seq) -> ranks all inside it
-    in_flight: tuple[Edge, ...] = ()  # waits on a member still finishing the op before
+    in_flight: tuple[Edge, ...] = ()  # waits on a member on its way (a running job)
 
 
 def _majority(members: list[tuple[int, object]]) -> set[int] | None:
@@ -236,12 +236,8 @@ def _collective_targets(
             if v not in ctx.wrapped:  # its whole history is there: it never used this group
                 out.append((v, EdgeKind.NEVER_JOINED))
         elif seq > span[1]:
-            finishing = (
-                span[1] == seq - 1
-                and (v, gid, seq - 1) in ctx.match.finishing
-                and {mine.rank, v} <= ctx.running
-            )
-            out.append((v, EdgeKind.IN_FLIGHT if finishing else EdgeKind.NEVER_JOINED))
+            on_its_way = span[1] == seq - 1 and {mine.rank, v} <= ctx.running
+            out.append((v, EdgeKind.IN_FLIGHT if on_its_way else EdgeKind.NEVER_JOINED))
         # else: seq inside or below v's window without an entry: a gap or a wrapped-out op
     return out, no_dump
 

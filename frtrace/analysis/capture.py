@@ -1,0 +1,61 @@
+"""When each dump was written, against the job's own cadence: a running job or a stall.
+
+A rank that finished op ``k - 1`` and has not entered ``k`` looks the same whether the job is
+running (the rank is between ops) or hung (the rank is stuck in host code): the Flight
+Recorder does not record when a dump was written. The recorder's stack sidecar does
+(``dumped_at_ns``). Where it is known, a rank was *running* when it dumped if its newest entry
+was created a moment before: within a few of its own longest gaps between ops (from the
+history in its buffer), and never more than a few seconds, far below any collective timeout.
+Waits in a snapshot of a running job are ops in flight, not hangs (``waitgraph``).
+
+Without a dump time nothing is concluded here: the dumps are read as taken while the job was
+stuck, and the report says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from frtrace.load.tables import DumpSet
+
+__all__ = ["DumpMoments", "dump_moments"]
+
+# A rank whose newest entry is older than this at its dump is not "between two ops", whatever
+# its cadence: real stalls are reported after seconds to minutes.
+_MAX_RUNNING_S = 2.0
+_MIN_RUNNING_S = 0.25  # ... and one whose newest entry is this recent always is
+_GAP_FACTOR = 3.0  # a few of the rank's own longest gaps between ops
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DumpMoments:
+    """Per rank: when its dump was written and how long its newest op had been open."""
+
+    dumped_at_ns: Mapping[int, int]  # ranks whose dump time is known
+    idle_s: Mapping[int, float]  # dump time minus the newest entry's creation
+    limit_s: Mapping[int, float]  # the longest pause that still counts as running
+    running: frozenset[int]  # ranks whose dump caught them mid-work (idle <= limit)
+
+
+def dump_moments(dumps: DumpSet, dumped_at_ns: Mapping[int, int]) -> DumpMoments:
+    """Classify each rank with a known dump time; see the module docstring."""
+    if not dumped_at_ns:
+        return DumpMoments(dumped_at_ns={}, idle_s={}, limit_s={}, running=frozenset())
+    rank = dumps.entries.column("rank").to_numpy()
+    created = dumps.entries.column("time_created_ns").to_numpy(zero_copy_only=False)
+    idle: dict[int, float] = {}
+    limit: dict[int, float] = {}
+    for r, at in sorted(dumped_at_ns.items()):
+        times = created[rank == r]
+        times = np.asarray([t for t in times[-512:] if t is not None and t == t], dtype=np.int64)
+        if times.size == 0:
+            continue
+        idle[r] = (at - int(times.max())) / 1e9
+        gaps = np.diff(np.sort(times)) / 1e9
+        longest = float(np.quantile(gaps, 0.95)) if gaps.size else 0.0
+        limit[r] = min(_MAX_RUNNING_S, max(_MIN_RUNNING_S, _GAP_FACTOR * longest))
+    running = frozenset(r for r, s in idle.items() if -1.0 <= s <= limit[r])
+    return DumpMoments(dumped_at_ns=dict(dumped_at_ns), idle_s=idle, limit_s=limit, running=running)
