@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from frtrace.analysis.capture import dump_times_from_entries
 from frtrace.analysis.diagnose import diagnose
 from frtrace.analysis.findings import Report
 from frtrace.analysis.stackjoin import join_stacks
@@ -23,7 +24,8 @@ def analyze(directory: Path, *, jobs: int | None = None, progress: bool = False)
 
 def analyze_dumps(dumps: DumpSet, stacks: StackSet | None = None) -> Report:
     """Diagnose an already loaded dump set; ``stacks`` say where the culprits are."""
+    times = dump_times_from_entries(dumps)  # NCCL: what the dump itself discovered
     if stacks is None:
-        return diagnose(dumps)
-    times = {r: t for r in stacks.ranks if (t := stacks.taken_at_ns(r)) is not None}
+        return diagnose(dumps, times)
+    times |= {r: t for r in stacks.ranks if (t := stacks.taken_at_ns(r)) is not None}
     return join_stacks(diagnose(dumps, times), stacks)

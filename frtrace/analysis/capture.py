@@ -8,6 +8,11 @@ was created a moment before: within a few of its own longest gaps between ops (f
 history in its buffer), and never more than a few seconds, far below any collective timeout.
 Waits in a snapshot of a running job are ops in flight, not hangs (``waitgraph``).
 
+NCCL dumps carry a dump time of their own: the recorder works out each entry's state when it
+dumps, so an entry it found started or completed and that the watchdog has not yet retired
+(it retires every ~100 ms) was discovered at most a watchdog tick before the dump
+(``dump_times_from_entries``).
+
 Without a dump time nothing is concluded here: the dumps are read as taken while the job was
 stuck, and the report says so.
 """
@@ -21,7 +26,7 @@ import numpy as np
 
 from frtrace.load.tables import DumpSet
 
-__all__ = ["DumpMoments", "dump_moments"]
+__all__ = ["DumpMoments", "dump_moments", "dump_times_from_entries"]
 
 # A rank whose newest entry is older than this at its dump is not "between two ops", whatever
 # its cadence: real stalls are reported after seconds to minutes.
@@ -59,3 +64,21 @@ def dump_moments(dumps: DumpSet, dumped_at_ns: Mapping[int, int]) -> DumpMoments
         limit[r] = min(_MAX_RUNNING_S, max(_MIN_RUNNING_S, _GAP_FACTOR * longest))
     running = frozenset(r for r, s in idle.items() if -1.0 <= s <= limit[r])
     return DumpMoments(dumped_at_ns=dict(dumped_at_ns), idle_s=idle, limit_s=limit, running=running)
+
+
+def dump_times_from_entries(dumps: DumpSet) -> dict[int, int]:
+    """Per rank, the latest discovery time of an entry not yet retired (NCCL): the dump was
+    written at most a watchdog tick after it. Ranks without such an entry are absent."""
+    entries = dumps.entries
+    retired = entries.column("retired").fill_null(True).to_numpy(zero_copy_only=False)
+    keep = ~retired.astype(bool)
+    if not keep.any():
+        return {}
+    rank = entries.column("rank").to_numpy()[keep]
+    out: dict[int, int] = {}
+    for column in ("time_discovered_started_ns", "time_discovered_completed_ns"):
+        values = entries.column(column).to_numpy(zero_copy_only=False)[keep]
+        for r, t in zip(rank.tolist(), values.tolist(), strict=True):
+            if t is not None and t == t and t > out.get(r, 0):
+                out[r] = int(t)
+    return out

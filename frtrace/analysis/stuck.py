@@ -24,9 +24,14 @@ __all__ = ["in_flight_findings", "stateless_ranks", "stuck_findings"]
 
 
 def stuck_findings(
-    dumps: DumpSet, membership: Membership, matched: MatchResult, waits: WaitGraph
+    dumps: DumpSet,
+    membership: Membership,
+    matched: MatchResult,
+    waits: WaitGraph,
+    running: frozenset[int] = frozenset(),
 ) -> list[Finding]:
-    """Ops that every member entered and none finished."""
+    """Ops that every member entered and none finished. When a member dumped moments after
+    its newest entry (``running``), the op had only just got all its members: in flight."""
     findings = []
     stateless = stateless_ranks(dumps)
     for (gid, seq), ranks in sorted(waits.co_waiting.items()):
@@ -44,6 +49,24 @@ def stuck_findings(
         sig = signature_at(dumps, row)
         held = victims_of(waits, ranks)
         where = f"{sig.op} #{seq} of {group.label}"
+        if running & set(ranks):
+            findings.append(
+                Finding(
+                    kind=FindingKind.IN_FLIGHT,
+                    severity=Severity.INFO,
+                    summary=f"{where} was in flight when the dumps were taken: every member "
+                    "entered it, the last of them moments before its dump",
+                    culprit_ranks=(),
+                    waiting_ranks=tuple(ranks),
+                    group=group,
+                    seq=seq,
+                    op=sig.op,
+                    expected=sig,
+                    confidence=Confidence.HIGH,
+                    why="the dump times show nobody had waited long (a running job)",
+                )
+            )
+            continue
         if set(ranks) <= stateless and not held:
             findings.append(
                 Finding(
@@ -114,16 +137,16 @@ def in_flight_findings(
             else "op"
         )
         where = f"{op} #{seq} of {group.label}"
-        idle = max(moments.idle_s.get(r, 0.0) for r in (*waiting, *behind))
+        idle = max(moments.idle_s.get(r, 0.0) for r in waiting)
         findings.append(
             Finding(
                 kind=FindingKind.IN_FLIGHT,
                 severity=Severity.INFO,
                 summary=(
                     f"rank{'s' if len(waiting) > 1 else ''} {format_ranks(waiting)} entered "
-                    f"{where}; rank{'s' if len(behind) > 1 else ''} {format_ranks(behind)} "
-                    f"had not yet (newest op #{seq - 1}): a running job, dumped at most "
-                    f"{idle * 1000:.0f} ms after each rank's newest op"
+                    f"{where}, which rank{'s' if len(behind) > 1 else ''} "
+                    f"{format_ranks(behind)} had not finished or entered yet: a running job, "
+                    f"dumped at most {idle * 1000:.0f} ms after the waiting ranks' newest op"
                 ),
                 culprit_ranks=(),
                 waiting_ranks=waiting,
@@ -136,7 +159,7 @@ def in_flight_findings(
                 evidence=tuple(
                     f"rank {r}: dumped {moments.idle_s[r] * 1000:.0f} ms after its newest entry "
                     f"(running if under {moments.limit_s[r] * 1000:.0f} ms)"
-                    for r in sorted({*waiting, *behind})[:8]
+                    for r in waiting[:8]
                     if r in moments.idle_s
                 ),
             )

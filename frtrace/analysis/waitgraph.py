@@ -11,12 +11,11 @@ something. For u blocked in collective (group, seq), member v is waited on when:
 - ``mismatch``: v entered the seq with another op, size or dtype than the majority;
 - ``not_started``: every member enqueued it, u's GPU started it, v's did not (NCCL timing);
 - ``no_dump``: v has no readable dump and nothing else explains u's wait (inferred);
-- ``in_flight``: v's newest op in the group is the one just before, and both dumps were
-  written moments after their newest entries (``running``, from the recorder's dump time,
-  ``capture``): v is between ops or finishing the one before, on its way, not stuck. Without
-  the dump time the same picture is a rank stuck in host code, or inside an op its peers left
-  (a broadcast from another root), and is read so. Not a root cause: such edges are kept
-  apart from the graph (``WaitGraph.in_flight``).
+- ``in_flight``: u's dump was written moments after it entered the op (``running``, from
+  the dump time: ``capture``): u has not waited long, so whatever it waits on is an op in
+  flight in a running job, not a hang (a mismatch stays a mismatch). Without the dump time
+  the same picture is read as taken while stuck. Not a root cause: such edges are kept apart
+  from the graph (``WaitGraph.in_flight``).
 
 For u blocked in a send/recv, the peer is waited on if it never posted the matching op
 (``p2p_unmatched``) or is blocked elsewhere.
@@ -28,7 +27,7 @@ that waits on no one outside it (a cross-group deadlock). Everyone upstream is a
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -122,6 +121,7 @@ def build_wait_graph(
     co_waiting: dict[tuple[int, int], set[int]] = defaultdict(set)
     inside: dict[tuple[int, int], bool] = {}
     for u, op in match.blocked.items():
+        found: list[Edge]
         if op.kind == COLLECTIVE:
             found = _collective_edges(ctx, op)
             assert op.seq is not None
@@ -133,6 +133,11 @@ def build_wait_graph(
                     co_waiting[key].add(u)
         else:
             found = _p2p_edges(ctx, op)
+        if u in running:  # u entered its op moments before its dump: nothing waited long
+            found = [
+                e if e.kind == EdgeKind.MISMATCH else replace(e, kind=EdgeKind.IN_FLIGHT)
+                for e in found
+            ]
         edges.extend(found)
     return _analyse(edges, {k: tuple(sorted(v)) for k, v in co_waiting.items()})
 
@@ -236,8 +241,7 @@ def _collective_targets(
             if v not in ctx.wrapped:  # its whole history is there: it never used this group
                 out.append((v, EdgeKind.NEVER_JOINED))
         elif seq > span[1]:
-            on_its_way = span[1] == seq - 1 and {mine.rank, v} <= ctx.running
-            out.append((v, EdgeKind.IN_FLIGHT if on_its_way else EdgeKind.NEVER_JOINED))
+            out.append((v, EdgeKind.NEVER_JOINED))
         # else: seq inside or below v's window without an entry: a gap or a wrapped-out op
     return out, no_dump
 

@@ -6,6 +6,7 @@ next to the real fixtures in tests/fixtures/gloo_capture that exercise the same 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -128,3 +129,60 @@ def test_a_missing_member_does_not_vanish_from_a_group_only_it_shares(tmp_path: 
     assert group.members == (1, 3)
     assert report.suspected_ranks == (3,)
     assert report.verdict in (Verdict.HANG, Verdict.CANNOT_TELL)
+
+
+def _sidecar(path: Path, rank: int, dumped_at_ns: int) -> None:
+    """The recorder's stack sidecar, as frtrace.job.sidecar writes it: the dump time."""
+    doc = {
+        "format": "frtrace-stacks",
+        "version": 1,
+        "rank": rank,
+        "pid": 1000 + rank,
+        "host": "node-0",
+        "dumped_at_ns": dumped_at_ns,
+        "trigger": {"kind": "signal", "detail": "SIGUSR1"},
+        "threads": [
+            {
+                "id": "0x1",
+                "name": "MainThread",
+                "is_main": True,
+                "frames": [{"name": "train_step", "filename": "/job/train.py", "line": 42}],
+            }
+        ],
+    }
+    path.write_text(json.dumps(doc))
+
+
+def _between_ops(tmp_path: Path, dumped_after_ms: int) -> Path:
+    """0, 1, 3 entered all_reduce #3 (not retired); rank 2 finished #2 and has not entered #3.
+    Every rank dumped ``dumped_after_ms`` after the newest entry of the job (ops 10 ms apart)."""
+    done = [(1, True, 0), (2, True, 10)]
+    dumps = {r: _gloo(r, [*done, (3, False, 20 + r)]) for r in (0, 1, 3)} | {2: _gloo(2, done)}
+    _write(tmp_path, dumps)
+    for r in range(4):
+        _sidecar(tmp_path / f"stacks_rank_{r}.json", r, T0 + (23 + dumped_after_ms) * MS)
+    return tmp_path
+
+
+def test_a_snapshot_of_a_running_job_is_not_a_hang(tmp_path: Path) -> None:
+    """The recorder's dump times show every rank dumped within ms of its newest op: rank 2 is
+    between ops, the others have just entered #3. In flight, no culprit."""
+    report = analyze(_between_ops(tmp_path, dumped_after_ms=5))
+    assert report.verdict == Verdict.HEALTHY and report.culprit_ranks == ()
+    assert any(f.kind == FindingKind.IN_FLIGHT for f in report.findings)
+
+
+def test_the_same_picture_dumped_seconds_later_is_a_hang(tmp_path: Path) -> None:
+    """The same entries, dumped 30 s after the newest op: rank 2 is stuck before #3."""
+    report = analyze(_between_ops(tmp_path, dumped_after_ms=30_000))
+    assert report.verdict == Verdict.HANG and report.culprit_ranks == (2,)
+
+
+def test_without_a_dump_time_the_picture_is_read_as_stuck_and_says_so(tmp_path: Path) -> None:
+    """No sidecar: the dumps do not say when they were written; read as taken while stuck,
+    and the finding says what would settle it."""
+    done = [(1, True, 0), (2, True, 10)]
+    dumps = {r: _gloo(r, [*done, (3, False, 20 + r)]) for r in (0, 1, 3)} | {2: _gloo(2, done)}
+    report = analyze(_write(tmp_path, dumps))
+    assert report.verdict == Verdict.HANG and report.culprit_ranks == (2,)
+    assert any("a second snapshot" in e for e in report.findings[0].evidence)

@@ -304,11 +304,10 @@ def test_batched_p2p_post_timeout_names_the_missing_half(
 
 @pytest.mark.xfail(
     strict=False,
-    reason=f"{ISSUE_10}: onlyActive dumps (minimal: 4 ranks, dp 4, rank 0 stalled before the "
-    "first dp call, retire-first: ranks 1-3 hold only the hung entry, retired and not "
-    "completed; rank 0 has entries []) are called healthy; stale per-op entries of finished "
-    "p2p batches (never discovered, so kept) read as unmatched sends/recvs; a 2-rank "
-    "mismatch has no earlier history left to break the tie",
+    reason=f"{ISSUE_10}: left: a wrong op in a two-member group with onlyActive dumps has no "
+    "earlier history left to break the tie, so both members are named (the dumps cannot say "
+    "which deviated); stale per-op entries of finished p2p batches (never discovered, so "
+    "kept) can read as unmatched sends/recvs",
 )
 @SETTINGS
 @given(
@@ -327,9 +326,9 @@ def test_only_active_dumps_name_exactly_the_culprit(spec: JobSpec, version: str,
 
 @pytest.mark.xfail(
     strict=False,
-    reason=f"{ISSUE_10}: a running job's in-flight collectives (every member entered, dumped "
-    "moments after they were created, completed entries not yet retired) are called "
-    "stuck_in_collective (cannot_tell); with onlyActive a rank without a dump is blamed",
+    reason=f"{ISSUE_10}: left: a snapshot where the waiting rank's own dump shows no instant "
+    "(no entry its dump discovered, e.g. a rank blocked in a recv) is read as taken while "
+    "stuck, although another rank's dump shows the job was running",
 )
 @pytest.mark.parametrize("only_active", [False, True], ids=["all", "only-active"])
 @SETTINGS
