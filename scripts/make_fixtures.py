@@ -371,7 +371,7 @@ def _enable_recorder(r: Rank) -> None:
     """
     if str(REPO_ROOT) not in sys.path:
         sys.path.insert(0, str(REPO_ROOT))
-    import frtrace.recorder as rec
+    import frtrace.job.recorder as rec  # (the module itself: frtrace.recorder re-exports it)
 
     def excepthook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
         traceback.print_exception(exc_type, exc, tb)
@@ -382,13 +382,13 @@ def _enable_recorder(r: Rank) -> None:
     sys.excepthook = excepthook  # runs after the recorder's hook: the process exits
     original = rec.dump
 
-    def dump(reason: str = "on demand", *, rank: int | None = None) -> Path:
+    def dump(reason: str = "on demand", *, rank: int | None = None, **how: Any) -> Path:
         with r._dump_lock:
             first = not r.dumped
             r.dumped = True
         if first:
             state = r.state
-            path = original(reason, rank=rank)
+            path = original(reason, rank=rank, **how)
             _write_atomic(r.json_path, rec._trace_bytes("json"))
             r.dumped_after_error = reason.startswith("unhandled")
             r.report("dumped", f"{state} [frtrace.recorder: {reason}]")
@@ -1529,7 +1529,8 @@ def _check(
     """The scenario produced exactly the expected files, and ran the way it was built to."""
     errors: list[str] = []
     want = {f"{sc.file_stem}{r}" for r in sc.ranks_with_dumps}
-    got = {p.name for p in (out / sc.tree / sc.name).iterdir()}
+    # (the recorder also writes its stacks sidecar, stacks_rank_<r>.json, next to each dump)
+    got = {p.name for p in (out / sc.tree / sc.name).iterdir() if not p.name.startswith("stacks_")}
     got_json = {p.name for p in (out / f"{sc.tree}_json" / sc.name).iterdir()}
     if got != want:
         errors.append(f"pickle dumps {sorted(got)} != expected {sorted(want)}")

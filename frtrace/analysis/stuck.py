@@ -49,40 +49,36 @@ def stuck_findings(
         sig = signature_at(dumps, row)
         held = victims_of(waits, ranks)
         where = f"{sig.op} #{seq} of {group.label}"
+        in_flight = None
         if running & set(ranks):
+            in_flight = (
+                "the last of them moments before its dump",
+                Confidence.HIGH,
+                "the dump times show nobody had waited long (a running job)",
+            )
+        elif set(ranks) <= stateless and not held:
+            in_flight = (
+                "and Gloo retires an op a moment after it finishes",
+                Confidence.MEDIUM,
+                "Gloo marks an op retired a moment after it finishes, so the newest op can "
+                "look unfinished in a healthy job",
+            )
+        if in_flight is not None:
+            how, confidence, why = in_flight
             findings.append(
                 Finding(
                     kind=FindingKind.IN_FLIGHT,
                     severity=Severity.INFO,
                     summary=f"{where} was in flight when the dumps were taken: every member "
-                    "entered it, the last of them moments before its dump",
+                    f"entered it, {how}",
                     culprit_ranks=(),
                     waiting_ranks=tuple(ranks),
                     group=group,
                     seq=seq,
                     op=sig.op,
                     expected=sig,
-                    confidence=Confidence.HIGH,
-                    why="the dump times show nobody had waited long (a running job)",
-                )
-            )
-            continue
-        if set(ranks) <= stateless and not held:
-            findings.append(
-                Finding(
-                    kind=FindingKind.IN_FLIGHT,
-                    severity=Severity.INFO,
-                    summary=f"{where} was in flight when the dumps were taken (every member "
-                    "entered it)",
-                    culprit_ranks=(),
-                    waiting_ranks=tuple(ranks),
-                    group=group,
-                    seq=seq,
-                    op=sig.op,
-                    expected=sig,
-                    confidence=Confidence.MEDIUM,
-                    why="Gloo marks an op retired a moment after it finishes, so the newest op "
-                    "can look unfinished in a healthy job",
+                    confidence=confidence,
+                    why=why,
                 )
             )
             continue

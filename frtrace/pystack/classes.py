@@ -23,6 +23,7 @@ from typing import Any
 
 from frtrace.pystack.model import Frame, ProcessStacks, ThreadStack
 from frtrace.pystack.where import frame_label, is_library_frame, pick_thread, short_filename
+from frtrace.ranges import format_ranks
 
 __all__ = [
     "PrefixNode",
@@ -36,22 +37,6 @@ __all__ = [
 
 FrameKey = tuple[str, str, int | None]
 RankFormatter = Callable[[Iterable[int]], str]
-
-
-def format_ranks(ranks: Iterable[int]) -> str:
-    """``[0, 1, 2, 3, 5]`` -> ``"0-3,5"`` (sorted, de-duplicated; ``"-"`` when empty)."""
-    items = sorted(set(ranks))
-    if not items:
-        return "-"
-    parts: list[str] = []
-    start = prev = items[0]
-    for r in items[1:]:
-        if r != prev + 1:
-            parts.append(f"{start}-{prev}" if prev > start else str(start))
-            start = r
-        prev = r
-    parts.append(f"{start}-{prev}" if prev > start else str(start))
-    return ",".join(parts)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
