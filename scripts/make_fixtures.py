@@ -317,6 +317,10 @@ def _short_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {msg}"
 
 
+# Capture modes in which frtrace.recorder is enabled and writes the dumps (and their sidecars).
+RECORDER_MODES = ("recorder", "running", "running_timer")
+
+
 def worker_main(name: str, rank: int, port: int, out: Path, scratch: Path) -> None:
     scenario = SCENARIOS[name]
     os.environ["TORCH_FR_BUFFER_SIZE"] = str(scenario.buffer_size)  # also set by the harness
@@ -325,7 +329,7 @@ def worker_main(name: str, rank: int, port: int, out: Path, scratch: Path) -> No
     from datetime import timedelta
 
     r = Rank(rank, scenario, out, scratch)
-    if scenario.mode in ("recorder", "running"):
+    if scenario.mode in RECORDER_MODES:
         _enable_recorder(r)
     r.dist.init_process_group(
         "gloo",
@@ -348,7 +352,7 @@ def worker_main(name: str, rank: int, port: int, out: Path, scratch: Path) -> No
         # A collective failed (e.g. a peer died): stay alive so the armed timer still dumps.
         r.state = f"raised {_short_error(exc)} in {r.state.removeprefix('in ')}"
         print(f"rank {rank}: {r.state}", flush=True)
-        if r.mode in ("recorder", "running"):
+        if r.mode in RECORDER_MODES:
             raise  # unhandled: frtrace.recorder's excepthook dumps, then the rank exits
         if r.mode == "died" and rank in scenario.crashed_ranks:
             print(f"rank {rank}: exits without a dump", flush=True)
@@ -390,6 +394,14 @@ def _enable_recorder(r: Rank) -> None:
             state = r.state
             path = original(reason, rank=rank, **how)
             _write_atomic(r.json_path, rec._trace_bytes("json"))
+            # the recorder writes its stacks sidecar (with the dump time) next to its own dump;
+            # the JSON of a moment later gets one of its own, as a JSON-writing recorder would
+            from frtrace.job.sidecar import capture_current_stacks, write_stacks
+
+            sidecar = capture_current_stacks(
+                how.get("trigger", "on_demand"), how.get("detail"), rank=r.rank
+            )
+            write_stacks(r.json_path.parent / f"stacks_rank_{r.rank}.json", sidecar)
             r.dumped_after_error = reason.startswith("unhandled")
             r.report("dumped", f"{state} [frtrace.recorder: {reason}]")
             print(f"rank {r.rank}: recorder dumped ({reason})", flush=True)
@@ -767,12 +779,19 @@ def prog_healthy_running(r: Rank) -> None:
 
 
 def _dump_at_common_time(r: Rank) -> None:
-    """Every rank's timer fires at the same wall-clock instant, chosen by the harness."""
+    """Every rank's timer fires at the same wall-clock instant, chosen by the harness, and
+    dumps through frtrace.recorder (on demand), which also writes the dump time."""
+    import frtrace.job.recorder as rec
+
     path = r.scratch / "dump_at"
     while not path.exists():
         time.sleep(0.02)
     time.sleep(max(0.0, float(path.read_text()) - time.time()))
-    r.dump_and_exit()
+    rec.dump("on demand (timer)")
+    deadline = time.monotonic() + RELEASE_WAIT_S
+    while not (r.scratch / "release").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os._exit(0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1162,8 +1181,9 @@ CAPTURE_MODES: dict[str, str] = {
         "SIGUSR1 to every rank at once while they train"
     ),
     "running_timer": (
-        "a healthy job dumped while running: every rank's timer thread dumps at the same "
-        "wall-clock instant (chosen by the harness) while they train"
+        "a healthy job dumped while running: every rank's timer thread calls "
+        "frtrace.recorder.dump() at the same wall-clock instant (chosen by the harness) while "
+        "they train (the recorder writes the dump time)"
     ),
     "died": (
         "a rank dies without a dump (os._exit: OOM kill, node lost, or a job without any dump "
@@ -1329,7 +1349,7 @@ def capture(fault: str, mode: str, expect: dict[str, Any], why: str = "", **kw: 
         fault=fault,
         mode=behaviour,
         tree="gloo_capture",
-        file_stem="comm_lib_trace_rank_" if mode in ("recorder", "running") else "rank_",
+        file_stem="comm_lib_trace_rank_" if mode in RECORDER_MODES else "rank_",
         expect=expect,
         extra=extra,
         **base,
@@ -1531,7 +1551,11 @@ def _check(
     want = {f"{sc.file_stem}{r}" for r in sc.ranks_with_dumps}
     # (the recorder also writes its stacks sidecar, stacks_rank_<r>.json, next to each dump)
     got = {p.name for p in (out / sc.tree / sc.name).iterdir() if not p.name.startswith("stacks_")}
-    got_json = {p.name for p in (out / f"{sc.tree}_json" / sc.name).iterdir()}
+    got_json = {
+        p.name
+        for p in (out / f"{sc.tree}_json" / sc.name).iterdir()
+        if not p.name.startswith("stacks_")
+    }
     if got != want:
         errors.append(f"pickle dumps {sorted(got)} != expected {sorted(want)}")
     if got_json != {f"{w}.json" for w in want}:

@@ -31,18 +31,7 @@ MANIFEST: dict[str, dict[str, Any]] = json.loads((CAPTURE / "MANIFEST.json").rea
 HEALTHY_VERDICTS = {Verdict.HEALTHY, Verdict.STRAGGLERS}
 
 # (scenario, format) -> what in the dumps misled the current analysis (FIXTURE_REPORT.md).
-_WRONG: dict[str, str] = {
-    "ddp_healthy__running": (
-        "snapshot mid-step: 0, 1, 3 are in all_reduce #14, rank 2 finished #13 and is between "
-        "ops: without the dump time (the recorder's sidecar) this is what a rank stuck in "
-        "host code looks like, and the dumps are read as taken while stuck"
-    ),
-    "fsdp2_healthy__running_timer": (
-        "snapshot mid-step: 1-3 are still inside all_gather #88, which rank 0 finished, and "
-        "rank 0 waits in #89: without the dump time this is a rank stuck inside an op its "
-        "peers left (broadcast_root), so it is read as one (medium confidence)"
-    ),
-}
+_WRONG: dict[str, str] = {}
 KNOWN_WRONG: dict[tuple[str, str], str] = {
     (name, fmt): why for name, why in _WRONG.items() for fmt in ("pickle", "json")
 }
