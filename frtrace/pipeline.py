@@ -28,4 +28,5 @@ def analyze_dumps(dumps: DumpSet, stacks: StackSet | None = None) -> Report:
     if stacks is None:
         return diagnose(dumps, times)
     times |= {r: t for r in stacks.ranks if (t := stacks.taken_at_ns(r)) is not None}
-    return join_stacks(diagnose(dumps, times), stacks)
+    failed = frozenset(r for r in stacks.ranks if (stacks.trigger(r) or "").startswith("exception"))
+    return join_stacks(diagnose(dumps, times, failed), stacks)

@@ -45,8 +45,12 @@ class DumpMoments:
     running: frozenset[int]  # ranks whose dump caught them mid-work (idle <= limit)
 
 
-def dump_moments(dumps: DumpSet, dumped_at_ns: Mapping[int, int]) -> DumpMoments:
-    """Classify each rank with a known dump time; see the module docstring."""
+def dump_moments(
+    dumps: DumpSet, dumped_at_ns: Mapping[int, int], failed_ranks: frozenset[int] = frozenset()
+) -> DumpMoments:
+    """Classify each rank with a known dump time; see the module docstring. ``failed_ranks``
+    dumped because something failed (an exception, per the recorder's trigger): never a
+    snapshot of a running job, however recent their newest entry."""
     if not dumped_at_ns:
         return DumpMoments(dumped_at_ns={}, idle_s={}, limit_s={}, running=frozenset())
     rank = dumps.entries.column("rank").to_numpy()
@@ -62,7 +66,9 @@ def dump_moments(dumps: DumpSet, dumped_at_ns: Mapping[int, int]) -> DumpMoments
         gaps = np.diff(np.sort(times)) / 1e9
         longest = float(np.quantile(gaps, 0.95)) if gaps.size else 0.0
         limit[r] = min(_MAX_RUNNING_S, max(_MIN_RUNNING_S, _GAP_FACTOR * longest))
-    running = frozenset(r for r, s in idle.items() if -1.0 <= s <= limit[r])
+    running = frozenset(
+        r for r, s in idle.items() if -1.0 <= s <= limit[r] and r not in failed_ranks
+    )
     return DumpMoments(dumped_at_ns=dict(dumped_at_ns), idle_s=idle, limit_s=limit, running=running)
 
 

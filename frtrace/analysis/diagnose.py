@@ -46,12 +46,17 @@ from frtrace.ranges import format_ranks
 __all__ = ["diagnose"]
 
 
-def diagnose(dumps: DumpSet, dumped_at_ns: Mapping[int, int] | None = None) -> Report:
+def diagnose(
+    dumps: DumpSet,
+    dumped_at_ns: Mapping[int, int] | None = None,
+    failed_ranks: frozenset[int] = frozenset(),
+) -> Report:
     """Analyse a loaded dump set; ``dumped_at_ns``: when each rank's dump was written, where
-    known (the recorder's stack sidecar), to tell a running job from a stall."""
+    known (the recorder's stack sidecar), to tell a running job from a stall; ``failed_ranks``:
+    ranks whose dump was written because something failed there (an exception)."""
     membership = resolve_groups(dumps)
     matched = match(dumps, membership)
-    moments = dump_moments(dumps, dumped_at_ns or {})
+    moments = dump_moments(dumps, dumped_at_ns or {}, failed_ranks)
     waits = build_wait_graph(dumps, membership, matched, running=moments.running)
     unrecorded = unrecorded_ops(dumps, membership)
     findings = find_mismatches(dumps, membership, matched)

@@ -133,7 +133,8 @@ def build_wait_graph(
                     co_waiting[key].add(u)
         else:
             found = _p2p_edges(ctx, op)
-        if u in running:  # u entered its op moments before its dump: nothing waited long
+        failed = op.seq is not None and (op.gid, op.seq) in match.failed
+        if u in running and not failed:  # u entered its op moments before its dump
             found = [
                 e if e.kind == EdgeKind.MISMATCH else replace(e, kind=EdgeKind.IN_FLIGHT)
                 for e in found
