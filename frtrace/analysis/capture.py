@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from frtrace.analysis.ops import codes
 from frtrace.load.tables import DumpSet
 
 __all__ = ["DumpMoments", "dump_moments", "dump_times_from_entries"]
@@ -73,18 +74,30 @@ def dump_moments(
 
 
 def dump_times_from_entries(dumps: DumpSet) -> dict[int, int]:
-    """Per rank, the latest discovery time of an entry not yet retired (NCCL): the dump was
-    written at most a watchdog tick after it. Ranks without such an entry are absent."""
+    """Per rank, the latest discovery time of an entry not yet retired whose state says the
+    dump discovered it (``started`` with its start time, ``completed`` with its completion
+    time; NCCL): the dump was written moments after it. Ranks without one are absent."""
     entries = dumps.entries
     retired = entries.column("retired").fill_null(True).to_numpy(zero_copy_only=False)
-    keep = ~retired.astype(bool)
-    if not keep.any():
+    open_ = ~retired.astype(bool)
+    if not open_.any():
         return {}
-    rank = entries.column("rank").to_numpy()[keep]
+    state, names = codes(entries.column("state"))
+    rank = entries.column("rank").to_numpy()
     out: dict[int, int] = {}
-    for column in ("time_discovered_started_ns", "time_discovered_completed_ns"):
-        values = entries.column(column).to_numpy(zero_copy_only=False)[keep]
-        for r, t in zip(rank.tolist(), values.tolist(), strict=True):
-            if t is not None and t == t and t > out.get(r, 0):
-                out[r] = int(t)
+    for column, wanted in (
+        ("time_discovered_started_ns", "started"),
+        ("time_discovered_completed_ns", "completed"),
+    ):
+        if wanted not in names:
+            continue
+        times = entries.column(column)
+        mask = (
+            open_ & (state == names.index(wanted)) & ~times.is_null().to_numpy(zero_copy_only=False)
+        )
+        if not mask.any():
+            continue
+        values = times.fill_null(0).to_numpy(zero_copy_only=False)[mask].astype(np.int64)
+        for r, t in zip(rank[mask].tolist(), values.tolist(), strict=True):
+            out[r] = max(out.get(r, 0), int(t))
     return out

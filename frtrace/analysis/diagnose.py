@@ -60,7 +60,7 @@ def diagnose(
     waits = build_wait_graph(dumps, membership, matched, running=moments.running)
     unrecorded = unrecorded_ops(dumps, membership)
     findings = find_mismatches(dumps, membership, matched)
-    findings += hang_findings(dumps, membership, matched, waits, unrecorded)
+    findings += hang_findings(dumps, membership, matched, waits, unrecorded, moments)
     findings += find_deadlocks(dumps, membership, matched, waits)
     findings += stuck_findings(dumps, membership, matched, waits, moments.running)
     findings += in_flight_findings(membership, matched, waits, moments)

@@ -12,6 +12,7 @@ from collections import defaultdict
 
 import pyarrow.compute as pc
 
+from frtrace.analysis.capture import DumpMoments
 from frtrace.analysis.findings import (
     Confidence,
     Finding,
@@ -47,8 +48,10 @@ def hang_findings(
     matched: MatchResult,
     waits: WaitGraph,
     unrecorded: dict[tuple[int, int], int],
+    moments: DumpMoments | None = None,
 ) -> list[Finding]:
-    """One finding per (kind, op waited in) over the edges that end at a root cause."""
+    """One finding per (kind, op waited in) over the edges that end at a root cause.
+    ``moments``: when each dump was written, where known (what the evidence can say)."""
     roots = set(waits.roots)
     cyclic = in_sink_cycle(waits)
     grouped: dict[tuple[FindingKind, int, int | None, int | None], list[Edge]] = defaultdict(list)
@@ -66,7 +69,9 @@ def hang_findings(
         key=lambda kv: (kv[0][0], kv[0][1], -1 if kv[0][2] is None else kv[0][2], kv[0][3] or -1),
     ):
         findings.append(
-            _hang_finding(dumps, membership, matched, waits, kind, gid, seq, edges, unrecorded)
+            _hang_finding(
+                dumps, membership, matched, waits, kind, gid, seq, edges, unrecorded, moments
+            )
         )
     return findings
 
@@ -99,6 +104,7 @@ def _hang_finding(
     seq: int | None,
     edges: list[Edge],
     unrecorded: dict[tuple[int, int], int],
+    moments: DumpMoments | None = None,
 ) -> Finding:
     group = membership.groups[gid]
     culprits = tuple(sorted({e.target for e in edges}))
@@ -176,7 +182,14 @@ def _hang_finding(
                 "it recorded: it is stuck in host code (data loading, a Python loop, an "
                 "exception handler) before this collective"
             )
-            if failure is None:
+            idle = moments.idle_s if moments is not None else {}
+            timed = [c for c in host if c in idle]
+            for c in timed[:4]:
+                evidence.append(
+                    f"rank {c} dumped {_seconds(idle[c])} after its newest entry (the "
+                    "recorder's dump time): stuck, not between two ops"
+                )
+            if failure is None and len(timed) < len(host):
                 evidence.append(
                     "the dumps do not record when they were written, and nothing shows the op "
                     "timed out: read as taken while the job was stuck. If it was running, "

@@ -86,7 +86,9 @@ def hung_job(
                     break
                 if not line and p.poll() is not None:
                     pytest.fail(f"a rank exited with {p.returncode} before it was ready")
-        time.sleep(0.3)  # the waiting ranks are inside the all_reduce
+        # the waiting ranks are inside the all_reduce, and have waited long enough to be hung:
+        # dumps written milliseconds into a wait show a running job (analysis/capture.py)
+        time.sleep(3.0)
         yield tag, procs
     finally:
         for p in procs:

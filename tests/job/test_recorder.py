@@ -20,6 +20,7 @@ from frtrace.job.env import DUMP_PREFIX
 pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[2]
+HUNG_FOR_S = 3.0  # how long the job has been hung when its dumps are taken
 JOB = ROOT / "tests" / "job" / "recorder_job.py"
 WORLD = 4
 STUCK = 2
@@ -109,6 +110,9 @@ def test_hung_gloo_job_dumps_on_sigusr1_and_analyze_names_the_rank(tmp_path: Pat
         deadline = time.monotonic() + DEADLINE_S
         for proc in procs:
             _wait_for_line(proc, "ready", deadline)
+        # A job is hung once it has waited: dumps written milliseconds into a wait show a
+        # running job (analysis/capture.py reads the recorder's dump time).
+        time.sleep(HUNG_FOR_S)
         for proc in procs:
             proc.send_signal(signal.SIGUSR1)
         expected = {tmp_path / f"{DUMP_PREFIX}{r}" for r in range(WORLD)}
