@@ -133,8 +133,8 @@ def _take(
         ), None
     if member.size > MAX_DUMP_BYTES:
         return cand(
-            refused=f"{where}: refused: its header says {member.size / 2**20:.0f} MiB, "
-            f"larger than any Flight Recorder dump ({MAX_DUMP_BYTES >> 20} MiB limit)."
+            refused=f"{where}: refused: its header says {member.size / 2**20:.1f} MiB, "
+            f"larger than any Flight Recorder dump ({MAX_DUMP_BYTES / 2**20:.1f} MiB limit)."
         ), None
     if member.size > budget:
         return cand(
@@ -196,7 +196,7 @@ def _zip_members(archive: Path) -> Iterator[_Member]:
             problem = _unsafe_path(info.filename)
             if problem is None and stat.S_ISLNK(mode):
                 problem = "a link, not a file"
-            elif problem is None and mode and not stat.S_ISREG(mode):
+            elif problem is None and stat.S_IFMT(mode) and not stat.S_ISREG(mode):
                 problem = "a device, pipe or other special file"
 
             def read(n: int, info: zipfile.ZipInfo = info) -> bytes:
