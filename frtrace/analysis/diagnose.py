@@ -19,6 +19,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from frtrace.analysis.alltoall import split_mismatches
 from frtrace.analysis.deadlock import find_deadlocks
 from frtrace.analysis.findings import (
     Finding,
@@ -51,6 +52,7 @@ def diagnose(dumps: DumpSet) -> Report:
     waits = build_wait_graph(dumps, membership, matched)
     unrecorded = unrecorded_ops(dumps, membership)
     findings = find_mismatches(dumps, membership, matched)
+    findings += split_mismatches(dumps, membership, matched)  # FR 2.11 all_to_all splits
     findings += hang_findings(dumps, membership, matched, waits, unrecorded)
     findings += find_deadlocks(dumps, membership, matched, waits)
     findings += stuck_findings(dumps, membership, matched, waits)
