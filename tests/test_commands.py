@@ -52,8 +52,8 @@ class Input:
 
 
 def _inputs() -> list[Input]:
-    # Every command runs on each kind (kind=True); the other sets run `analyze -f json` and
-    # `summary` only: they read differently, but share every renderer with their kind.
+    # Every command runs on each kind (kind=True); the other sets run `analyze -f json` only
+    # (loading, analysis, schema): they read differently, but share every renderer.
     return [
         Input("gloo/never_joins", 1, "hang"),  # real Gloo, pickle
         Input("gloo/healthy", 0, "healthy", kind=False),
@@ -120,11 +120,11 @@ def _cases() -> list[Case]:
                 i.analyze_exit,
                 stdout_json=loads,
             ),
-            Case("summary", i.name, ("summary", "-d", "{dir}"), 0 if loads else 2),
         ]
         if not i.kind:
             continue
         cases += [
+            Case("summary", i.name, ("summary", "-d", "{dir}"), 0 if loads else 2),
             Case("analyze", i.name, ("analyze", "{dir}"), i.analyze_exit),
             Case(
                 "analyze -f html -o",
@@ -354,3 +354,17 @@ def test_matrix_covers_every_fixture_kind() -> None:
     assert len(NCCL_FORMATS) == 8
     assert {"gloo/never_joins", "gloo_json/mesh_stall", "damaged", "empty", "incidents"} <= names
     assert {"archive.tgz", "archive.zip", "fr211"} <= names
+
+
+def test_the_analysis_path_never_imports_torch() -> None:
+    """`frtrace analyze` on an archive loads no torch (and no rich): the CLI starts fast."""
+    code = (
+        "import sys\n"
+        "from frtrace.cli import main\n"
+        f"sys.argv = ['frtrace', 'analyze', {str(GLOO / 'never_joins')!r}, '-f', 'json']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'rich'))\n"
+        "sys.stderr.write(repr(bad))\nsys.exit(3 if bad else 0)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
