@@ -3,9 +3,11 @@
 FrtraceError
 ├── InputError              the path given cannot be analysed at all (exit code 2)
 │   ├── DumpDirNotFound     the directory does not exist or is not a directory
+│   ├── UnreadableArchive   the archive given is damaged, or not an archive
 │   ├── NoDumpsFound        nothing in the directory looks like a per-rank dump
 │   ├── NoReadableDumps     dumps were found but none of them could be read
 │   └── DuplicateRank       two files claim the same rank
+│       └── SeveralDumpSets the directory holds several incidents' dumps of the same ranks
 ├── DumpFormatError         one file is not a Flight Recorder dump we can read; the other
 │   │                       files are still analysed (recorded as a problem, never raised
 │   │                       past the loader)
@@ -35,6 +37,10 @@ class DumpDirNotFound(InputError):
     """The dump directory does not exist or is not a directory."""
 
 
+class UnreadableArchive(InputError):
+    """The archive given as the dump set cannot be read (damaged, or not an archive)."""
+
+
 class NoDumpsFound(InputError):
     """No file under the directory looks like a per-rank Flight Recorder dump."""
 
@@ -45,6 +51,10 @@ class NoReadableDumps(InputError):
 
 class DuplicateRank(InputError):
     """Two files claim the same rank, so the set is ambiguous."""
+
+
+class SeveralDumpSets(DuplicateRank):
+    """Ranks appear once per incident (subfolders, prefixes): one set must be chosen."""
 
 
 class DumpFormatError(FrtraceError):

@@ -103,3 +103,50 @@ def healthy_set(directory: Path, *, world: int = 2, steps: int = 3) -> Path:
         ]
         write_pickle(directory / f"nccl_trace_rank_{rank}", make_dump(entries, world=world))
     return directory
+
+
+def fr211_set(directory: Path, *, bad_split: bool = True) -> Path:
+    """4 ranks as torch 2.16's hook-based recorder writes them (FR format 2.11, by its
+    description in FORMAT.md section 9): ``nccl2:`` and ``c10d:`` profiling names, an ``ep``
+    subgroup whose pg_config ranks are empty, and an all_to_all with per-peer split sizes,
+    hung on every rank. With ``bad_split``, rank 1 sends 8 elements to rank 2, which expects
+    4 from it."""
+    world = 4
+    for rank in range(world):
+        sends = [4] * world
+        if bad_split and rank == 1:
+            sends[2] = 8
+        base = 1_700_000_000_000_000_000
+        entries = [
+            make_entry(
+                record_id=0, op_id=1, profiling_name="nccl2:all_reduce", time_created_ns=base
+            ),
+            make_entry(
+                record_id=1,
+                pg_id=1,
+                process_group=("1", "ep"),
+                collective_seq_id=1,
+                op_id=1,
+                profiling_name="c10d:all_to_all_single",
+                input_sizes=[[sum(sends)]],
+                output_sizes=[[4 * world]],
+                input_split_sizes=sends,
+                output_split_sizes=[4] * world,
+                state="scheduled",
+                retired=True,  # "retire at issue, never completed"
+                time_discovered_completed_ns=None,
+                time_created_ns=base + 1_000_000,
+            ),
+        ]
+        ranks = ", ".join(str(r) for r in range(world))
+        dump = make_dump(
+            entries,
+            world=world,
+            version="2.11",
+            pg_config={
+                "0": {"name": "0", "desc": "default_pg", "ranks": f"[{ranks}]"},
+                "1": {"name": "1", "desc": "ep", "ranks": "[]"},
+            },
+        )
+        write_pickle(directory / f"comm_lib_trace_rank_{rank}", dump)
+    return directory

@@ -20,6 +20,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from frtrace.analysis.alltoall import split_mismatches
 from frtrace.analysis.capture import dump_moments
 from frtrace.analysis.deadlock import find_deadlocks
 from frtrace.analysis.findings import (
@@ -60,6 +61,7 @@ def diagnose(
     waits = build_wait_graph(dumps, membership, matched, running=moments.running)
     unrecorded = unrecorded_ops(dumps, membership)
     findings = find_mismatches(dumps, membership, matched)
+    findings += split_mismatches(dumps, membership, matched)  # FR 2.11 all_to_all splits
     findings += hang_findings(dumps, membership, matched, waits, unrecorded, moments)
     findings += find_deadlocks(dumps, membership, matched, waits)
     findings += stuck_findings(dumps, membership, matched, waits, moments.running)

@@ -4,19 +4,28 @@ torch names a dump ``<prefix><global_rank>``: ``nccl_trace_rank_3`` (torch 2.2-2
 ``comm_lib_trace_rank_3`` (2.9+), torchtitan's ``comm_traces/rank_3``, tutorials' ``trace_3``,
 host-qualified ``nccl_trace_rank_node02_5``, optionally with ``.json`` / ``.pkl``. The rank is
 the run of digits at the end of the name: the dump's content does not carry it.
+
+The set can also be an archive of such files (``frtrace.load.archive``: read in memory), and a
+directory can hold several incidents' dumps of the same ranks (``incident1/rank_0`` and
+``incident2/rank_0``, or ``nccl_trace_rank_0`` next to ``comm_lib_trace_rank_0``): they are
+told apart by their *set name*, the path with ``*`` for the rank (``incident1/rank_*``), and
+``only`` chooses one.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import stat
-from dataclasses import dataclass
-from pathlib import Path
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
 
-from frtrace.errors import DumpDirNotFound, DuplicateRank, NoDumpsFound
+from frtrace.errors import DumpDirNotFound, DuplicateRank, NoDumpsFound, SeveralDumpSets
+from frtrace.ranges import format_ranks
 
-__all__ = ["MAX_WORLD_SIZE", "Candidate", "Discovery", "SkippedFile", "discover"]
+__all__ = ["MAX_WORLD_SIZE", "Candidate", "Discovery", "SkippedFile", "discover", "set_name"]
 
 # No job has this many ranks (the largest run ~10^5 GPUs). A rank number at or beyond it, in a
 # file name or a recorded group, is damage: taken at face value it would make frtrace build
@@ -53,13 +62,16 @@ _SNIFF_MAX_BYTES = 64 << 20
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Candidate:
-    """A file that by its name is the dump of one rank."""
+    """A file (or archive member) that by its name is the dump of one rank."""
 
-    path: Path
+    path: Path  # where it is, for messages; "dumps.tgz:rank_3" for an archive member
     rank: int  # global rank, from the digits that end the file name
     prefix: str  # everything before the rank, e.g. "nccl_trace_rank_"
     encoding: str  # "pickle", "json", or "auto" (no extension: sniffed from content)
-    size_bytes: int
+    size_bytes: int  # an archive member's: as its header declares
+    relative: str = ""  # path under the directory (or in the archive), "/"-separated
+    data: bytes | None = field(default=None, repr=False)  # an archive member's content
+    refused: str | None = None  # one line: why it is refused unread (a link in an archive...)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,8 +124,39 @@ def _is_stack_file(path: Path, name: str, encoding: str, size: int) -> bool:
     return head.startswith(_STACK_HEADS) or (head[:1] == b"{" and _SIDECAR_MARK in head)
 
 
-def discover(directory: Path) -> Discovery:
-    """Walk ``directory`` recursively; raise if nothing in it can be a dump."""
+def discover(directory: Path, *, only: str | None = None) -> Discovery:
+    """Walk ``directory`` (or read the archive) recursively; raise if nothing can be a dump.
+
+    ``only``: keep the files of one set: a set name as the several-sets error prints it
+    (``incident1/rank_*``), else a glob over the path under the directory (``*.json``).
+    """
+    from frtrace.load.archive import is_archive, read_archive
+
+    if directory.is_file() and is_archive(directory):
+        candidates, skipped = read_archive(directory)
+    else:
+        candidates, skipped = _walk(directory)
+    if only is not None:
+        candidates = _select(candidates, only)
+    if not candidates:
+        hint = f" ({len(skipped)} other files skipped)" if skipped else ""
+        if only is not None:
+            raise NoDumpsFound(
+                f"{directory}: no Flight Recorder dumps match --only {only!r}{hint}; give a "
+                "set name as the error about several sets prints it (e.g. 'incident1/rank_*') "
+                "or a pattern of paths under the directory (e.g. '*.json')."
+            )
+        raise NoDumpsFound(
+            f"{directory}: no Flight Recorder dumps found{hint}. Dumps are named "
+            "<prefix><rank> (e.g. comm_lib_trace_rank_3); check TORCH_FR_DUMP_TEMP_FILE of the "
+            "job, or run `frtrace env` to see how to make a job write them."
+        )
+    _check_one_set(directory, candidates)
+    ordered = tuple(sorted(candidates, key=lambda c: c.rank))
+    return Discovery(directory=directory, candidates=ordered, skipped=tuple(skipped))
+
+
+def _walk(directory: Path) -> tuple[list[Candidate], list[SkippedFile]]:
     if not directory.exists():
         raise DumpDirNotFound(
             f"{directory}: no such directory. Pass the folder that holds the per-rank dump "
@@ -121,8 +164,8 @@ def discover(directory: Path) -> Discovery:
         )
     if not directory.is_dir():
         raise DumpDirNotFound(
-            f"{directory}: is a file, not a directory. Pass the folder that holds the "
-            "per-rank dump files."
+            f"{directory}: is a file, not a directory or an archive (.tar, .tar.gz, .tgz, "
+            ".zip). Pass the folder or the archive that holds the per-rank dump files."
         )
     candidates: list[Candidate] = []
     skipped: list[SkippedFile] = []
@@ -164,24 +207,62 @@ def discover(directory: Path) -> Discovery:
                     prefix=prefix,
                     encoding=encoding,
                     size_bytes=info.st_size,
+                    relative=path.relative_to(directory).as_posix(),
                 )
             )
-    if not candidates:
-        hint = f" ({len(skipped)} other files skipped)" if skipped else ""
-        raise NoDumpsFound(
-            f"{directory}: no Flight Recorder dumps found{hint}. Dumps are named "
-            "<prefix><rank> (e.g. comm_lib_trace_rank_3); check TORCH_FR_DUMP_TEMP_FILE of the "
-            "job, or run `frtrace env` to see how to make a job write them."
-        )
+    return candidates, skipped
+
+
+def set_name(relative: str) -> str:
+    """The set a file belongs to: its path with ``*`` for the rank (``incident1/rank_*.json``)."""
+    path = PurePosixPath(relative)
+    parsed = parse_dump_name(path.name)
+    if parsed is None:
+        return relative
+    prefix, rank, _ = parsed
+    digits = re.match(r"\d+", path.name[len(prefix) :])
+    rest = path.name[len(prefix) + (digits.end() if digits else len(str(rank))) :]
+    return str(path.parent / f"{prefix}*{rest}") if path.parent.name else f"{prefix}*{rest}"
+
+
+def _select(candidates: list[Candidate], only: str) -> list[Candidate]:
+    by_set = [c for c in candidates if set_name(c.relative) == only]
+    if by_set:
+        return by_set
+    return [c for c in candidates if fnmatch.fnmatchcase(c.relative, only)]
+
+
+def _check_one_set(directory: Path, candidates: list[Candidate]) -> None:
+    """Raise when a rank has two files: say which sets they form and how to pick one."""
     by_rank: dict[int, Candidate] = {}
+    clash: tuple[Candidate, Candidate] | None = None
     for cand in candidates:
         if cand.rank in by_rank:
-            other = by_rank[cand.rank]
-            raise DuplicateRank(
-                f"{directory}: two files claim rank {cand.rank}: {other.path} and {cand.path}. "
-                "Keep one dump set per directory (move the other file, e.g. the .json copy, "
-                "elsewhere) and run again."
-            )
+            clash = by_rank[cand.rank], cand
+            break
         by_rank[cand.rank] = cand
-    ordered = tuple(sorted(candidates, key=lambda c: c.rank))
-    return Discovery(directory=directory, candidates=ordered, skipped=tuple(skipped))
+    if clash is None:
+        return
+    sets: dict[str, list[int]] = defaultdict(list)
+    for cand in candidates:
+        sets[set_name(cand.relative)].append(cand.rank)
+    first, second = clash
+    if len(sets) < 2:  # rank_3 and rank_03: the same set twice
+        raise DuplicateRank(
+            f"{directory}: two files claim rank {second.rank}: {first.path} and {second.path}. "
+            "Keep one file per rank (move the other elsewhere) and run again."
+        )
+    shown = sorted(sets)
+    listed = ", ".join(f"{name} (ranks {format_ranks(sets[name])})" for name in shown[:6])
+    if len(shown) > 6:
+        listed += f", and {len(shown) - 6} more"
+    folders = {str(PurePosixPath(name).parent) for name in shown}
+    pick = shown[0]
+    hint = f"select one with --only {pick!r}"
+    if len(folders) == len(shown) and "." not in folders:
+        hint += f" or point at its folder ({directory / PurePosixPath(pick).parent})"
+    raise SeveralDumpSets(
+        f"{directory}: holds {len(shown)} dump sets for the same ranks (several incidents, "
+        f"or copies): {listed}; rank {second.rank} is both {first.relative} and "
+        f"{second.relative}. Analyse one set at a time: {hint}."
+    )

@@ -111,9 +111,43 @@ def entries_batch(
         _sig_array(out_sig, out_sizes),
         _sig_array(in_dt_sig, in_dtypes),
         _sig_array(out_dt_sig, out_dtypes),
+        _splits(cols, "input_split_sizes"),
+        _splits(cols, "output_split_sizes"),
     ]
     batch = pa.RecordBatch.from_arrays(arrays, schema=schema.ENTRIES)
     return batch, stacks, cols.problems
+
+
+# More peers than any group has: damage (a group has at most MAX_WORLD_SIZE members).
+_MAX_SPLITS = 1 << 20
+
+
+def _splits(cols: Columns, key: str) -> pa.Array:
+    """FR 2.11's per-peer split sizes (read by presence): a list of ints, else null."""
+    values = [e.get(key) for e in cols.entries]
+    index: dict[Any, int] = {None: 0}
+    codes = np.zeros(len(values), dtype=np.int32)
+    checked: dict[int, Any] = {}  # id(value) -> tuple or None: a shared value checked once
+    bad = []
+    for i, value in enumerate(values):
+        if value is None:
+            continue
+        twin = checked.get(id(value), False)
+        if twin is False:
+            ok = isinstance(value, list | tuple) and len(value) <= _MAX_SPLITS
+            ok = ok and all(type(x) is int and 0 <= x < 1 << 62 for x in value)
+            twin = checked[id(value)] = tuple(value) if ok else None
+        if twin is None:
+            bad.append(i)
+            continue
+        codes[i] = index.setdefault(twin, len(index))
+    if bad:
+        cols.report(key, values, bad)
+    distinct = [None if t is None else list(t) for t in index]
+    return pa.DictionaryArray.from_arrays(
+        pa.array(codes, type=pa.int32(), mask=codes == 0),
+        pa.array(distinct, type=schema.SPLITS),
+    )
 
 
 def _encode(values: list[str | None]) -> tuple[np.ndarray, list[str]]:

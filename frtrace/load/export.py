@@ -1,4 +1,11 @@
-"""Write a loaded dump set as Parquet files, one per table, for pandas or DuckDB."""
+"""Write a loaded dump set as Parquet files, one per table, for pandas or DuckDB.
+
+Columns keep the types of ``frtrace.load.schema``, with one exception: Parquet cannot store a
+dictionary whose values are lists, so the dictionary-encoded sizes and dtypes columns
+(``input_sizes``, ``output_dtypes``, ...) are written as plain lists of the same value type
+(``list<list<int64>>``, ``list<string>``). Dictionary-encoded strings stay dictionary-encoded
+(pandas reads them as Categorical, DuckDB as VARCHAR).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +17,31 @@ import pyarrow.parquet as pq
 from frtrace.errors import InputError
 from frtrace.load.tables import DumpSet
 
-__all__ = ["export_parquet"]
+__all__ = ["TABLES", "export_parquet", "parquet_schema"]
+
+TABLES = ("entries", "stacks", "groups", "pg_status", "files")
+
+
+def parquet_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` as it is written to Parquet: dictionaries of lists become plain lists."""
+    return pa.schema([pa.field(f.name, _storable(f.type), f.nullable) for f in schema])
+
+
+def _storable(type_: pa.DataType) -> pa.DataType:
+    if pa.types.is_dictionary(type_) and pa.types.is_list(type_.value_type):
+        return type_.value_type
+    return type_
+
+
+def _decode_list_dictionaries(table: pa.Table) -> pa.Table:
+    for i, field in enumerate(table.schema):
+        plain = _storable(field.type)
+        if plain is field.type:
+            continue
+        # dictionary_decode takes the values by index; a cast would need a kernel Arrow lacks
+        chunks = [chunk.dictionary_decode() for chunk in table.column(i).chunks]
+        table = table.set_column(i, field.name, pa.chunked_array(chunks, type=plain))
+    return table
 
 
 def export_parquet(dumps: DumpSet, out: Path) -> list[tuple[Path, int]]:
@@ -18,23 +49,20 @@ def export_parquet(dumps: DumpSet, out: Path) -> list[tuple[Path, int]]:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise InputError(f"{out}: cannot create the output directory ({exc.strerror}).") from exc
-    entries = dumps.entries
-    for i, field in enumerate(entries.schema):
-        # Parquet cannot store a dictionary of lists (sizes, dtypes): write them plain
-        if pa.types.is_dictionary(field.type) and pa.types.is_list(field.type.value_type):
-            entries = entries.set_column(
-                i, field.name, entries.column(i).cast(field.type.value_type)
-            )
+        raise InputError(
+            f"{out}: cannot create the output directory ({exc.strerror}); pass -o a directory "
+            "you can write to."
+        ) from exc
     tables = {
-        "entries": entries,
+        "entries": _decode_list_dictionaries(dumps.entries),
         "stacks": dumps.stacks,
         "groups": dumps.groups,
         "pg_status": dumps.pg_status,
         "files": dumps.files,
     }
     written = []
-    for name, table in tables.items():
+    for name in TABLES:
+        table = tables[name]
         path = out / f"{name}.parquet"
         try:
             pq.write_table(table, path)

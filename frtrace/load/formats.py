@@ -25,8 +25,9 @@ __all__ = [
     "split_profiling_name",
 ]
 
-# The newest Flight Recorder format version this loader knows (torch 2.9 - 2.15 write "2.10").
-KNOWN_VERSION = (2, 10)
+# The newest Flight Recorder format version this loader knows (torch 2.9 - 2.15 write "2.10";
+# 2.11, torch 2.16, adds all_to_all split sizes).
+KNOWN_VERSION = (2, 11)
 
 # Group-local peer ranks: more than 7 digits is damage (and would not fit the int32 column).
 _P2P_META = re.compile(
@@ -123,6 +124,10 @@ def group_rows(rank: int, pg_config: Any, problems: list[str]) -> list[dict[str,
             )
         elif ranks is None:
             note = f"unreadable ranks {preview(raw_ranks)}"
+        elif not len(ranks):  # torch 2.16's hook-based recorder, for some subgroups
+            note = (
+                "pg_config records no ranks for this group; membership must come from the entries"
+            )
         rows.append(
             {
                 "rank": rank,

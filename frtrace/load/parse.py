@@ -83,7 +83,9 @@ class ParsedDump:
 
 def parse_dump(cand: Candidate) -> ParsedDump:
     """Read one candidate file. Raises DumpFormatError (one line) when it cannot be read."""
-    payload, encoding = read_payload(cand.path, cand.size_bytes)
+    if cand.refused is not None:
+        raise DumpFormatError(cand.refused)
+    payload, encoding = read_payload(cand.path, cand.size_bytes, cand.data)
     return parse_payload(payload, encoding, cand)
 
 

@@ -29,6 +29,8 @@ DTYPES = pa.list_(pa.string())
 TEXT = pa.dictionary(pa.int32(), pa.string())
 SIZES_DICT = pa.dictionary(pa.int32(), SIZES)
 DTYPES_DICT = pa.dictionary(pa.int32(), DTYPES)
+SPLITS = pa.list_(pa.int64())
+SPLITS_DICT = pa.dictionary(pa.int32(), SPLITS)
 
 ENTRIES = pa.schema(
     [
@@ -67,6 +69,10 @@ ENTRIES = pa.schema(
         pa.field("output_sig", pa.uint32()),
         pa.field("input_dtype_sig", pa.uint32()),
         pa.field("output_dtype_sig", pa.uint32()),
+        # FR 2.11 (torch 2.16): all_to_all split sizes, elements to / from each group-local
+        # peer; null where not recorded (every dump before 2.11, every other op)
+        pa.field("input_split_sizes", SPLITS_DICT),
+        pa.field("output_split_sizes", SPLITS_DICT),
     ]
 )
 

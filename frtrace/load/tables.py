@@ -93,13 +93,20 @@ class DumpSet:
         return self._frames.get(stack_id, ())
 
 
-def load_dumps(directory: Path, *, jobs: int | None = None, progress: bool = False) -> DumpSet:
-    """Load every dump under ``directory``; unreadable files become problems, not errors.
+def load_dumps(
+    directory: Path,
+    *,
+    jobs: int | None = None,
+    progress: bool = False,
+    only: str | None = None,
+) -> DumpSet:
+    """Load every dump under ``directory`` (or in the archive); unreadable files become
+    problems, not errors. ``only`` keeps one set of several (see ``discover``).
 
     Each file's result is merged into the tables as it arrives (in file order) and then
     dropped, so the parsed files and the merged tables are never all in memory at once.
     """
-    discovery = discover(directory)
+    discovery = discover(directory, only=only)
     assembler = _Assembler(directory, discovery.candidates)
     parse_candidates(discovery.candidates, jobs=jobs, progress=progress, consume=assembler.add)
     dumps = assembler.finish(discovery.skipped)

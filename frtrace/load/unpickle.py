@@ -48,17 +48,21 @@ def safe_loads(data: bytes) -> Any:
     return _PlainDataUnpickler(stream).load()
 
 
-def read_payload(path: Path, size_bytes: int) -> tuple[Any, str]:
-    """Read and decode one file: (decoded object, "pickle" | "json"), or DumpFormatError."""
+def read_payload(path: Path, size_bytes: int, data: bytes | None = None) -> tuple[Any, str]:
+    """Read and decode one file: (decoded object, "pickle" | "json"), or DumpFormatError.
+
+    ``data``: the content already in memory (an archive member, read within the same limit).
+    """
     if size_bytes > MAX_DUMP_BYTES:
         raise _too_large(path, size_bytes)
-    try:
-        with path.open("rb") as f:  # never more than was checked, even if the file grew
-            data = f.read(size_bytes + 1)
-    except OSError as exc:
-        raise DumpFormatError(
-            f"{path}: cannot read: {exc.strerror}; check the file's permissions."
-        ) from exc
+    if data is None:
+        try:
+            with path.open("rb") as f:  # never more than was checked, even if the file grew
+                data = f.read(size_bytes + 1)
+        except OSError as exc:
+            raise DumpFormatError(
+                f"{path}: cannot read: {exc.strerror}; check the file's permissions."
+            ) from exc
     if len(data) > size_bytes:
         raise DumpFormatError(
             f"{path}: the file grew while it was read (is the job still writing its dumps?); "

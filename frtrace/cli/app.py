@@ -10,18 +10,28 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from frtrace.cli.params import (
+    DirArgument,
+    DirOption,
+    EnvFormat,
+    Format,
+    JobsOption,
+    OneLineErrors,
+    OnlyOption,
+    PgOption,
+    RanksOption,
+    dump_source,
+)
 from frtrace.errors import FrtraceError, InputError
 from frtrace.gate.exitcodes import EXIT_INPUT, EXIT_OK, EXIT_PROBLEM
 from frtrace.printable import printable
 
 if TYPE_CHECKING:
-    from frtrace.analysis.compare import SnapshotComparison
     from frtrace.analysis.findings import Report
     from frtrace.load.tables import DumpSet
     from frtrace.report.select import Selection
@@ -29,52 +39,15 @@ if TYPE_CHECKING:
 __all__ = ["app", "main"]
 
 app = typer.Typer(
+    cls=OneLineErrors,  # usage errors are one line, like every other error
     no_args_is_help=True,
     pretty_exceptions_enable=False,  # a crash must never print dump contents as locals
     add_completion=False,
-    help="Which rank hung the job, and why: analyse PyTorch Flight Recorder dumps.",
+    rich_markup_mode=None,  # plain help: rewrapped to the terminal, examples kept as written
+    help="Which rank hung the job, and why: analyse PyTorch Flight Recorder dumps.\n\n"
+    "\b\nExample:\n  frtrace analyze /tmp/dumps          # the diagnosis\n"
+    "  frtrace analyze dumps.tar.gz -f html -o report.html",
 )
-
-DirOption = Annotated[
-    Path,
-    typer.Option(
-        "--dir",
-        "-d",
-        help="Directory holding one Flight Recorder dump per rank (searched recursively).",
-        show_default=False,
-    ),
-]
-JobsOption = Annotated[
-    int | None,
-    typer.Option("--jobs", "-j", help="Worker processes for loading (default: all CPUs)."),
-]
-PgOption = Annotated[
-    str | None,
-    typer.Option(
-        "--pg",
-        help="Show only this process group (name, description or label, e.g. 3 or tp).",
-    ),
-]
-RanksOption = Annotated[
-    str | None,
-    typer.Option("--ranks", help="Show only these ranks, e.g. 0-7,12."),
-]
-
-
-class Format(StrEnum):
-    """Output formats of ``analyze``."""
-
-    TEXT = "text"
-    JSON = "json"
-    MARKDOWN = "markdown"
-    HTML = "html"
-
-
-class EnvFormat(StrEnum):
-    """Output formats of ``env``."""
-
-    SHELL = "shell"
-    ENV = "env"
 
 
 def _echo(text: str, *, err: bool = False, nl: bool = True) -> None:
@@ -107,14 +80,23 @@ def _parse_ranks(text: str | None, flag: str) -> tuple[int, ...] | None:
     return ranks
 
 
-def _load_and_analyze(dump_dir: Path, jobs: int | None) -> tuple[DumpSet, Report]:
+def _load(path: Path | None, option: Path | None, jobs: int | None, only: str | None) -> DumpSet:
+    """The dump set given as DIR or -d DIR (a directory or an archive)."""
     from frtrace.load.tables import load_dumps
+
+    try:
+        return load_dumps(dump_source(path, option), jobs=jobs, progress=True, only=only)
+    except FrtraceError as exc:
+        raise _fail(exc) from None
+
+
+def _analyze(dumps: DumpSet) -> Report:
     from frtrace.pipeline import analyze_dumps
     from frtrace.pystack.discover import load_stacks
 
     try:
-        dumps = load_dumps(dump_dir, jobs=jobs, progress=True)
-        return dumps, analyze_dumps(dumps, load_stacks(dump_dir))
+        stacks = load_stacks(dumps.directory) if dumps.directory.is_dir() else None
+        return analyze_dumps(dumps, stacks)
     except FrtraceError as exc:
         raise _fail(exc) from None
 
@@ -146,7 +128,8 @@ def _write(path: Path, text: str) -> None:
 
 @app.command()
 def analyze(
-    dump_dir: DirOption,
+    dump_path: DirArgument = None,
+    dump_dir: DirOption = None,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Report format.")] = Format.TEXT,
     pg: PgOption = None,
     ranks: RanksOption = None,
@@ -167,14 +150,20 @@ def analyze(
         typer.Option("--quiet", "-q", help="Print only the headline line; no warnings."),
     ] = False,
     jobs: JobsOption = None,
+    only: OnlyOption = None,
 ) -> None:
     """Name the rank(s) that hung or desynchronised the job, and why.
 
-    The whole job is always analysed; --pg and --ranks only choose what is shown (a subset
-    analysed alone would make the other ranks look absent). Verdict and exit code are always
-    those of the whole job.
+    DIR holds one Flight Recorder dump per rank (as torch names them: comm_lib_trace_rank_0,
+    rank_0.json...), or is a .tar.gz or .zip of them. The whole job is always analysed; --pg
+    and --ranks only choose what is shown. Exit code 0: no problem found; 1: a hang, a desync,
+    or ranks without a dump; 2: the input cannot be analysed.
 
-    Example: frtrace analyze -d /tmp/dumps --format html -o report.html
+    \b
+    Example:
+      frtrace analyze /tmp/dumps
+      frtrace analyze incident.tar.gz --format html -o report.html
+      frtrace analyze /tmp/dumps --pg tp --ranks 0-7 -f json
     """
     from frtrace.gate.exitcodes import analysis_exit_code, incomplete_ranks
     from frtrace.ranges import format_ranks
@@ -182,7 +171,8 @@ def analyze(
     from frtrace.report.select import Selection, select
 
     selection = Selection(pg=pg, ranks=_parse_ranks(ranks, "--ranks"))
-    dumps, report = _load_and_analyze(dump_dir, jobs)
+    dumps = _load(dump_path, dump_dir, jobs, only)
+    report = _analyze(dumps)
     try:
         shown = select(report, selection)
     except InputError as exc:
@@ -212,52 +202,9 @@ def analyze(
 
 
 @app.command()
-def show(
-    dump_dir: DirOption,
-    pg: PgOption = None,
-    ranks: RanksOption = None,
-    seq: Annotated[
-        str | None,
-        typer.Option("--seq", help="Sequence numbers to show, e.g. 10-20 (default: the newest)."),
-    ] = None,
-    last: Annotated[
-        int, typer.Option("--last", "-n", help="Newest sequence numbers per group.", min=1)
-    ] = 8,
-    stacks: Annotated[
-        bool, typer.Option("--stacks", help="Show each call's Python stack.")
-    ] = False,
-    jobs: JobsOption = None,
-) -> None:
-    """The raw entries side by side, one row per (group, seq), one column per rank.
-
-    Rows line up by (group, collective sequence number), not by position in each buffer. With
-    many ranks, ranks that recorded the same thing share a column.
-
-    Example: frtrace show -d dumps/ --pg 0 --ranks 0-3 --seq 10-14 --stacks
-    """
-    from frtrace.load.tables import load_dumps
-    from frtrace.report.show import ShowOptions, render_show
-
-    seq_range = _parse_ranks(seq, "--seq")
-    options = ShowOptions(
-        pg=pg,
-        ranks=_parse_ranks(ranks, "--ranks"),
-        seqs=seq_range,
-        last=last,
-        stacks=stacks,
-    )
-    try:
-        dumps = load_dumps(dump_dir, jobs=jobs, progress=True)
-        text = render_show(dumps, options)
-    except FrtraceError as exc:
-        raise _fail(exc) from None
-    _print_load_problems(dumps)
-    _echo(text, nl=False)
-
-
-@app.command()
 def check(
-    dump_dir: DirOption,
+    dump_path: DirArgument = None,
+    dump_dir: DirOption = None,
     expect: Annotated[
         Path | None,
         typer.Option(
@@ -284,13 +231,17 @@ def check(
         ),
     ] = False,
     jobs: JobsOption = None,
+    only: OnlyOption = None,
 ) -> None:
     """CI gate: exit 0 when the analysis matches the expectation, 1 with the differences.
 
     Keep the dumps of past incidents with an expectation next to them; the check fails the day
     your training code or an frtrace upgrade changes the answer.
 
-    Example: frtrace check -d incidents/rank5_hang --expect incidents/rank5_hang/expect.json
+    \b
+    Example:
+      frtrace check incidents/rank5_hang --expect incidents/rank5_hang/expect.json
+      frtrace check smoke_run_dumps/ --expect-healthy
     """
     from frtrace.gate.check import (
         compare,
@@ -313,7 +264,7 @@ def check(
     if write:
         if expect is None:
             raise _fail("--write needs --expect FILE: the file to write")
-        _, report = _load_and_analyze(dump_dir, jobs)
+        report = _analyze(_load(dump_path, dump_dir, jobs, only))
         _write(expect, dumps_compact(expectation_from_report(report)) + "\n")
         _echo(f"wrote {expect}: review it, remove what you do not want pinned, commit it")
         raise typer.Exit(code=EXIT_OK)
@@ -329,7 +280,7 @@ def check(
             "nothing to check: give --expect FILE or --expect-culprits/--expect-healthy/"
             "--expect-verdict/--expect-stragglers"
         )
-    _, report = _load_and_analyze(dump_dir, jobs)
+    report = _analyze(_load(dump_path, dump_dir, jobs, only))
     diffs = compare(report, wanted)
     culprits = format_ranks(report.culprit_ranks) if report.culprit_ranks else "none"
     if not diffs:
@@ -364,7 +315,10 @@ def env(
 ) -> None:
     """Print the environment that makes a job record and dump what frtrace needs.
 
-    Example: eval "$(frtrace env --dir /shared/fr)" && torchrun ... train.py
+    \b
+    Example:
+      eval "$(frtrace env --dir /shared/fr)" && torchrun ... train.py
+      frtrace env --torch 2.4 --format env > fr.env
     """
     from frtrace.job.env import parse_version, render_env
 
@@ -379,58 +333,18 @@ def env(
 
 
 @app.command()
-def summary(dump_dir: DirOption, jobs: JobsOption = None) -> None:
-    """List the dump files: rank, format, backend, entries, problems.
+def schema() -> None:
+    """Print the JSON Schema of the JSON report (frtrace analyze --format json).
 
-    Example: frtrace summary -d tests/fixtures/gloo/never_joins
+    \b
+    Example:
+      frtrace schema > report.schema.json
+      frtrace analyze dumps/ -f json > report.json
+      check-jsonschema --schemafile report.schema.json report.json
     """
-    from frtrace.load.summary import render_summary
-    from frtrace.load.tables import load_dumps
+    from frtrace.report.json_schema import schema_text
 
-    try:
-        dumps = load_dumps(dump_dir, jobs=jobs, progress=True)
-    except FrtraceError as exc:
-        raise _fail(exc) from None
-    _echo(render_summary(dumps), nl=False)
-
-
-@app.command()
-def export(
-    dump_dir: DirOption,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Directory to write Parquet files to.")],
-    jobs: JobsOption = None,
-) -> None:
-    """Write the loaded tables (entries, stacks, groups, pg_status, files) as Parquet.
-
-    Example: frtrace export -d dumps/ -o tables/ && duckdb -c "from 'tables/entries.parquet'"
-    """
-    from frtrace.load.export import export_parquet
-    from frtrace.load.tables import load_dumps
-
-    try:
-        dumps = load_dumps(dump_dir, jobs=jobs, progress=True)
-        written = export_parquet(dumps, out)
-    except FrtraceError as exc:
-        raise _fail(exc) from None
-    _print_load_problems(dumps)
-    for path, rows in written:
-        _echo(f"{path}  ({rows} rows)")
-
-
-def _compare_snapshots(first: Path, second: Path, jobs: int | None) -> SnapshotComparison:
-    from frtrace.analysis.compare import compare_snapshots, render_comparison
-
-    a_dumps, a_report = _load_and_analyze(first, jobs)
-    b_dumps, b_report = _load_and_analyze(second, jobs)
-    result = compare_snapshots(a_dumps, a_report, b_dumps, b_report)
-    _echo(render_comparison(result), nl=False)
-    return result
-
-
-from frtrace.cli_live import collect, compare  # noqa: E402 (needs the helpers above)
-
-app.command()(collect)
-app.command()(compare)
+    _echo(schema_text(), nl=False)
 
 
 def main() -> None:

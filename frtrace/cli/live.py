@@ -8,11 +8,14 @@ from :mod:`frtrace.cli`, imported when a command runs.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from frtrace.gate.exitcodes import EXIT_OK, EXIT_PROBLEM
+
+if TYPE_CHECKING:
+    from frtrace.analysis.compare import SnapshotComparison
 
 __all__ = ["collect", "compare"]
 
@@ -58,7 +61,7 @@ def collect(
     """
     from tabulate import tabulate
 
-    from frtrace.cli import _compare_snapshots, _echo, _fail, analyze
+    from frtrace.cli.app import _echo, _fail, analyze
     from frtrace.collect.run import CollectOptions, render_table
     from frtrace.collect.run import collect as run_collect
 
@@ -112,7 +115,18 @@ def compare(
 
     Example: frtrace compare incident/snap1 incident/snap2
     """
-    from frtrace.cli import _compare_snapshots
 
     result = _compare_snapshots(first, second, jobs)
     raise typer.Exit(code=EXIT_OK if result.verdict == "progressing" else EXIT_PROBLEM)
+
+
+def _compare_snapshots(first: Path, second: Path, jobs: int | None) -> SnapshotComparison:
+    from frtrace.analysis.compare import compare_snapshots, render_comparison
+    from frtrace.cli.app import _analyze, _echo, _load
+
+    a_dumps = _load(first, None, jobs, None)
+    b_dumps = _load(second, None, jobs, None)
+    a_report, b_report = _analyze(a_dumps), _analyze(b_dumps)
+    result = compare_snapshots(a_dumps, a_report, b_dumps, b_report)
+    _echo(render_comparison(result), nl=False)
+    return result

@@ -1,0 +1,18 @@
+"""The ``frtrace`` command line: thin, one library call per command.
+
+``app`` holds the shared helpers and the analysis commands (``analyze``, ``check``, ``env``,
+``schema``); ``tables`` the commands on the loaded tables alone (``show``, ``summary``,
+``export``); ``live`` the commands for a job that is hung now (``collect``, ``compare``);
+``params`` the arguments every command shares and the one-line usage errors.
+"""
+
+from __future__ import annotations
+
+from frtrace.cli import tables as _tables  # noqa: F401 (registers show, summary, export)
+from frtrace.cli.app import app, main
+from frtrace.cli.live import collect, compare
+
+app.command()(collect)
+app.command()(compare)
+
+__all__ = ["app", "main"]

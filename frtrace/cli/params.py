@@ -1,0 +1,157 @@
+"""What every ``frtrace`` command shares: the dump-set arguments and one-line usage errors.
+
+A wrong command line (an unknown option, a bad ``--format``, a missing value) is one line on
+stderr, ``error: ...``, exit code 2, like every other error: click's usage box would bury
+the one line that matters.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import typer.core
+from typer.core import TyperGroup
+
+from frtrace.errors import InputError
+
+# The click that typer runs on: its own copy since typer 0.2x, the click package before.
+_click: Any = getattr(typer.core, "_click", None) or importlib.import_module("click")
+
+__all__ = [
+    "DirArgument",
+    "DirOption",
+    "EnvFormat",
+    "Format",
+    "JobsOption",
+    "OneLineErrors",
+    "OnlyOption",
+    "PgOption",
+    "RanksOption",
+    "dump_source",
+]
+
+
+class Format(StrEnum):
+    """Output formats of ``analyze``."""
+
+    TEXT = "text"
+    JSON = "json"
+    MARKDOWN = "markdown"
+    HTML = "html"
+
+
+class EnvFormat(StrEnum):
+    """Output formats of ``env``."""
+
+    SHELL = "shell"
+    ENV = "env"
+
+
+DirArgument = Annotated[
+    Path | None,
+    typer.Argument(
+        metavar="[DIR]",
+        help="The dumps: a directory with one Flight Recorder dump per rank (searched "
+        "recursively), or a .tar, .tar.gz, .tgz or .zip of them. Same as -d.",
+        show_default=False,
+    ),
+]
+DirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--dir",
+        "-d",
+        help="The dumps, as DIR (for scripts that prefer an option).",
+        show_default=False,
+    ),
+]
+JobsOption = Annotated[
+    int | None,
+    typer.Option("--jobs", "-j", help="Worker processes for loading (default: all CPUs)."),
+]
+PgOption = Annotated[
+    str | None,
+    typer.Option(
+        "--pg",
+        help="Show only this process group (name, description or label, e.g. 3 or tp).",
+    ),
+]
+RanksOption = Annotated[
+    str | None,
+    typer.Option("--ranks", help="Show only these ranks, e.g. 0-7,12."),
+]
+OnlyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--only",
+        help="Read one dump set of several under DIR: a set name as frtrace prints it "
+        "(e.g. 'incident1/rank_*'), or a pattern of paths under DIR (e.g. '*.json').",
+    ),
+]
+
+
+def dump_source(positional: Path | None, option: Path | None) -> Path:
+    """The dump directory or archive, given as DIR or as -d DIR (not two different ones)."""
+    if positional is not None and option is not None and positional != option:
+        raise InputError(
+            f"two dump sets given: {positional} and -d {option}; give one (DIR or -d DIR)."
+        )
+    source = positional if positional is not None else option
+    if source is None:
+        raise InputError(
+            "no dumps given: pass the directory (or .tar.gz/.zip) that holds them, e.g. "
+            "frtrace analyze /tmp/dumps"
+        )
+    return source
+
+
+class OneLineErrors(TyperGroup):
+    """A command group whose usage errors are one line on stderr (exit code 2)."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        try:
+            code = super().main(
+                args=args,
+                prog_name=prog_name,
+                complete_var=complete_var,
+                standalone_mode=False,
+                **extra,
+            )
+        except _click.exceptions.NoArgsIsHelpError as exc:  # `frtrace` alone: the help
+            if not standalone_mode:
+                raise
+            _click.echo(exc.ctx.get_help() if exc.ctx else exc.format_message(), err=True)
+            sys.exit(exc.exit_code)
+        except _click.exceptions.UsageError as exc:
+            if not standalone_mode:
+                raise
+            where = exc.ctx.command_path if exc.ctx else "frtrace"
+            message = " ".join(exc.format_message().replace("Value error, ", "").split())
+            _click.echo(f"error: {message} (`{where} --help` shows the options)", err=True)
+            sys.exit(exc.exit_code)
+        except _click.exceptions.ClickException as exc:
+            if not standalone_mode:
+                raise
+            _click.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
+            sys.exit(exc.exit_code)
+        except _click.exceptions.Abort:
+            if not standalone_mode:
+                raise
+            _click.echo("interrupted", err=True)
+            sys.exit(130)
+        if not standalone_mode:
+            return code
+        sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,125 @@
+"""``frtrace show``, ``summary`` and ``export``: what the loaded tables offer on their own.
+
+Registered on :data:`frtrace.cli.app.app` by :mod:`frtrace.cli`; the analysis runs only where
+a command needs it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from frtrace.cli.app import (
+    _echo,
+    _fail,
+    _load,
+    _parse_ranks,
+    _print_load_problems,
+    app,
+)
+from frtrace.cli.params import (
+    DirArgument,
+    DirOption,
+    JobsOption,
+    OnlyOption,
+    PgOption,
+    RanksOption,
+)
+from frtrace.errors import FrtraceError
+
+
+@app.command()
+def show(
+    dump_path: DirArgument = None,
+    dump_dir: DirOption = None,
+    pg: PgOption = None,
+    ranks: RanksOption = None,
+    seq: Annotated[
+        str | None,
+        typer.Option("--seq", help="Sequence numbers to show, e.g. 10-20 (default: the newest)."),
+    ] = None,
+    last: Annotated[
+        int, typer.Option("--last", "-n", help="Newest sequence numbers per group.", min=1)
+    ] = 8,
+    stacks: Annotated[
+        bool, typer.Option("--stacks", help="Show each call's Python stack.")
+    ] = False,
+    jobs: JobsOption = None,
+    only: OnlyOption = None,
+) -> None:
+    """The raw entries side by side, one row per (group, seq), one column per rank.
+
+    Rows line up by (group, collective sequence number), not by position in each buffer. With
+    many ranks, ranks that recorded the same thing share a column.
+
+    \b
+    Example:
+      frtrace show dumps/ --pg 0 --ranks 0-3 --seq 10-14 --stacks
+    """
+    from frtrace.report.show import ShowOptions, render_show
+
+    seq_range = _parse_ranks(seq, "--seq")
+    options = ShowOptions(
+        pg=pg,
+        ranks=_parse_ranks(ranks, "--ranks"),
+        seqs=seq_range,
+        last=last,
+        stacks=stacks,
+    )
+    dumps = _load(dump_path, dump_dir, jobs, only)
+    try:
+        text = render_show(dumps, options)
+    except FrtraceError as exc:
+        raise _fail(exc) from None
+    _print_load_problems(dumps)
+    _echo(text, nl=False)
+
+
+@app.command()
+def summary(
+    dump_path: DirArgument = None,
+    dump_dir: DirOption = None,
+    jobs: JobsOption = None,
+    only: OnlyOption = None,
+) -> None:
+    """List the dump files: rank, format, backend, entries, problems.
+
+    \b
+    Example:
+      frtrace summary tests/fixtures/gloo/never_joins
+    """
+    from frtrace.load.summary import render_summary
+
+    _echo(render_summary(_load(dump_path, dump_dir, jobs, only)), nl=False)
+
+
+@app.command()
+def export(
+    dump_path: DirArgument = None,
+    dump_dir: DirOption = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Directory to write Parquet files to.")
+    ] = None,
+    jobs: JobsOption = None,
+    only: OnlyOption = None,
+) -> None:
+    """Write the loaded tables (entries, stacks, groups, pg_status, files) as Parquet.
+
+    \b
+    Example:
+      frtrace export dumps/ -o tables/ && duckdb -c "from 'tables/entries.parquet'"
+    """
+    from frtrace.load.export import export_parquet
+
+    if out is None:
+        raise _fail("export needs -o DIR: the directory to write the Parquet files to")
+    dumps = _load(dump_path, dump_dir, jobs, only)
+    try:
+        written = export_parquet(dumps, out)
+    except FrtraceError as exc:
+        raise _fail(exc) from None
+    _print_load_problems(dumps)
+    for path, rows in written:
+        _echo(f"{path}  ({rows} rows)")
