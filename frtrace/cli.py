@@ -47,6 +47,13 @@ JobsOption = Annotated[
     int | None,
     typer.Option("--jobs", "-j", help="Worker processes for loading (default: all CPUs)."),
 ]
+SchedulerOption = Annotated[
+    str | None,
+    typer.Option("--scheduler", help="Read the files on this Dask cluster (tcp://HOST:8786)."),
+]
+NoCacheOption = Annotated[
+    bool, typer.Option("--no-cache", help="Read every dump again; neither use nor fill the cache.")
+]
 PgOption = Annotated[
     str | None,
     typer.Option(
@@ -106,12 +113,24 @@ def _parse_ranks(text: str | None, flag: str) -> tuple[int, ...] | None:
     return ranks
 
 
-def _load_and_analyze(dump_dir: Path, jobs: int | None) -> tuple[DumpSet, Report]:
+def _load(dump_dir: Path, jobs: int | None, scheduler: str | None, no_cache: bool) -> DumpSet:
     from frtrace.load.tables import load_dumps
-    from frtrace.pipeline import analyze_dumps
 
     try:
-        dumps = load_dumps(dump_dir, jobs=jobs, progress=True)
+        return load_dumps(
+            dump_dir, jobs=jobs, progress=True, scheduler=scheduler, cache=not no_cache
+        )
+    except FrtraceError as exc:
+        raise _fail(exc) from None
+
+
+def _load_and_analyze(
+    dump_dir: Path, jobs: int | None, scheduler: str | None, no_cache: bool
+) -> tuple[DumpSet, Report]:
+    from frtrace.pipeline import analyze_dumps
+
+    dumps = _load(dump_dir, jobs, scheduler, no_cache)
+    try:
         return dumps, analyze_dumps(dumps)
     except FrtraceError as exc:
         raise _fail(exc) from None
@@ -165,6 +184,8 @@ def analyze(
         typer.Option("--quiet", "-q", help="Print only the headline line; no warnings."),
     ] = False,
     jobs: JobsOption = None,
+    scheduler: SchedulerOption = None,
+    no_cache: NoCacheOption = False,
 ) -> None:
     """Name the rank(s) that hung or desynchronised the job, and why.
 
@@ -180,7 +201,7 @@ def analyze(
     from frtrace.report.select import Selection, select
 
     selection = Selection(pg=pg, ranks=_parse_ranks(ranks, "--ranks"))
-    dumps, report = _load_and_analyze(dump_dir, jobs)
+    dumps, report = _load_and_analyze(dump_dir, jobs, scheduler, no_cache)
     try:
         shown = select(report, selection)
     except InputError as exc:
@@ -223,6 +244,8 @@ def show(
         bool, typer.Option("--stacks", help="Show each call's Python stack.")
     ] = False,
     jobs: JobsOption = None,
+    scheduler: SchedulerOption = None,
+    no_cache: NoCacheOption = False,
 ) -> None:
     """The raw entries side by side, one row per (group, seq), one column per rank.
 
@@ -231,7 +254,6 @@ def show(
 
     Example: frtrace show -d dumps/ --pg 0 --ranks 0-3 --seq 10-14 --stacks
     """
-    from frtrace.load.tables import load_dumps
     from frtrace.report.show import ShowOptions, render_show
 
     seq_range = _parse_ranks(seq, "--seq")
@@ -242,8 +264,8 @@ def show(
         last=last,
         stacks=stacks,
     )
+    dumps = _load(dump_dir, jobs, scheduler, no_cache)
     try:
-        dumps = load_dumps(dump_dir, jobs=jobs, progress=True)
         text = render_show(dumps, options)
     except FrtraceError as exc:
         raise _fail(exc) from None
@@ -280,6 +302,8 @@ def check(
         ),
     ] = False,
     jobs: JobsOption = None,
+    scheduler: SchedulerOption = None,
+    no_cache: NoCacheOption = False,
 ) -> None:
     """CI gate: exit 0 when the analysis matches the expectation, 1 with the differences.
 
@@ -309,7 +333,7 @@ def check(
     if write:
         if expect is None:
             raise _fail("--write needs --expect FILE: the file to write")
-        _, report = _load_and_analyze(dump_dir, jobs)
+        _, report = _load_and_analyze(dump_dir, jobs, scheduler, no_cache)
         _write(expect, dumps_compact(expectation_from_report(report)) + "\n")
         _echo(f"wrote {expect}: review it, remove what you do not want pinned, commit it")
         raise typer.Exit(code=EXIT_OK)
@@ -325,7 +349,7 @@ def check(
             "nothing to check: give --expect FILE or --expect-culprits/--expect-healthy/"
             "--expect-verdict/--expect-stragglers"
         )
-    _, report = _load_and_analyze(dump_dir, jobs)
+    _, report = _load_and_analyze(dump_dir, jobs, scheduler, no_cache)
     diffs = compare(report, wanted)
     culprits = format_ranks(report.culprit_ranks) if report.culprit_ranks else "none"
     if not diffs:
@@ -375,19 +399,19 @@ def env(
 
 
 @app.command()
-def summary(dump_dir: DirOption, jobs: JobsOption = None) -> None:
+def summary(
+    dump_dir: DirOption,
+    jobs: JobsOption = None,
+    scheduler: SchedulerOption = None,
+    no_cache: NoCacheOption = False,
+) -> None:
     """List the dump files: rank, format, backend, entries, problems.
 
     Example: frtrace summary -d tests/fixtures/gloo/never_joins
     """
     from frtrace.load.summary import render_summary
-    from frtrace.load.tables import load_dumps
 
-    try:
-        dumps = load_dumps(dump_dir, jobs=jobs, progress=True)
-    except FrtraceError as exc:
-        raise _fail(exc) from None
-    _echo(render_summary(dumps), nl=False)
+    _echo(render_summary(_load(dump_dir, jobs, scheduler, no_cache)), nl=False)
 
 
 @app.command()
@@ -395,16 +419,17 @@ def export(
     dump_dir: DirOption,
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory to write Parquet files to.")],
     jobs: JobsOption = None,
+    scheduler: SchedulerOption = None,
+    no_cache: NoCacheOption = False,
 ) -> None:
     """Write the loaded tables (entries, stacks, groups, pg_status, files) as Parquet.
 
     Example: frtrace export -d dumps/ -o tables/ && duckdb -c "from 'tables/entries.parquet'"
     """
     from frtrace.load.export import export_parquet
-    from frtrace.load.tables import load_dumps
 
+    dumps = _load(dump_dir, jobs, scheduler, no_cache)
     try:
-        dumps = load_dumps(dump_dir, jobs=jobs, progress=True)
         written = export_parquet(dumps, out)
     except FrtraceError as exc:
         raise _fail(exc) from None

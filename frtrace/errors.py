@@ -5,7 +5,8 @@ FrtraceError
 │   ├── DumpDirNotFound     the directory does not exist or is not a directory
 │   ├── NoDumpsFound        nothing in the directory looks like a per-rank dump
 │   ├── NoReadableDumps     dumps were found but none of them could be read
-│   └── DuplicateRank       two files claim the same rank
+│   ├── DuplicateRank       two files claim the same rank
+│   └── SchedulerUnavailable  --scheduler: dask is not installed or the scheduler is unreachable
 └── DumpFormatError         one file is not a Flight Recorder dump we can read; the other
     │                       files are still analysed (recorded as a problem, never raised
     │                       past the loader)
@@ -42,6 +43,10 @@ class NoReadableDumps(InputError):
 
 class DuplicateRank(InputError):
     """Two files claim the same rank, so the set is ambiguous."""
+
+
+class SchedulerUnavailable(InputError):
+    """--scheduler was given, but dask.distributed is missing or the scheduler cannot be reached."""
 
 
 class DumpFormatError(FrtraceError):
