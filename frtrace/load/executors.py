@@ -229,7 +229,9 @@ def dask_executor(address: str, *, progress: bool = False) -> Iterator[FuturesEx
             "is running, or leave --scheduler out to read the files on this machine."
         ) from exc
     try:
-        workers = max(1, len(client.scheduler_info().get("workers", {})))
+        # every thread of every worker can read a batch (single-threaded workers are best:
+        # reading a pickle holds the GIL)
+        workers = max(1, sum(client.nthreads().values()))
         pool = client.get_executor(pure=False)
         yield FuturesExecutor(pool, workers=workers, progress=progress, engine="Dask")
     finally:
