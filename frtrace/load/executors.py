@@ -123,9 +123,13 @@ class FuturesExecutor:
         ready: dict[int, Result] = {}
         handed = 0
         running: dict[cf.Future[list[Result]], _Batch] = {}
+        window = self.workers * TASKS_PER_WORKER
+        # Files that may be done ahead of the first one not yet handed over: a slow batch
+        # holds the others back rather than letting the results waiting for it pile up.
+        ahead = 4 * window * size
         try:
             while todo or running:
-                while todo and len(running) < self.workers * TASKS_PER_WORKER:
+                while todo and len(running) < window and todo[-1].first < handed + ahead:
                     batch = todo.pop()
                     batch.sent = time.monotonic()
                     running[self.executor.submit(self.task, batch.candidates)] = batch
@@ -136,6 +140,7 @@ class FuturesExecutor:
                     batch = running.pop(future)
                     for index, result in self._results(future, batch, todo):
                         ready[index] = result
+                todo.sort(key=lambda b: -b.first)  # retries among the rest, in file order
                 self._expire(running, ready)
                 bar.update(handed + len(ready))
                 while handed in ready:
