@@ -6,8 +6,9 @@ FrtraceError
 │   ├── UnreadableArchive   the archive given is damaged, or not an archive
 │   ├── NoDumpsFound        nothing in the directory looks like a per-rank dump
 │   ├── NoReadableDumps     dumps were found but none of them could be read
-│   └── DuplicateRank       two files claim the same rank
-│       └── SeveralDumpSets the directory holds several incidents' dumps of the same ranks
+│   ├── DuplicateRank       two files claim the same rank
+│   │   └── SeveralDumpSets the directory holds several incidents' dumps of the same ranks
+│   └── SchedulerUnavailable  --scheduler: dask is not installed or the scheduler is unreachable
 ├── DumpFormatError         one file is not a Flight Recorder dump we can read; the other
 │   │                       files are still analysed (recorded as a problem, never raised
 │   │                       past the loader)
@@ -55,6 +56,10 @@ class DuplicateRank(InputError):
 
 class SeveralDumpSets(DuplicateRank):
     """Ranks appear once per incident (subfolders, prefixes): one set must be chosen."""
+
+
+class SchedulerUnavailable(InputError):
+    """--scheduler was given, but dask.distributed is missing or the scheduler cannot be reached."""
 
 
 class DumpFormatError(FrtraceError):

@@ -8,7 +8,15 @@ injected fault, then measures in separate processes, one after another:
 
 - floor:        plain ``pickle.load`` of every file, one after another, nothing else;
 - frtrace:      ``python -m frtrace analyze -d DIR --format json`` (checks the verdict);
-- torchfrtrace: torch's analyzer on the same files (skipped above --torchfrtrace-max).
+- torchfrtrace: torch's analyzer on the same files (skipped above --torchfrtrace-max);
+- with ``--cache``: ``frtrace analyze`` twice with the table cache (a private
+  ``XDG_CACHE_HOME`` under the workdir): the first run reads and stores, the second reads the
+  cached tables; plus the cached load alone (``load_dumps(cache=True)`` in a fresh process);
+- with ``--scheduler``: a Dask cluster on 127.0.0.1 (``dask scheduler`` and 2 ``dask worker``
+  processes, 1 thread each), ``frtrace analyze --scheduler``; its peak memory leaves out the
+  workers, which are not in the child's process group;
+- with ``--estimate-ranks N``: per-file costs measured in this process (parsing one file,
+  merging its result, the result's size) and what they predict for N ranks on 8-512 workers.
 
 Wall time is measured around the child; peak memory is the largest sum of the resident set
 sizes of the child's whole process group (frtrace's workers included), sampled every 20 ms.
@@ -18,11 +26,14 @@ Usage::
     python3 scripts/bench.py --ranks 256 1024 --entries 2000
     python3 scripts/bench.py --ranks 4096 --entries 2000 --torchfrtrace-max 1024
     python3 scripts/bench.py --ranks 8 16 --entries 100 --json out.json   # the smoke test
+    python3 scripts/bench.py --ranks 256 1024 --torchfrtrace-max 0 --cache --scheduler \
+        --estimate-ranks 100000
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -32,6 +43,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -43,6 +55,12 @@ FLOOR = (
     "for name in sorted(os.listdir(d)):\n"
     "    with open(os.path.join(d, name), 'rb') as f:\n"
     "        pickle.load(f)\n"
+)
+CACHED_LOAD = (
+    "import sys\n"
+    "from pathlib import Path\n"
+    "from frtrace.load.tables import load_dumps\n"
+    "load_dumps(Path(sys.argv[1]), cache=True)\n"
 )
 
 
@@ -148,14 +166,37 @@ class Row:
     torchfrtrace_s: float | None
     torchfrtrace_mb: float | None
     torchfrtrace_note: str
+    load_avg: float = 0.0  # 1-minute load average when the size started
+    cache_first_s: float | None = None  # analyze, cache on and empty: reads and stores
+    cache_second_s: float | None = None  # analyze again: from the cached tables
+    cache_load_s: float | None = None  # load_dumps(cache=True) alone, warm, fresh process
+    cache_correct: bool | None = None
+    dask_s: float | None = None  # analyze --scheduler (2 local workers)
+    dask_correct: bool | None = None
 
     @property
     def vs_floor(self) -> float:
         return self.frtrace_s / self.floor_s
 
+    def x_floor(self, seconds: float | None) -> float | None:
+        return None if seconds is None else seconds / self.floor_s
+
     @property
     def speedup(self) -> float | None:
         return None if self.torchfrtrace_s is None else self.torchfrtrace_s / self.frtrace_s
+
+
+def _verdict_ok(measured: Measure, truth: dict[str, object]) -> bool:
+    try:
+        report = json.loads(measured.output[measured.output.index("{") :])
+        expected = truth["culprit_ranks"] if truth.get("hung") else []
+        return bool(report["culprit_ranks"] == expected)
+    except (ValueError, KeyError):
+        return False
+
+
+def _analyze(dumps: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "frtrace", "analyze", "-d", str(dumps), "-f", "json", *extra]
 
 
 def bench_one(args: argparse.Namespace, ranks: int) -> Row:
@@ -164,17 +205,10 @@ def bench_one(args: argparse.Namespace, ranks: int) -> Row:
     )
     truth = json.loads(dumps.with_name(dumps.name + ".truth.json").read_text())
     files_mb = sum(p.stat().st_size for p in dumps.iterdir()) / 2**20
+    load_avg = os.getloadavg()[0]
     floor = measure([sys.executable, "-c", FLOOR, str(dumps)], args.timeout)
-    ours = measure(
-        [sys.executable, "-m", "frtrace", "analyze", "-d", str(dumps), "--format", "json"],
-        args.timeout,
-    )
-    try:
-        report = json.loads(ours.output[ours.output.index("{") :])
-        expected = truth["culprit_ranks"] if truth.get("hung") else []
-        correct = report["culprit_ranks"] == expected
-    except (ValueError, KeyError):
-        correct = False
+    ours = measure(_analyze(dumps, "--no-cache"), args.timeout)
+    correct = _verdict_ok(ours, truth)
     theirs_s = theirs_mb = None
     note = "skipped"
     if ranks <= args.torchfrtrace_max:
@@ -192,7 +226,7 @@ def bench_one(args: argparse.Namespace, ranks: int) -> Row:
         theirs_s, theirs_mb = theirs.wall_s, theirs.peak_mb
         tail = theirs.output.strip().splitlines()[-1:] if theirs.output.strip() else [""]
         note = "ok" if theirs.returncode == 0 else f"exit {theirs.returncode}: {tail[0][:80]}"
-    return Row(
+    row = Row(
         ranks,
         args.entries,
         files_mb,
@@ -204,7 +238,25 @@ def bench_one(args: argparse.Namespace, ranks: int) -> Row:
         theirs_s,
         theirs_mb,
         note,
+        load_avg,
     )
+    if args.cache:
+        cache_dir = args.workdir / "xdg-cache"
+        shutil.rmtree(cache_dir, ignore_errors=True)
+        env = os.environ | {"XDG_CACHE_HOME": str(cache_dir)}
+        env.pop("FRTRACE_NO_CACHE", None)
+        first = measure(_analyze(dumps), args.timeout, env)
+        second = measure(_analyze(dumps), args.timeout, env)
+        alone = measure([sys.executable, "-c", CACHED_LOAD, str(dumps)], args.timeout, env)
+        row.cache_first_s, row.cache_second_s = first.wall_s, second.wall_s
+        row.cache_load_s = alone.wall_s
+        row.cache_correct = _verdict_ok(first, truth) and _verdict_ok(second, truth)
+    if args.scheduler_address:
+        remote = measure(
+            _analyze(dumps, "--no-cache", "--scheduler", args.scheduler_address), args.timeout
+        )
+        row.dask_s, row.dask_correct = remote.wall_s, _verdict_ok(remote, truth)
+    return row
 
 
 def render(rows: list[Row]) -> str:
@@ -223,6 +275,96 @@ def render(rows: list[Row]) -> str:
             f"{'yes' if r.frtrace_correct else 'NO':>7}  {theirs}  {theirs_mb}  {speed}"
             + ("" if r.torchfrtrace_note in ("ok", "skipped") else f"  ({r.torchfrtrace_note})")
         )
+    extra = [r for r in rows if r.cache_second_s is not None or r.dask_s is not None]
+    if extra:
+        lines.append(
+            "ranks  load avg  no cache x floor  cache 1st x floor  cache 2nd x floor"
+            "  cached load x floor  dask 2 workers x floor  dask overhead s  correct"
+        )
+
+    def ratio(x: float | None, width: int) -> str:
+        return f"{x:{width}.2f}" if x is not None else f"{'-':>{width}}"
+
+    for r in extra:
+        overhead = None if r.dask_s is None else r.dask_s - r.frtrace_s
+        ok = r.frtrace_correct and r.cache_correct is not False and r.dask_correct is not False
+        lines.append(
+            f"{r.ranks:5d}  {r.load_avg:8.1f}  {r.vs_floor:16.2f}  "
+            f"{ratio(r.x_floor(r.cache_first_s), 17)}  {ratio(r.x_floor(r.cache_second_s), 17)}"
+            f"  {ratio(r.x_floor(r.cache_load_s), 19)}  {ratio(r.x_floor(r.dask_s), 22)}"
+            f"  {ratio(overhead, 15)}  {'yes' if ok else 'NO':>7}"
+        )
+    return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def local_cluster(workdir: Path, workers: int = 2) -> Iterator[str]:
+    """A Dask scheduler and ``workers`` single-threaded workers on 127.0.0.1; the address."""
+    info = workdir / "scheduler.json"
+    info.unlink(missing_ok=True)
+    dask = [sys.executable, "-m", "dask"]
+    opts = "--host 127.0.0.1 --port 0 --no-dashboard --scheduler-file".split()
+    log = (workdir / "cluster.log").open("wb")
+    out = {"stdout": log, "stderr": subprocess.STDOUT, "start_new_session": True}
+    procs = [subprocess.Popen([*dask, "scheduler", *opts, str(info)], **out)]
+    try:
+        deadline = time.monotonic() + 120
+        while not info.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.2)
+        address = json.loads(info.read_text())["address"]
+        for _ in range(workers):
+            opts = ["--host", "127.0.0.1", "--nthreads", "1", "--no-dashboard"]
+            procs.append(subprocess.Popen([*dask, "worker", address, *opts], **out))
+        from distributed import Client
+
+        with Client(address, timeout=120) as client:
+            client.wait_for_workers(workers, timeout=120)
+        yield address
+    finally:
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+
+
+def estimate(dumps: Path, ranks: int, sample: int = 48) -> str:
+    """Per-file costs measured here, and the loading time they predict for ``ranks`` files."""
+    import pickle
+
+    from frtrace.load.discover import discover
+    from frtrace.load.parse import try_parse
+    from frtrace.load.tables import build_dump_set
+
+    candidates = discover(dumps).candidates[:sample]
+    start = time.perf_counter()
+    results = [try_parse(c) for c in candidates]
+    parse_s = (time.perf_counter() - start) / len(candidates)
+    result_mb = sum(len(pickle.dumps(r, protocol=5)) for r in results) / len(results) / 2**20
+    start = time.perf_counter()
+    build_dump_set(dumps, candidates, results)
+    merge_s = (time.perf_counter() - start) / len(candidates)
+    file_mb = sum(c.size_bytes for c in candidates) / len(candidates) / 2**20
+    lines = [
+        f"per file (mean of {len(candidates)} of {dumps.name}): {file_mb:.2f} MB read, "
+        f"parse {parse_s * 1e3:.1f} ms on one core, result {result_mb:.2f} MB pickled, "
+        f"merge into the tables {merge_s * 1e3:.2f} ms in the client",
+        f"loading {ranks:,} ranks: reading {ranks * file_mb / 1024:.0f} GB from shared storage; "
+        f"merging in the client {ranks * merge_s:.0f} s (serial, does not shrink with workers); "
+        f"results {ranks * result_mb / 1024:.1f} GB to the client "
+        f"({ranks * result_mb / 1024 / 1.25:.0f} s at 10 Gbit/s)",
+        "workers (1 core each)  parse s  load s (max of parse, merge, transfer)",
+    ]
+    transfer_s = ranks * result_mb / 1024 / 1.25
+    for n in (8, 32, 128, 512):
+        parse = ranks * parse_s / n
+        lines.append(f"{n:21d}  {parse:7.0f}  {max(parse, ranks * merge_s, transfer_s):6.0f}")
     return "\n".join(lines)
 
 
@@ -254,22 +396,51 @@ def main(argv: list[str] | None = None) -> int:
         default=1024,
         help="skip torchfrtrace above this many ranks (it is slow)",
     )
+    parser.add_argument(
+        "--cache", action="store_true", help="also time a first and a second run with the cache"
+    )
+    parser.add_argument(
+        "--scheduler",
+        action="store_true",
+        help="also time frtrace on a local Dask cluster of 2 workers (needs frtrace[dask])",
+    )
+    parser.add_argument(
+        "--estimate-ranks",
+        type=int,
+        default=0,
+        help="print what the measured per-file costs predict for this many ranks on a cluster",
+    )
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
     rows = []
-    for ranks in args.ranks:
-        rows.append(bench_one(args, ranks))
-        print(render(rows[-1:]).splitlines()[-1], flush=True)
+    with local_cluster(args.workdir) if args.scheduler else contextlib.nullcontext() as address:
+        args.scheduler_address = address
+        for ranks in args.ranks:
+            rows.append(bench_one(args, ranks))
+            print(render(rows[-1:]).splitlines()[-1], flush=True)
     print(render(rows))
+    if args.estimate_ranks:
+        dumps = make_job(
+            args.workdir,
+            args.ranks[-1],
+            args.entries,
+            args.fault,
+            args.seed,
+            args.mesh,
+            args.frames,
+        )
+        print(estimate(dumps, args.estimate_ranks))
     if args.json:
         args.json.write_text(
             json.dumps(
-                [asdict(r) | {"vs_floor": r.vs_floor, "speedup": r.speedup} for r in rows], indent=2
+                [asdict(r) | {"vs_floor": r.vs_floor, "speedup": r.speedup} for r in rows],
+                indent=2,
             )
         )
-    return 0 if all(r.frtrace_correct for r in rows) else 1
+    ok = all(r.frtrace_correct and False not in (r.cache_correct, r.dask_correct) for r in rows)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

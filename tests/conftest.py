@@ -18,9 +18,33 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--update-golden", action="store_true", help="rewrite golden files")
 
 
+@pytest.fixture(autouse=True)
+def _private_cache(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """Every test gets its own cache directory: the suite never reads or fills the user's."""
+    cache = tmp_path_factory.mktemp("xdg-cache")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    monkeypatch.delenv("FRTRACE_NO_CACHE", raising=False)
+    monkeypatch.delenv("FRTRACE_CACHE_MAX_BYTES", raising=False)
+    return cache
+
+
 @pytest.fixture
 def update_golden(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-golden"))
+
+
+def fixture_sets() -> list[Path]:
+    """Every committed dump set: folders under fixtures/ that hold files and no folders."""
+    return sorted(
+        d
+        for d in FIXTURES.rglob("*")
+        if d.is_dir()
+        and not any(p.is_dir() for p in d.iterdir())
+        and any(d.iterdir())
+        and d.name != "golden"
+    )
 
 
 def make_entry(**overrides: Any) -> dict[str, Any]:

@@ -12,13 +12,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 HAS_TORCH = importlib.util.find_spec("torch") is not None
+HAS_DASK = importlib.util.find_spec("distributed") is not None
 
 
 @pytest.mark.parametrize("mesh", ["2d", "3d"])
 def test_bench_runs_and_gets_the_verdict_right(tmp_path: Path, mesh: str) -> None:
-    """8 and 16 ranks x 120 entries: floor, frtrace and (with torch) torchfrtrace all measured."""
+    """8 and 16 ranks x 120 entries: floor, frtrace and (with torch) torchfrtrace all measured;
+    2d: with the cache twice; 3d (with dask): on a local 2-worker Dask cluster."""
     out = tmp_path / "bench.json"
     limit = "16" if HAS_TORCH and mesh == "2d" else "0"
+    extra = ["--cache"] if mesh == "2d" else ["--scheduler"] if HAS_DASK else []
     proc = subprocess.run(
         [
             sys.executable,
@@ -36,6 +39,7 @@ def test_bench_runs_and_gets_the_verdict_right(tmp_path: Path, mesh: str) -> Non
             limit,
             "--json",
             str(out),
+            *extra,
         ],
         cwd=ROOT,
         capture_output=True,
@@ -52,4 +56,8 @@ def test_bench_runs_and_gets_the_verdict_right(tmp_path: Path, mesh: str) -> Non
         assert row["vs_floor"] == pytest.approx(row["frtrace_s"] / row["floor_s"])
         if limit != "0":
             assert row["torchfrtrace_s"] is not None and row["speedup"] is not None
+        if "--cache" in extra:
+            assert row["cache_correct"] is True and row["cache_second_s"] > 0
+        if "--scheduler" in extra:
+            assert row["dask_correct"] is True and row["dask_s"] > 0
     assert "x floor" in proc.stdout and "torchfrtrace" in proc.stdout

@@ -21,10 +21,12 @@ from frtrace.cli.params import (
     EnvFormat,
     Format,
     JobsOption,
+    NoCacheOption,
     OneLineErrors,
     OnlyOption,
     PgOption,
     RanksOption,
+    SchedulerOption,
     dump_source,
 )
 from frtrace.errors import FrtraceError, InputError
@@ -80,12 +82,27 @@ def _parse_ranks(text: str | None, flag: str) -> tuple[int, ...] | None:
     return ranks
 
 
-def _load(path: Path | None, option: Path | None, jobs: int | None, only: str | None) -> DumpSet:
-    """The dump set given as DIR or -d DIR (a directory or an archive)."""
+def _load(
+    path: Path | None,
+    option: Path | None,
+    jobs: int | None,
+    only: str | None,
+    scheduler: str | None = None,
+    no_cache: bool = False,
+) -> DumpSet:
+    """The dump set given as DIR or -d DIR (a directory or an archive), from the cache of an
+    earlier run where the files are unchanged (not with --no-cache)."""
     from frtrace.load.tables import load_dumps
 
     try:
-        return load_dumps(dump_source(path, option), jobs=jobs, progress=True, only=only)
+        return load_dumps(
+            dump_source(path, option),
+            jobs=jobs,
+            progress=True,
+            only=only,
+            scheduler=scheduler,
+            cache=not no_cache,
+        )
     except FrtraceError as exc:
         raise _fail(exc) from None
 
@@ -151,6 +168,8 @@ def analyze(
     ] = False,
     jobs: JobsOption = None,
     only: OnlyOption = None,
+    scheduler: SchedulerOption = None,
+    no_cache: NoCacheOption = False,
 ) -> None:
     """Name the rank(s) that hung or desynchronised the job, and why.
 
@@ -171,7 +190,7 @@ def analyze(
     from frtrace.report.select import Selection, select
 
     selection = Selection(pg=pg, ranks=_parse_ranks(ranks, "--ranks"))
-    dumps = _load(dump_path, dump_dir, jobs, only)
+    dumps = _load(dump_path, dump_dir, jobs, only, scheduler, no_cache)
     report = _analyze(dumps)
     try:
         shown = select(report, selection)
@@ -232,6 +251,8 @@ def check(
     ] = False,
     jobs: JobsOption = None,
     only: OnlyOption = None,
+    scheduler: SchedulerOption = None,
+    no_cache: NoCacheOption = False,
 ) -> None:
     """CI gate: exit 0 when the analysis matches the expectation, 1 with the differences.
 
@@ -264,7 +285,7 @@ def check(
     if write:
         if expect is None:
             raise _fail("--write needs --expect FILE: the file to write")
-        report = _analyze(_load(dump_path, dump_dir, jobs, only))
+        report = _analyze(_load(dump_path, dump_dir, jobs, only, scheduler, no_cache))
         _write(expect, dumps_compact(expectation_from_report(report)) + "\n")
         _echo(f"wrote {expect}: review it, remove what you do not want pinned, commit it")
         raise typer.Exit(code=EXIT_OK)
@@ -280,7 +301,7 @@ def check(
             "nothing to check: give --expect FILE or --expect-culprits/--expect-healthy/"
             "--expect-verdict/--expect-stragglers"
         )
-    report = _analyze(_load(dump_path, dump_dir, jobs, only))
+    report = _analyze(_load(dump_path, dump_dir, jobs, only, scheduler, no_cache))
     diffs = compare(report, wanted)
     culprits = format_ranks(report.culprit_ranks) if report.culprit_ranks else "none"
     if not diffs:

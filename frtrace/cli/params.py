@@ -29,10 +29,12 @@ __all__ = [
     "EnvFormat",
     "Format",
     "JobsOption",
+    "NoCacheOption",
     "OneLineErrors",
     "OnlyOption",
     "PgOption",
     "RanksOption",
+    "SchedulerOption",
     "dump_source",
 ]
 
@@ -70,6 +72,13 @@ DirOption = Annotated[
         help="The dumps, as DIR (for scripts that prefer an option).",
         show_default=False,
     ),
+]
+SchedulerOption = Annotated[
+    str | None,
+    typer.Option("--scheduler", help="Read the files on this Dask cluster (tcp://HOST:8786)."),
+]
+NoCacheOption = Annotated[
+    bool, typer.Option("--no-cache", help="Read every dump again; neither use nor fill the cache.")
 ]
 JobsOption = Annotated[
     int | None,

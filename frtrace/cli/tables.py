@@ -23,9 +23,11 @@ from frtrace.cli.params import (
     DirArgument,
     DirOption,
     JobsOption,
+    NoCacheOption,
     OnlyOption,
     PgOption,
     RanksOption,
+    SchedulerOption,
 )
 from frtrace.errors import FrtraceError
 
@@ -48,6 +50,8 @@ def show(
     ] = False,
     jobs: JobsOption = None,
     only: OnlyOption = None,
+    scheduler: SchedulerOption = None,
+    no_cache: NoCacheOption = False,
 ) -> None:
     """The raw entries side by side, one row per (group, seq), one column per rank.
 
@@ -68,7 +72,7 @@ def show(
         last=last,
         stacks=stacks,
     )
-    dumps = _load(dump_path, dump_dir, jobs, only)
+    dumps = _load(dump_path, dump_dir, jobs, only, scheduler, no_cache)
     try:
         text = render_show(dumps, options)
     except FrtraceError as exc:
@@ -83,6 +87,8 @@ def summary(
     dump_dir: DirOption = None,
     jobs: JobsOption = None,
     only: OnlyOption = None,
+    scheduler: SchedulerOption = None,
+    no_cache: NoCacheOption = False,
 ) -> None:
     """List the dump files: rank, format, backend, entries, problems.
 
@@ -92,7 +98,7 @@ def summary(
     """
     from frtrace.load.summary import render_summary
 
-    _echo(render_summary(_load(dump_path, dump_dir, jobs, only)), nl=False)
+    _echo(render_summary(_load(dump_path, dump_dir, jobs, only, scheduler, no_cache)), nl=False)
 
 
 @app.command()
@@ -104,6 +110,8 @@ def export(
     ] = None,
     jobs: JobsOption = None,
     only: OnlyOption = None,
+    scheduler: SchedulerOption = None,
+    no_cache: NoCacheOption = False,
 ) -> None:
     """Write the loaded tables (entries, stacks, groups, pg_status, files) as Parquet.
 
@@ -115,7 +123,7 @@ def export(
 
     if out is None:
         raise _fail("export needs -o DIR: the directory to write the Parquet files to")
-    dumps = _load(dump_path, dump_dir, jobs, only)
+    dumps = _load(dump_path, dump_dir, jobs, only, scheduler, no_cache)
     try:
         written = export_parquet(dumps, out)
     except FrtraceError as exc:

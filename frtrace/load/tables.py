@@ -19,8 +19,9 @@ import pyarrow as pa
 
 from frtrace.errors import DumpFormatError, NoReadableDumps
 from frtrace.load import schema
+from frtrace.load.cache import TABLES, DirectoryCache, cache_disabled, cache_root
 from frtrace.load.discover import Candidate, SkippedFile, discover
-from frtrace.load.parallel import parse_candidates
+from frtrace.load.executors import FileExecutor, open_executor
 from frtrace.load.parse import ParsedDump
 from frtrace.load.stacks import Stack
 
@@ -99,19 +100,72 @@ def load_dumps(
     jobs: int | None = None,
     progress: bool = False,
     only: str | None = None,
+    scheduler: str | FileExecutor | None = None,
+    cache: bool = False,
 ) -> DumpSet:
     """Load every dump under ``directory`` (or in the archive); unreadable files become
     problems, not errors. ``only`` keeps one set of several (see ``discover``).
 
     Each file's result is merged into the tables as it arrives (in file order) and then
     dropped, so the parsed files and the merged tables are never all in memory at once.
+    ``scheduler``: a Dask scheduler address (``tcp://host:8786``) or a ``FileExecutor`` reads
+    the files elsewhere (``frtrace.load.executors``); default: worker processes here.
+    ``cache``: reuse the tables of an earlier run on the same, unchanged files, and store
+    them for the next (``frtrace.load.cache``; off when ``FRTRACE_NO_CACHE=1``).
     """
     discovery = discover(directory, only=only)
+    store = None
+    if cache and directory.is_dir() and not cache_disabled():  # (archives: read in memory)
+        store = DirectoryCache(cache_root(), directory, discovery.candidates)
+        cached = store.load()
+        if cached is not None:
+            return _from_tables(directory, cached, discovery.skipped)
     assembler = _Assembler(directory, discovery.candidates)
-    parse_candidates(discovery.candidates, jobs=jobs, progress=progress, consume=assembler.add)
+    with open_executor(scheduler, jobs=jobs, progress=progress) as executor:
+        executor.parse(discovery.candidates, assembler.add)
     dumps = assembler.finish(discovery.skipped)
     _give_back_memory()
+    if store is not None:
+        store.save({name: getattr(dumps, name) for name in TABLES})
     return dumps
+
+
+def _from_tables(
+    directory: Path, tables: dict[str, pa.Table], skipped: Iterable[SkippedFile]
+) -> DumpSet:
+    """A DumpSet from its stored tables; its problems and stacks are read back from them."""
+    files, stacks = tables["files"], tables["stacks"]
+    problems = []
+    for row in files.select(["rank", "path", "loaded", "error", "problems"]).to_pylist():
+        if not row["loaded"]:
+            problems.append(
+                LoadProblem(rank=row["rank"], path=row["path"], message=row["error"], fatal=True)
+            )
+            continue
+        problems.extend(
+            LoadProblem(
+                rank=row["rank"], path=row["path"], message=f"{row['path']}: {p}", fatal=False
+            )
+            for p in row["problems"] or ()
+        )
+    frames = {
+        sid: tuple((f["name"], f["filename"], f["line"]) for f in fs)
+        for sid, fs in zip(
+            stacks.column("stack_id").to_pylist(), stacks.column("frames").to_pylist(), strict=True
+        )
+    }
+    return DumpSet(
+        directory=directory,
+        entries=tables["entries"],
+        stacks=stacks,
+        groups=tables["groups"],
+        pg_status=tables["pg_status"],
+        files=files,
+        world=infer_world_size(files, tables["groups"]),
+        problems=tuple(problems),
+        skipped=tuple(skipped),
+        _frames=frames,
+    )
 
 
 def _give_back_memory() -> None:

@@ -1,0 +1,233 @@
+"""The loaded tables of a dump directory, kept between runs so a second command skips unpickling.
+
+People run frtrace several times on the same dumps (``analyze``, ``show --pg 3``, ``-f html``,
+``check``). The first run stores the five merged tables of the directory as Arrow IPC files;
+later runs memory-map them instead of reading the dumps, as long as nothing changed.
+
+Layout, under ``$XDG_CACHE_HOME/frtrace`` (else ``~/.cache/frtrace``)::
+
+    v1/sets/<blake2b of the directory's absolute path>/
+        manifest.json          what the tables were built from (below); written last
+        <token>/entries.arrow  stacks.arrow  groups.arrow  pg_status.arrow  files.arrow
+
+Key and invalidation: the manifest holds a fingerprint of every dump file (path as given and
+absolute, size, mtime_ns, and blake2b of its size, first and last 16 KiB) and of the code that
+reads them (the sources of ``frtrace/load``). The tables are used only when all of it matches:
+a changed, added or removed file, or another frtrace, reads the dumps again and replaces the
+entry. Each table's byte count and checksum (adler32, 2.5 GB/s) are checked before it is used, so a
+damaged entry is deleted and rebuilt, never used.
+
+Writes are atomic (a new ``<token>`` folder, then ``os.replace`` of the manifest) and never
+fatal: a read-only or full cache disables caching for the run with one note on stderr.
+Eviction: after each write, whole entries are deleted, least recently used first (the
+manifest's mtime, touched on every hit), until the cache holds at most
+``FRTRACE_CACHE_MAX_BYTES`` (default 4 GiB); an entry larger than that is not stored.
+``--no-cache`` or ``FRTRACE_NO_CACHE=1`` turn the cache off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import sys
+import zlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from frtrace.load.discover import Candidate
+
+__all__ = ["TABLES", "DirectoryCache", "cache_disabled", "cache_root"]
+
+FORMAT = "frtrace-tables-1"
+TABLES = ("entries", "stacks", "groups", "pg_status", "files")
+# Bytes hashed at each end of a dump (size and mtime_ns catch most changes; this catches a
+# rewrite that kept both). Measured on 1,024 dumps of 430 KB: 64 KiB costs 0.45 s, 16 KiB
+# 0.12 s (then opening the files dominates), against ~6 s to unpickle them.
+HASH_BYTES = 16 << 10
+DEFAULT_MAX_BYTES = 4 << 30
+_CHUNK = 16 << 20
+
+
+def cache_root() -> Path:
+    """Where the cache lives: ``$XDG_CACHE_HOME/frtrace``, else ``~/.cache/frtrace``."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "frtrace" / "v1"
+
+
+def cache_disabled() -> bool:
+    """True when ``FRTRACE_NO_CACHE`` is set to anything but "", "0" or "false"."""
+    return os.environ.get("FRTRACE_NO_CACHE", "").strip().lower() not in ("", "0", "false")
+
+
+def _max_bytes() -> int:
+    try:
+        return int(os.environ.get("FRTRACE_CACHE_MAX_BYTES", DEFAULT_MAX_BYTES))
+    except ValueError:
+        return DEFAULT_MAX_BYTES
+
+
+def _code_version() -> str:
+    """A digest of the loader's sources: tables written by other code are never reused."""
+    digest = hashlib.blake2b(FORMAT.encode(), digest_size=16)
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def file_fingerprint(cand: Candidate) -> list[Any]:
+    """What identifies one dump's content cheaply: paths, size, mtime, ends of the file."""
+    path = os.path.abspath(cand.path)
+    with open(path, "rb") as f:
+        info = os.fstat(f.fileno())
+        digest = hashlib.blake2b(str(info.st_size).encode(), digest_size=16)
+        digest.update(f.read(HASH_BYTES))
+        if info.st_size > HASH_BYTES:
+            f.seek(max(HASH_BYTES, info.st_size - HASH_BYTES))
+            digest.update(f.read(HASH_BYTES))
+    return [str(cand.path), path, cand.rank, info.st_size, info.st_mtime_ns, digest.hexdigest()]
+
+
+def _crc(path: Path) -> int:
+    """adler32 of the file: catches damage at 2.5 GB/s (crc32: 1.5, blake2b: 0.5)."""
+    crc = 1
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            crc = zlib.adler32(chunk, crc)
+    return crc
+
+
+class DirectoryCache:
+    """The cache entry of one dump directory: ``load`` its tables if current, ``save`` them."""
+
+    def __init__(self, root: Path, directory: Path, candidates: Sequence[Candidate]) -> None:
+        self.root = root
+        key = hashlib.blake2b(os.path.abspath(directory).encode(), digest_size=16).hexdigest()
+        self.entry = root / "sets" / key
+        self.candidates = candidates
+        self.identity: dict[str, Any] | None = None  # worked out on first use
+        self.usable = True  # False once a dump could not be fingerprinted: nothing is saved
+
+    def _identity(self) -> dict[str, Any]:
+        if self.identity is None:
+            files = [file_fingerprint(c) for c in self.candidates]
+            self.identity = {"format": FORMAT, "code": _code_version(), "files": files}
+        return self.identity
+
+    def load(self) -> dict[str, pa.Table] | None:
+        """The cached tables (memory-mapped), or None when absent, stale or damaged."""
+        # The identity is taken before the dumps are read: a file rewritten while it is read
+        # then leaves an entry that no longer matches, never one that matches stale tables.
+        try:
+            identity = self._identity()
+        except OSError:  # a dump vanished or is unreadable: read the dumps (and report it)
+            self.usable = False
+            return None
+        manifest_path = self.entry / "manifest.json"
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except (OSError, ValueError):
+            if self.entry.exists():
+                self._drop()
+            return None
+        if not isinstance(manifest, dict) or any(manifest.get(k) != v for k, v in identity.items()):
+            return None  # stale: replaced by the next save
+        try:
+            tables = self._read_tables(manifest)
+        except Exception:  # damaged in any way: rebuilt from the dumps
+            self._drop()
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(manifest_path)  # most recently used
+        return tables
+
+    def _read_tables(self, manifest: Mapping[str, Any]) -> dict[str, pa.Table]:
+        folder = self.entry / str(manifest["token"])
+        tables = {}
+        for name in TABLES:
+            path = folder / f"{name}.arrow"
+            expect = manifest["tables"][name]
+            if path.stat().st_size != expect["bytes"] or _crc(path) != expect["crc"]:
+                raise ValueError(f"{path}: damaged")
+            with pa.memory_map(str(path)) as source:
+                table = ipc.open_file(source).read_all()
+            if table.num_rows != expect["rows"]:
+                raise ValueError(f"{path}: {table.num_rows} rows, not {expect['rows']}")
+            tables[name] = table
+        return tables
+
+    def save(self, tables: Mapping[str, pa.Table]) -> None:
+        """Store the tables for the next run; on any failure the run goes on without."""
+        if not self.usable:
+            return
+        token = secrets.token_hex(8)
+        folder = self.entry / token
+        try:
+            identity = self._identity()
+            folder.mkdir(parents=True)
+            described = {}
+            for name in TABLES:
+                path = folder / f"{name}.arrow"
+                with ipc.new_file(str(path), tables[name].schema) as writer:
+                    writer.write_table(tables[name])
+                described[name] = {
+                    "bytes": path.stat().st_size,
+                    "crc": _crc(path),
+                    "rows": tables[name].num_rows,
+                }
+            size = sum(d["bytes"] for d in described.values())
+            if size > _max_bytes():  # would evict everything else: not stored (nor older ones)
+                self._drop()
+                return
+            manifest = {**identity, "token": token, "tables": described}
+            partial = self.entry / f".manifest.{token}"
+            partial.write_text(json.dumps(manifest))
+            os.replace(partial, self.entry / "manifest.json")
+        except (OSError, pa.ArrowException) as exc:  # read-only, full, or a dump vanished
+            shutil.rmtree(folder, ignore_errors=True)
+            where = getattr(exc, "filename", None) or self.root
+            why = getattr(exc, "strerror", None) or str(exc)[:120]
+            _note(f"not caching the loaded tables ({where}: {why})")
+            return
+        for old in self.entry.iterdir():  # earlier tables of this directory
+            if old.name != token and old.name != "manifest.json" and old.is_dir():
+                shutil.rmtree(old, ignore_errors=True)
+        evict(self.root / "sets", _max_bytes(), keep=self.entry)
+
+    def _drop(self) -> None:
+        shutil.rmtree(self.entry, ignore_errors=True)
+
+
+def evict(sets: Path, max_bytes: int, *, keep: Path | None = None) -> None:
+    """Delete whole entries, least recently used first, until ``sets`` holds <= max_bytes."""
+    entries = []
+    try:
+        for entry in sets.iterdir():
+            size = sum(f.stat().st_size for f in entry.rglob("*") if f.is_file())
+            try:
+                used = (entry / "manifest.json").stat().st_mtime_ns
+            except OSError:
+                used = 0  # unfinished or damaged: first to go
+            entries.append((used, size, entry))
+    except OSError:
+        return
+    total = sum(size for _, size, _ in entries)
+    for _, size, entry in sorted(entries, key=lambda e: (e[0], str(e[2]))):
+        if total <= max_bytes:
+            break
+        if entry != keep:
+            shutil.rmtree(entry, ignore_errors=True)
+            total -= size
+
+
+def _note(message: str) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(f"frtrace: {message}; pass --no-cache to silence this\n")

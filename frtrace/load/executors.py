@@ -1,0 +1,257 @@
+"""Where the per-file step runs: this machine's watched worker processes, or a cluster.
+
+Every engine is a ``FileExecutor``: it reads each candidate with ``try_parse`` and hands the
+results to ``consume(index, result)`` in file order, so ``tables._Assembler`` merges them as
+they arrive whatever engine produced them. Two exist:
+
+- ``LocalProcesses``: today's path, ``parallel.parse_candidates`` (watched worker processes);
+- ``FuturesExecutor``: any ``concurrent.futures.Executor``. Files go out in small batches
+  (``parse_files``, which reads them in a watched process where the host allows one); at most
+  a few batches per worker are in flight, so the results waiting for an earlier one stay
+  few. A batch that fails (its worker died) is sent again one file per task; a file whose
+  task still fails, or runs past its time limit, is an unreadable file with one line saying
+  so: never silently missing. ``dask_executor`` adapts a ``distributed.Client``
+  (``client.get_executor``); Ray, or anything with ``submit``, fits the same way.
+
+Workers read the files themselves, so the dump directory must be visible to them at the same
+absolute path (shared storage); results are relocated to the path spelled here.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Protocol
+
+from frtrace.errors import DumpFormatError, ReaderFailedError, SchedulerUnavailable
+from frtrace.load.discover import Candidate
+from frtrace.load.parallel import _Progress, file_timeout_s, parse_candidates
+from frtrace.load.parse import ParsedDump
+
+__all__ = [
+    "Consumer",
+    "FileExecutor",
+    "FuturesExecutor",
+    "LocalProcesses",
+    "dask_executor",
+    "open_executor",
+    "parse_files",
+]
+
+Result = ParsedDump | DumpFormatError
+Consumer = Callable[[int, Result], None]
+Task = Callable[[Sequence[Candidate]], list[Result]]
+
+# Files per remote task: one task per file costs the scheduler ~1 ms each (100 s for 10^5
+# ranks), and a batch of 16 dumps (~7 MB) reads in ~0.3 s, well above that overhead.
+FILES_PER_TASK = 16
+# Tasks in flight per worker: enough to keep each busy while results travel back, few enough
+# that results waiting for a slow earlier batch stay a small part of the set.
+TASKS_PER_WORKER = 3
+# How long a connection to a scheduler may take before the address is called unreachable.
+CONNECT_TIMEOUT_S = 10
+
+
+class FileExecutor(Protocol):
+    """Reads files somewhere; results reach ``consume`` in the candidates' order."""
+
+    def parse(self, candidates: Sequence[Candidate], consume: Consumer) -> None:
+        """Read every candidate; call ``consume(index, result)`` for each, index ascending."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LocalProcesses:
+    """Watched worker processes on this machine (``frtrace.load.parallel``)."""
+
+    jobs: int | None = None
+    progress: bool = False
+
+    def parse(self, candidates: Sequence[Candidate], consume: Consumer) -> None:
+        parse_candidates(candidates, jobs=self.jobs, progress=self.progress, consume=consume)
+
+
+def parse_files(candidates: Sequence[Candidate]) -> list[Result]:
+    """The remote task: read a few files, each in a watched process where the host allows one
+    (a Dask worker is a daemon process unless started with DASK_DISTRIBUTED__WORKER__DAEMON=False:
+    then it reads them itself, and a file that crashes the reader kills that worker)."""
+    return parse_candidates(candidates, jobs=1)
+
+
+@dataclasses.dataclass(slots=True)
+class _Batch:
+    first: int  # index of its first candidate
+    candidates: tuple[Candidate, ...]  # with absolute paths, as workers see them
+    sent: float
+    retry: bool  # already a retry of a failed batch: failing again is final
+
+
+class FuturesExecutor:
+    """Reads files through any ``concurrent.futures.Executor``, in batches, in file order."""
+
+    def __init__(
+        self,
+        executor: cf.Executor,
+        *,
+        workers: int = 1,
+        task: Task = parse_files,
+        files_per_task: int = FILES_PER_TASK,
+        progress: bool = False,
+        engine: str = "cluster",
+    ) -> None:
+        self.executor = executor
+        self.workers = max(1, workers)
+        self.task = task
+        self.files_per_task = max(1, files_per_task)
+        self.progress = progress
+        self.engine = engine  # named in messages: "Dask"
+
+    def parse(self, candidates: Sequence[Candidate], consume: Consumer) -> None:
+        absolute = [dataclasses.replace(c, path=Path(os.path.abspath(c.path))) for c in candidates]
+        # Batches no larger than an even share: a few files on many workers still spread.
+        size = min(self.files_per_task, max(1, len(candidates) // (self.workers * 2)))
+        todo = [
+            _Batch(i, tuple(absolute[i : i + size]), 0.0, False)
+            for i in range(0, len(candidates), size)
+        ]
+        todo.reverse()  # popped from the end: file order
+        bar = _Progress(len(candidates), self.progress)
+        ready: dict[int, Result] = {}
+        handed = 0
+        running: dict[cf.Future[list[Result]], _Batch] = {}
+        window = self.workers * TASKS_PER_WORKER
+        # Files that may be done ahead of the first one not yet handed over: a slow batch
+        # holds the others back rather than letting the results waiting for it pile up.
+        ahead = 4 * window * size
+        try:
+            while todo or running:
+                while todo and len(running) < window and todo[-1].first < handed + ahead:
+                    batch = todo.pop()
+                    batch.sent = time.monotonic()
+                    running[self.executor.submit(self.task, batch.candidates)] = batch
+                done, _ = cf.wait(
+                    running, timeout=self._next_deadline(running), return_when=cf.FIRST_COMPLETED
+                )
+                for future in done:
+                    batch = running.pop(future)
+                    for index, result in self._results(future, batch, todo):
+                        ready[index] = result
+                todo.sort(key=lambda b: -b.first)  # retries among the rest, in file order
+                self._expire(running, ready)
+                bar.update(handed + len(ready))
+                while handed in ready:
+                    local = candidates[handed]
+                    consume(handed, _relocate(ready.pop(handed), absolute[handed], local))
+                    handed += 1
+        finally:
+            for future in running:
+                future.cancel()
+
+    def _results(
+        self, future: cf.Future[list[Result]], batch: _Batch, todo: list[_Batch]
+    ) -> list[tuple[int, Result]]:
+        try:
+            results = future.result()
+            if len(results) != len(batch.candidates):
+                raise ValueError(f"{len(results)} results for {len(batch.candidates)} files")
+            return list(enumerate(results, batch.first))
+        except Exception as exc:  # the worker died (KilledWorker), a lost connection, a bug
+            if len(batch.candidates) > 1 or not batch.retry:
+                # again, one file per task: a file that kills its reader costs only that file
+                for offset, cand in reversed(list(enumerate(batch.candidates))):
+                    todo.append(_Batch(batch.first + offset, (cand,), 0.0, True))
+                return []
+            return [(batch.first, self._failed(batch.candidates[0], exc))]
+
+    def _next_deadline(self, running: dict[cf.Future[list[Result]], _Batch]) -> float | None:
+        if not running:
+            return None
+        now = time.monotonic()
+        return max(0.0, min(b.sent + _limit_s(b) for b in running.values()) - now)
+
+    def _expire(
+        self, running: dict[cf.Future[list[Result]], _Batch], ready: dict[int, Result]
+    ) -> None:
+        """Give up on tasks past their time limit: their files are reported, not waited for."""
+        now = time.monotonic()
+        for future, batch in list(running.items()):
+            limit = _limit_s(batch)
+            if now - batch.sent > limit:
+                del running[future]
+                future.cancel()
+                for offset, cand in enumerate(batch.candidates):
+                    ready[batch.first + offset] = ReaderFailedError(
+                        f"{cand.path}: refused: the {self.engine} task reading it (with "
+                        f"{len(batch.candidates) - 1} other files) took longer than "
+                        f"{limit:.0f} s; a worker is stalled or the file is damaged. The other "
+                        "ranks are analysed without it."
+                    )
+
+    def _failed(self, cand: Candidate, exc: BaseException) -> ReaderFailedError:
+        return ReaderFailedError(
+            f"{cand.path}: the {self.engine} workers reading this file failed "
+            f"({type(exc).__name__}: {str(exc)[:160]}); the file is damaged or a worker is "
+            "unhealthy. The other ranks are analysed without it."
+        )
+
+
+def _limit_s(batch: _Batch) -> float:
+    # twice the local limits: a task can wait behind another one on its worker
+    return 2 * sum(file_timeout_s(c) for c in batch.candidates)
+
+
+def _relocate(result: Result, remote: Candidate, local: Candidate) -> Result:
+    """The result as if the file had been read at the path spelled here (maybe relative)."""
+    if remote.path == local.path:
+        return result
+    if isinstance(result, ParsedDump):
+        meta = dataclasses.replace(result.meta, path=str(local.path))
+        return dataclasses.replace(result, meta=meta)
+    return type(result)(str(result).replace(str(remote.path), str(local.path)))
+
+
+@contextmanager
+def dask_executor(address: str, *, progress: bool = False) -> Iterator[FuturesExecutor]:
+    """A FuturesExecutor on the Dask cluster whose scheduler is at ``address``."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise SchedulerUnavailable(
+            f"--scheduler {address}: needs dask.distributed, which is not installed. Install "
+            "it with pip install 'frtrace[dask]' (on this machine and the workers)."
+        ) from None
+    try:
+        connect: Any = Client  # distributed has no type annotations
+        client = connect(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise SchedulerUnavailable(
+            f"--scheduler {address}: cannot reach the Dask scheduler ({type(exc).__name__}: "
+            f"{str(exc)[:160]}). Check the address (tcp://HOST:8786) and that the scheduler "
+            "is running, or leave --scheduler out to read the files on this machine."
+        ) from exc
+    try:
+        # every thread of every worker can read a batch (single-threaded workers are best:
+        # reading a pickle holds the GIL)
+        workers = max(1, sum(client.nthreads().values()))
+        pool = client.get_executor(pure=False)
+        yield FuturesExecutor(pool, workers=workers, progress=progress, engine="Dask")
+    finally:
+        client.close()
+
+
+@contextmanager
+def open_executor(
+    scheduler: str | FileExecutor | None, *, jobs: int | None = None, progress: bool = False
+) -> Iterator[FileExecutor]:
+    """The engine ``load_dumps`` reads with: local processes, a Dask address, or one given."""
+    if scheduler is None:
+        yield LocalProcesses(jobs=jobs, progress=progress)
+    elif isinstance(scheduler, str):
+        with dask_executor(scheduler, progress=progress) as executor:
+            yield executor
+    else:
+        yield scheduler

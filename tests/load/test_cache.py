@@ -1,0 +1,198 @@
+"""The table cache: a second load skips unpickling, sees every change, never changes a verdict."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from frtrace.cli import app
+from frtrace.load import cache as cache_mod
+from frtrace.load import tables
+from frtrace.load.tables import DumpSet, load_dumps
+from frtrace.pipeline import analyze_dumps
+from frtrace.report.json import render_json
+from tests.conftest import fixture_sets, healthy_set, make_dump, make_entry, write_pickle
+
+SCENARIOS = fixture_sets()
+
+
+def _same(a: DumpSet, b: DumpSet) -> None:
+    for name in cache_mod.TABLES:
+        assert getattr(a, name).equals(getattr(b, name)), name
+    assert a.problems == b.problems
+    assert a.world == b.world
+    assert a.skipped == b.skipped
+    assert a._frames == b._frames
+
+
+def _no_reading(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From here on, reading a dump fails the test: only the cache may answer."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a dump was read although the cache holds the tables")
+
+    monkeypatch.setattr(tables, "open_executor", refuse)
+
+
+def _entries(root: Path) -> list[Path]:
+    sets = cache_mod.cache_root() / "sets"
+    return sorted(sets.iterdir()) if sets.exists() else []
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_cache_never_changes_a_verdict(scenario: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every fixture: the JSON report from cached tables equals the one from the dumps."""
+    fresh = load_dumps(scenario, cache=True)
+    _no_reading(monkeypatch)
+    cached = load_dumps(scenario, cache=True)
+    _same(fresh, cached)
+    assert render_json(analyze_dumps(cached)) == render_json(analyze_dumps(fresh))
+
+
+def test_damaged_file_is_cached_as_a_problem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unreadable file comes back from the cache with the same one-line problem."""
+    directory = healthy_set(tmp_path / "d", world=3)
+    (directory / "nccl_trace_rank_1").write_bytes(b"\x80\x05damaged")
+    fresh = load_dumps(directory, cache=True)
+    _no_reading(monkeypatch)
+    cached = load_dumps(directory, cache=True)
+    _same(fresh, cached)
+    assert cached.unreadable_ranks == (1,)
+
+
+def _rewrite(path: Path, steps: int, *, keep_stat: bool = False) -> None:
+    before = path.stat()
+    entries = [make_entry(record_id=i, collective_seq_id=i + 1) for i in range(steps)]
+    write_pickle(path, make_dump(entries, world=2))
+    if keep_stat:
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+@pytest.mark.parametrize("change", ["changed", "same_size_and_mtime", "added", "removed"])
+def test_a_change_is_read_again(tmp_path: Path, change: str) -> None:
+    """A changed, added or removed file is noticed: the result equals an uncached load."""
+    directory = healthy_set(tmp_path / "d", world=2, steps=3)
+    load_dumps(directory, cache=True)
+    target = directory / "nccl_trace_rank_1"
+    if change == "changed":
+        _rewrite(target, steps=5)
+    elif change == "same_size_and_mtime":
+        # same length, other content (record ids 0-2 become 1-3), mtime put back
+        entries = [make_entry(record_id=i + 1, collective_seq_id=i + 1) for i in range(3)]
+        size = target.stat().st_size
+        before = target.stat()
+        write_pickle(target, make_dump(entries, world=2))
+        assert target.stat().st_size == size
+        os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+    elif change == "added":
+        shutil.copy(target, directory / "nccl_trace_rank_2")
+    else:
+        target.unlink()
+    cached = load_dumps(directory, cache=True)
+    _same(cached, load_dumps(directory, cache=False))
+
+
+def test_corrupt_entries_are_ignored_and_rebuilt(tmp_path: Path) -> None:
+    """A flipped byte, a truncated table or a garbled manifest: read from the dumps, rebuilt."""
+    directory = healthy_set(tmp_path / "d", world=2, steps=3)
+    expected = load_dumps(directory, cache=False)
+    for damage in ("flip", "truncate", "manifest", "missing"):
+        load_dumps(directory, cache=True)
+        (entry,) = _entries(tmp_path)
+        (folder,) = [p for p in entry.iterdir() if p.is_dir()]
+        table = folder / "entries.arrow"
+        data = bytearray(table.read_bytes())
+        if damage == "flip":
+            data[len(data) // 2] ^= 0xFF
+            table.write_bytes(bytes(data))
+        elif damage == "truncate":
+            table.write_bytes(bytes(data[: len(data) // 2]))
+        elif damage == "manifest":
+            (entry / "manifest.json").write_text("{not json")
+        else:
+            table.unlink()
+        _same(load_dumps(directory, cache=True), expected)  # not from the damaged entry
+        _same(load_dumps(directory, cache=True), expected)  # from the rebuilt one
+
+
+def test_other_loader_code_never_reuses_tables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tables written by another version of the loader are not used."""
+    directory = healthy_set(tmp_path / "d")
+    load_dumps(directory, cache=True)
+    monkeypatch.setattr(cache_mod, "_code_version", lambda: "another frtrace")
+    calls = []
+    real = tables.open_executor
+    monkeypatch.setattr(tables, "open_executor", lambda *a, **k: calls.append(1) or real(*a, **k))
+    load_dumps(directory, cache=True)
+    assert calls == [1]
+
+
+def test_unwritable_cache_is_one_note_never_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A cache directory that cannot be created disables caching with one line on stderr."""
+    blocker = tmp_path / "not_a_dir"
+    blocker.write_text("a file where the cache directory should be")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+    directory = healthy_set(tmp_path / "d")
+    dumps = load_dumps(directory, cache=True)
+    assert dumps.loaded_ranks == (0, 1)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not caching the loaded tables" in err and "--no-cache" in err
+
+
+def test_no_cache_flag_and_env_turn_it_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--no-cache and FRTRACE_NO_CACHE=1 neither read nor fill the cache; the CLI caches."""
+    directory = healthy_set(tmp_path / "d")
+    runner = CliRunner()
+    result = runner.invoke(app, ["analyze", "-d", str(directory), "--no-cache"])
+    assert result.exit_code == 0, result.output
+    assert _entries(tmp_path) == []
+    monkeypatch.setenv("FRTRACE_NO_CACHE", "1")
+    assert runner.invoke(app, ["summary", "-d", str(directory)]).exit_code == 0
+    assert _entries(tmp_path) == []
+    monkeypatch.delenv("FRTRACE_NO_CACHE")
+    first = runner.invoke(app, ["analyze", "-d", str(directory), "-f", "json"])
+    assert len(_entries(tmp_path)) == 1
+    _no_reading(monkeypatch)
+    again = runner.invoke(app, ["analyze", "-d", str(directory), "-f", "json"])
+    assert again.exit_code == first.exit_code == 0
+    assert again.output == first.output
+
+
+def test_eviction_keeps_the_cache_under_its_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past FRTRACE_CACHE_MAX_BYTES the least recently used entries go; the newest stays."""
+    dirs = [healthy_set(tmp_path / f"d{i}", steps=3) for i in range(3)]
+    load_dumps(dirs[0], cache=True)
+    (one,) = _entries(tmp_path)
+    size = sum(f.stat().st_size for f in one.rglob("*") if f.is_file())
+    monkeypatch.setenv("FRTRACE_CACHE_MAX_BYTES", str(int(size * 2.5)))
+    load_dumps(dirs[1], cache=True)
+    os.utime(one / "manifest.json", ns=(1, 1))  # d0 used long ago
+    load_dumps(dirs[2], cache=True)  # three entries do not fit: d0 goes
+    keys = {cache_mod.DirectoryCache(cache_mod.cache_root(), d, ()).entry for d in dirs}
+    assert set(_entries(tmp_path)) == keys - {one}
+    monkeypatch.setenv("FRTRACE_CACHE_MAX_BYTES", str(size // 2))
+    load_dumps(dirs[0], cache=True)  # larger than the whole cap: not stored
+    assert one not in _entries(tmp_path)
+
+
+def test_path_spelling_is_part_of_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative and an absolute spelling each get the paths they gave in messages."""
+    directory = healthy_set(tmp_path / "d")
+    (directory / "nccl_trace_rank_1").write_bytes(b"junk")
+    monkeypatch.chdir(tmp_path)
+    absolute = load_dumps(directory, cache=True)
+    relative = load_dumps(Path("d"), cache=True)
+    assert absolute.problems[0].path == str(directory / "nccl_trace_rank_1")
+    assert relative.problems[0].path == str(Path("d") / "nccl_trace_rank_1")
