@@ -55,12 +55,19 @@ def dump_moments(
     if not dumped_at_ns:
         return DumpMoments(dumped_at_ns={}, idle_s={}, limit_s={}, running=frozenset())
     rank = dumps.entries.column("rank").to_numpy()
-    created = dumps.entries.column("time_created_ns").to_numpy(zero_copy_only=False)
+    created = dumps.entries.column("time_created_ns").fill_null(0).to_numpy(zero_copy_only=False)
+    # entries are grouped by rank (file order): one slice per rank, never a mask per rank
+    starts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]]) if len(rank) else np.zeros(0)
+    ends = np.r_[starts[1:], len(rank)].astype(np.int64)
+    where = {int(rank[a]): (int(a), int(b)) for a, b in zip(starts, ends, strict=True)}
     idle: dict[int, float] = {}
     limit: dict[int, float] = {}
     for r, at in sorted(dumped_at_ns.items()):
-        times = created[rank == r]
-        times = np.asarray([t for t in times[-512:] if t is not None and t == t], dtype=np.int64)
+        if r not in where:
+            continue
+        a, b = where[r]
+        times = created[max(a, b - 512) : b]
+        times = times[times > 0]
         if times.size == 0:
             continue
         idle[r] = (at - int(times.max())) / 1e9
