@@ -36,14 +36,15 @@ def update_golden(request: pytest.FixtureRequest) -> bool:
 
 
 def fixture_sets() -> list[Path]:
-    """Every committed dump set: folders under fixtures/ that hold files and no folders."""
+    """Every committed dump set: folders under fixtures/ that hold files and no folders
+    (not the golden reports, nor the stack samples of tests/pystack)."""
     return sorted(
         d
         for d in FIXTURES.rglob("*")
         if d.is_dir()
         and not any(p.is_dir() for p in d.iterdir())
         and any(d.iterdir())
-        and d.name != "golden"
+        and d.name not in ("golden", "pystack")
     )
 
 
