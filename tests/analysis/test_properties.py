@@ -240,20 +240,7 @@ def test_names_exactly_the_injected_root_cause(spec: JobSpec, version: str, fmt:
 @given(spec=jobs(), seed=st.integers(0, 1000))
 def test_answer_does_not_depend_on_file_order(spec: JobSpec, seed: int) -> None:
     """Files spread over shuffled subdirectories give the same report."""
-    job = simulate(spec)
-    with tempfile.TemporaryDirectory() as tmp:
-        plain = Path(tmp) / "plain"
-        write_dumps(job, plain)
-        base = analyze(plain)
-        shuffled = Path(tmp) / "shuffled"
-        files = sorted(plain.iterdir())
-        order = list(range(len(files)))
-        random.Random(seed).shuffle(order)
-        for i, src in zip(order, files, strict=True):
-            dst = shuffled / f"d{i:03d}" / src.name
-            dst.parent.mkdir(parents=True)
-            shutil.copy(src, dst)
-        other = analyze(shuffled)
+    base, other = _shuffled_reports(spec, seed)
     assert other.culprit_ranks == base.culprit_ranks
     assert [f.summary for f in other.findings] == [f.summary for f in base.findings]
 
