@@ -136,7 +136,7 @@ def _hang_finding(
     site = call_site(expected.stack)
     if site:
         evidence.append(f"the waiting ranks called it from {site}")
-    evidence.extend(failed_evidence(matched, gid, seq, where))
+    evidence.extend(failed_evidence(dumps, matched, gid, seq, where))
     confidence, why = Confidence.HIGH, "every rank involved has a dump that shows it"
     severity = Severity.ERROR
     if kind == FindingKind.NEVER_JOINED:
@@ -316,11 +316,13 @@ def _seconds(value: float | None) -> str:
     return f"{value:.1f} s" if value < 600 else f"{value / 60:.0f} min"
 
 
-def failed_evidence(matched: MatchResult, gid: int, seq: int | None, where: str) -> list[str]:
+def failed_evidence(
+    dumps: DumpSet, matched: MatchResult, gid: int, seq: int | None, where: str
+) -> list[str]:
     """What shows that the op failed, and which ranks dumped after it did."""
     failure = matched.failed.get((gid, seq)) if seq is not None else None
     if failure is None:
-        return []
+        return _timed_out_evidence(dumps, matched, gid, seq, where)
     reason = {
         "absent": f"rank(s) {format_ranks(failure.absent)} never reached it",
         "late": f"rank(s) {format_ranks(failure.late)} entered it after the others' timeout",
@@ -337,3 +339,24 @@ def failed_evidence(matched: MatchResult, gid: int, seq: int | None, where: str)
             "(their entry is retired: Gloo retires a failed op as it does a finished one)"
         )
     return out
+
+
+def _timed_out_evidence(
+    dumps: DumpSet, matched: MatchResult, gid: int, seq: int | None, where: str
+) -> list[str]:
+    """NCCL: members whose entry is retired without having completed dumped after the
+    watchdog gave up on the op (timeout or abort)."""
+    if seq is None:
+        return []
+    retired = dumps.entries.column("retired")
+    ranks = sorted(
+        r
+        for (r, g, q), op in matched.pending.items()
+        if g == gid and q == seq and not op.done and op.state_rank < 2 and retired[op.row].as_py()
+    )
+    if not ranks:
+        return []
+    return [
+        f"rank{'s' if len(ranks) > 1 else ''} {format_ranks(ranks)} dumped after {where} timed "
+        "out or was aborted (retired without completing: the watchdog gave up on it)"
+    ]

@@ -186,3 +186,27 @@ def test_without_a_dump_time_the_picture_is_read_as_stuck_and_says_so(tmp_path: 
     report = analyze(_write(tmp_path, dumps))
     assert report.verdict == Verdict.HANG and report.culprit_ranks == (2,)
     assert any("a second snapshot" in e for e in report.findings[0].evidence)
+
+
+def test_nccl_members_that_dumped_after_the_timeout_are_named(tmp_path: Path) -> None:
+    """NCCL: the hung #2 is retired without completing on 0, 1, 3 (the watchdog gave up on
+    it); rank 2 never entered it. Rank 2 is the culprit and the evidence says who dumped
+    after the timeout."""
+    first = make_entry(record_id=0, collective_seq_id=1, op_id=1)
+    hung = make_entry(
+        record_id=1,
+        collective_seq_id=2,
+        op_id=2,
+        state="scheduled",
+        time_discovered_completed_ns=None,
+        retired=True,
+    )
+    for r in range(4):
+        entries = [first] if r == 2 else [first, hung]
+        write_pickle(tmp_path / f"nccl_trace_rank_{r}", make_dump(entries, world=4))
+    report = analyze(tmp_path)
+    assert report.verdict == Verdict.HANG and report.culprit_ranks == (2,)
+    assert any(
+        "ranks 0-1,3 dumped after all_reduce #2" in e and "timed out" in e
+        for e in report.findings[0].evidence
+    )
