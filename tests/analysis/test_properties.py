@@ -255,7 +255,7 @@ SETTINGS = settings(
     derandomize=DERANDOMIZE,
     phases=(Phase.explicit, Phase.generate) if DERANDOMIZE else tuple(Phase),
 )
-ISSUE_10 = "issue 10: the analysis does not read capture moments yet"
+ISSUE_10 = "issue 10, what the dumps still cannot settle"
 
 
 @pytest.mark.parametrize("retired", ["before", "after"], ids=["dump-first", "retire-first"])
