@@ -33,6 +33,7 @@ __all__ = [
     "format_ranks",
     "group_stacks",
     "render_classes",
+    "tree_to_dict",
 ]
 
 FrameKey = tuple[str, str, int | None]
@@ -326,14 +327,7 @@ def classes_to_dict(
             "children": [],
         }
 
-    tree = node_dict(result.tree)
-    todo = [(result.tree, tree)]
-    while todo:  # no recursion: a deep tree must not hit the recursion limit
-        node, out = todo.pop()
-        for child in node.children:
-            d = node_dict(child)
-            out["children"].append(d)
-            todo.append((child, d))
+    tree = tree_to_dict(result.tree, node_dict)
     return {
         "format": "frtrace-stack-classes",
         "version": 1,
@@ -353,3 +347,18 @@ def classes_to_dict(
         "no_stack": format_ranks(result.no_stack) if result.no_stack else None,
         "tree": tree,
     }
+
+
+def tree_to_dict(root: PrefixNode, node: Callable[[PrefixNode], dict[str, Any]]) -> dict[str, Any]:
+    """The prefix tree as nested dicts: ``node`` gives each node's own fields, including an
+    empty ``children`` list that this fills. No recursion: a deep tree must not hit the
+    recursion limit."""
+    tree = node(root)
+    todo = [(root, tree)]
+    while todo:
+        current, out = todo.pop()
+        for child in current.children:
+            d = node(child)
+            out["children"].append(d)
+            todo.append((child, d))
+    return tree

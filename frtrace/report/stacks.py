@@ -12,7 +12,7 @@ from html import escape
 from typing import Any
 
 from frtrace.analysis.findings import CulpritWhere, Report, StackEvidence
-from frtrace.pystack.classes import PrefixNode, render_classes
+from frtrace.pystack.classes import PrefixNode, render_classes, tree_to_dict
 from frtrace.pystack.model import Frame
 from frtrace.pystack.where import frame_label, short_filename
 from frtrace.report.common import compact_ranks
@@ -90,14 +90,7 @@ def stacks_to_dict(evidence: StackEvidence) -> dict[str, Any]:
             "children": [],
         }
 
-    tree = node(res.tree)
-    todo = [(res.tree, tree)]
-    while todo:  # no recursion: a deep tree must not hit the recursion limit
-        n, out = todo.pop()
-        for child in n.children:
-            d = node(child)
-            out["children"].append(d)
-            todo.append((child, d))
+    tree = tree_to_dict(res.tree, node)
     return {
         "agreement": evidence.agreement,
         "statement": evidence.statement,
