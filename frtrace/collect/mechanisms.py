@@ -246,38 +246,39 @@ def _socket_of(proc: RankProcess, mechanism: str, kind: str) -> str | Outcome:
 
 def worker_server_dump(proc: RankProcess, out_dir: Path, timeout_s: float) -> Outcome:
     """``POST /handler/fr_trace_json``: the rank's Flight Recorder buffer as JSON."""
-    sock = _socket_of(proc, "worker_server", "dump")
-    if isinstance(sock, Outcome):
-        return sock
-    try:
-        body = _post(sock, "fr_trace_json", timeout_s)
-    except (OSError, http.client.HTTPException) as exc:
-        return Outcome(mechanism="worker_server", kind="dump", ok=False, detail=f"{exc}"[:120])
-    dst = out_dir / f"{DUMP_PREFIX}{proc.rank}.json"
-    dst.write_bytes(body)
-    return Outcome(
-        mechanism="worker_server", kind="dump", ok=True, detail="fr_trace_json", paths=(str(dst),)
+    return _worker_server_get(
+        proc,
+        ("worker_server", "dump", "fr_trace_json", "fr_trace_json"),
+        out_dir / f"{DUMP_PREFIX}{proc.rank}.json",
+        timeout_s,
     )
 
 
 def worker_server_traceback(proc: RankProcess, out_dir: Path, timeout_s: float) -> Outcome:
     """``POST /handler/dump_traceback``: every thread's Python stack (faulthandler text)."""
-    sock = _socket_of(proc, "dump_traceback", "stacks")
+    return _worker_server_get(
+        proc,
+        ("dump_traceback", "stacks", "dump_traceback", "worker server"),
+        out_dir / f"traceback_rank_{proc.rank}.txt",
+        timeout_s,
+    )
+
+
+def _worker_server_get(
+    proc: RankProcess, what: tuple[str, str, str, str], dst: Path, timeout_s: float
+) -> Outcome:
+    """One worker-server handler's answer into ``dst``. ``what``: (mechanism, kind of
+    evidence, handler, how the table says it was collected)."""
+    mechanism, kind, handler, detail = what
+    sock = _socket_of(proc, mechanism, kind)
     if isinstance(sock, Outcome):
         return sock
     try:
-        body = _post(sock, "dump_traceback", timeout_s)
+        body = _post(sock, handler, timeout_s)
     except (OSError, http.client.HTTPException) as exc:
-        return Outcome(mechanism="dump_traceback", kind="stacks", ok=False, detail=f"{exc}"[:120])
-    dst = out_dir / f"traceback_rank_{proc.rank}.txt"
+        return Outcome(mechanism=mechanism, kind=kind, ok=False, detail=f"{exc}"[:120])
     dst.write_bytes(body)
-    return Outcome(
-        mechanism="dump_traceback",
-        kind="stacks",
-        ok=True,
-        detail="worker server",
-        paths=(str(dst),),
-    )
+    return Outcome(mechanism=mechanism, kind=kind, ok=True, detail=detail, paths=(str(dst),))
 
 
 def pyspy(proc: RankProcess, out_dir: Path, timeout_s: float, exe: str | None) -> Outcome:
