@@ -83,19 +83,25 @@ def _gid_column(entries: pa.Table, membership: Membership) -> np.ndarray:
 
 
 def _done_column(dumps: DumpSet, state_rank: np.ndarray) -> np.ndarray:
-    """Did the op finish, per entry? NCCL: state completed; Gloo (no states): retired."""
+    """Did the op finish, per entry? From ``state`` wherever a rank shows states; from
+    ``retired`` only for Gloo's generic recorder (and dumps that name no backend), which
+    never moves ``state``."""
     entries = dumps.entries
     rank = entries.column("rank").to_numpy()
     retired = entries.column("retired").fill_null(False).to_numpy(zero_copy_only=False)
     backend_codes, backends = codes(entries.column("backend"))
-    gloo = _lookup(backend_codes, backends, {"gloo": True}, False).astype(bool)
-    nccl = _lookup(backend_codes, backends, {"nccl": True}, False).astype(bool)
+    # (-1: no backend in the profiling name, e.g. torch 2.2 dumps and damaged names)
+    stateless = _lookup(backend_codes, backends, {"gloo": True}, False).astype(bool) | (
+        backend_codes < 0
+    )
     ranks_with_states = np.unique(rank[state_rank > 0])
     # Gloo's recorder never moves `state`: completion shows only through `retired` (which it
-    # sets a moment after the op finished, so the newest op can lag; matching forgives that).
-    # On NCCL, `retired` without `completed` means the watchdog gave up (timeout, abort).
-    # Another backend whose rank never shows a state is read like Gloo.
-    use_retired = gloo | (~nccl & ~np.isin(rank, ranks_with_states))
+    # sets a moment after the op finished, so the newest op can lag; matching forgives that,
+    # and `failure` catches the ops it retired because they failed). On NCCL, `retired`
+    # without `completed` means the watchdog gave up (timeout, abort). The hook-based
+    # recorders of newer torch (`nccl2:`, `c10d:`, ...) retire an entry when it is issued and
+    # complete it when the backend says so: `retired` says nothing there, `state` does.
+    use_retired = stateless & ~np.isin(rank, ranks_with_states)
     done: np.ndarray = np.where(use_retired, retired, state_rank == 2).astype(bool)
     return done
 

@@ -210,3 +210,20 @@ def test_nccl_members_that_dumped_after_the_timeout_are_named(tmp_path: Path) ->
         "ranks 0-1,3 dumped after all_reduce #2" in e and "timed out" in e
         for e in report.findings[0].evidence
     )
+
+
+def test_hook_recorders_retire_at_issue_so_retired_is_not_done(tmp_path: Path) -> None:
+    """torch's hook-based recorders (``nccl2:``, ``c10d:``) retire an entry when it is issued
+    and complete it when the backend says so. Every rank issued the first all_reduce and none
+    completed it: a hang below the recorder (cannot tell who), not a finished op."""
+    hung = make_entry(
+        profiling_name="nccl2:all_reduce",
+        state="scheduled",
+        time_discovered_completed_ns=None,
+        retired=True,
+    )
+    for r in range(4):
+        write_pickle(tmp_path / f"rank_{r}", make_dump([hung], world=4))
+    report = analyze(tmp_path)
+    assert report.verdict == Verdict.CANNOT_TELL
+    assert [f.kind for f in report.findings] == [FindingKind.STUCK_IN_COLLECTIVE]
