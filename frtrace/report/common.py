@@ -110,6 +110,11 @@ def headline(report: Report) -> str:
                 "CANNOT TELL: every recorded op finished, but ranks ran send/recv that Gloo "
                 "does not record: a rank blocked in one would look the same"
             )
+        if report.suspected_ranks and FindingKind.MISSING_DUMP in kinds:
+            return (
+                f"CANNOT TELL: suspected (no dump) {ranks_phrase(report.suspected_ranks)}; "
+                "every other rank stopped in an op it may have failed"
+            )
         return "CANNOT TELL: ranks are stuck, and the dumps do not show which rank caused it"
     label = "HANG" if verdict == Verdict.HANG else "DESYNC"
     suspected = set(report.suspected_ranks)
@@ -121,7 +126,9 @@ def headline(report: Report) -> str:
         parts.append(f"suspected (no dump) {ranks_phrase(report.suspected_ranks)}")
     if report.victim_ranks:
         n = len(report.victim_ranks)
-        parts.append(f"{plural(n, 'rank')} wait{'s' if n == 1 else ''} on it")
+        named = len(confirmed) + len(report.suspected_ranks)
+        them = "them" if named > 1 else "it"
+        parts.append(f"{plural(n, 'rank')} wait{'s' if n == 1 else ''} on {them}")
     return f"{label}: " + "; ".join(parts or ["no rank could be named"])
 
 
