@@ -34,13 +34,15 @@ __all__ = ["DumpMoments", "dump_moments", "dump_times_from_entries"]
 _MAX_RUNNING_S = 2.0
 _MIN_RUNNING_S = 0.25  # ... and one whose newest entry is this recent always is
 _GAP_FACTOR = 3.0  # a few of the rank's own longest gaps between ops
+# Known dump times this close together were one capture (a signal to every rank at once).
+_TOGETHER_NS = 1_000_000_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DumpMoments:
     """Per rank: when its dump was written and how long its newest op had been open."""
 
-    dumped_at_ns: Mapping[int, int]  # ranks whose dump time is known
+    dumped_at_ns: Mapping[int, int]  # known, or that of the peers dumped in the same capture
     idle_s: Mapping[int, float]  # dump time minus the newest entry's creation
     limit_s: Mapping[int, float]  # the longest pause that still counts as running
     running: frozenset[int]  # ranks whose dump caught them mid-work (idle <= limit)
@@ -62,7 +64,15 @@ def dump_moments(
     where = {int(rank[a]): (int(a), int(b)) for a, b in zip(starts, ends, strict=True)}
     idle: dict[int, float] = {}
     limit: dict[int, float] = {}
-    for r, at in sorted(dumped_at_ns.items()):
+    times_known = dict(dumped_at_ns)
+    known = sorted(times_known.values())
+    if known[-1] - known[0] <= _TOGETHER_NS:
+        # The ranks whose dump time is known were dumped together (one signal to every rank,
+        # one timer): the others, read the same way, were dumped at that instant too. A rank
+        # dumped earlier than its peers only looks idler, so this errs towards "stuck".
+        common = known[len(known) // 2]
+        times_known |= {r: common for r in where if r not in times_known}
+    for r, at in sorted(times_known.items()):
         if r not in where:
             continue
         a, b = where[r]
@@ -77,7 +87,7 @@ def dump_moments(
     running = frozenset(
         r for r, s in idle.items() if -1.0 <= s <= limit[r] and r not in failed_ranks
     )
-    return DumpMoments(dumped_at_ns=dict(dumped_at_ns), idle_s=idle, limit_s=limit, running=running)
+    return DumpMoments(dumped_at_ns=times_known, idle_s=idle, limit_s=limit, running=running)
 
 
 def dump_times_from_entries(dumps: DumpSet) -> dict[int, int]:

@@ -87,6 +87,7 @@ def unexplained_ranks(matched: MatchResult, waits: WaitGraph) -> list[int]:
     """Blocked ranks that wait on no one and are not all inside one op together."""
     together = {r for ranks in waits.co_waiting.values() for r in ranks}
     together |= {e.waiter for e in waits.in_flight}
+    together |= waits.running  # dumped moments after its newest op: it has not waited long
     return [
         r
         for r in matched.blocked

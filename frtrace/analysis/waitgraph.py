@@ -79,6 +79,7 @@ class WaitGraph:
     cycles: tuple[tuple[int, ...], ...]
     co_waiting: dict[tuple[int, int], tuple[int, ...]]  # (gid, seq) -> ranks all inside it
     in_flight: tuple[Edge, ...] = ()  # waits on a member on its way (a running job)
+    running: frozenset[int] = frozenset()  # ranks dumped moments after their newest entry
 
 
 def _majority(members: list[tuple[int, object]]) -> set[int] | None:
@@ -140,7 +141,8 @@ def build_wait_graph(
                 for e in found
             ]
         edges.extend(found)
-    return _analyse(edges, {k: tuple(sorted(v)) for k, v in co_waiting.items()})
+    waits = _analyse(edges, {k: tuple(sorted(v)) for k, v in co_waiting.items()})
+    return replace(waits, running=running)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

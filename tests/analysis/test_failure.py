@@ -227,3 +227,26 @@ def test_hook_recorders_retire_at_issue_so_retired_is_not_done(tmp_path: Path) -
     report = analyze(tmp_path)
     assert report.verdict == Verdict.CANNOT_TELL
     assert [f.kind for f in report.findings] == [FindingKind.STUCK_IN_COLLECTIVE]
+
+
+def test_a_rank_without_a_dump_time_is_read_at_its_peers_instant(tmp_path: Path) -> None:
+    """Only 0, 1, 3 wrote a dump time, all at one instant (one signal to every rank): rank 2
+    was dumped then too. Its newest op is 3 ms older than that instant: between ops."""
+    done = [(1, True, 0), (2, True, 10)]
+    dumps = {r: _gloo(r, [*done, (3, False, 20 + r)]) for r in (0, 1, 3)} | {2: _gloo(2, done)}
+    _write(tmp_path, dumps)
+    for r in (0, 1, 3):
+        _sidecar(tmp_path / f"stacks_rank_{r}.json", r, T0 + 28 * MS)
+    report = analyze(tmp_path)
+    assert report.verdict == Verdict.HEALTHY and report.culprit_ranks == ()
+
+
+def test_dump_times_far_apart_say_nothing_about_the_others(tmp_path: Path) -> None:
+    """Dump times 40 s apart were not one capture: rank 2 (no dump time) is read as stuck."""
+    done = [(1, True, 0), (2, True, 10)]
+    dumps = {r: _gloo(r, [*done, (3, False, 20 + r)]) for r in (0, 1, 3)} | {2: _gloo(2, done)}
+    _write(tmp_path, dumps)
+    for r, at in ((0, 28), (1, 29), (3, 40_000)):
+        _sidecar(tmp_path / f"stacks_rank_{r}.json", r, T0 + at * MS)
+    report = analyze(tmp_path)
+    assert report.verdict == Verdict.HANG and report.culprit_ranks == (2,)
