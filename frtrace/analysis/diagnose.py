@@ -64,7 +64,12 @@ def diagnose(
     findings += split_mismatches(dumps, membership, matched)  # FR 2.11 all_to_all splits
     findings += hang_findings(dumps, membership, matched, waits, unrecorded, moments)
     findings += find_deadlocks(dumps, membership, matched, waits)
-    findings += stuck_findings(dumps, membership, matched, waits, moments.running)
+    explained = {(f.group, f.seq) for f in findings if f.group is not None}  # e.g. FR003 splits
+    findings += [
+        f
+        for f in stuck_findings(dumps, membership, matched, waits, moments.running)
+        if (f.group, f.seq) not in explained  # not "with matching arguments" after a mismatch
+    ]
     findings += in_flight_findings(membership, matched, waits, moments)
     findings, presumed = _explain_missing(findings, membership, waits, set(dumps.loaded_ranks))
     hidden = unrecorded_finding(membership, unrecorded)

@@ -45,3 +45,9 @@ def test_matching_splits_give_no_size_finding(tmp_path: Path) -> None:
     report = analyze(fr211_set(tmp_path, bad_split=False), jobs=1)
     assert not [f for f in report.findings if f.code == "FR003"]
     assert report.verdict == "cannot_tell"
+
+
+def test_a_split_mismatch_is_not_also_called_matching(tmp_path: Path) -> None:
+    """Once FR003 says the splits disagree, no FR009 says the same op had matching arguments."""
+    report = analyze(fr211_set(tmp_path), jobs=1)
+    assert [f.kind.value for f in report.findings] == ["size_mismatch"]
