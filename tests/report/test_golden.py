@@ -1,6 +1,6 @@
 """The text, JSON and markdown reports of every fixture scenario equal their golden files.
 
-Golden files change only when asked: ``python3 -m pytest tests/test_golden.py --update-golden``,
+Golden files change only when asked: ``python3 -m pytest tests/report/test_golden.py --update-golden``,
 then review the diff like code. They pin the report layout and the JSON schema.
 """
 
@@ -21,7 +21,12 @@ from frtrace.report.text import render_text
 from tests.conftest import FIXTURES, GLOO
 
 GOLDEN = FIXTURES / "golden"
+STACKS = FIXTURES / "stacks"  # real hung jobs collected with `frtrace collect` (with stacks)
 SCENARIOS = sorted(p.name for p in GLOO.iterdir() if p.is_dir() and any(p.iterdir()))
+# every set with golden reports: (its directory, the golden files' stem)
+GOLDEN_SETS = {s: (GLOO / s, s) for s in SCENARIOS} | {
+    f"stacks/{p.name}": (p, f"stacks_{p.name}") for p in sorted(STACKS.iterdir()) if p.is_dir()
+}
 RENDERERS: dict[str, Callable[[Report], str]] = {
     "txt": render_text,
     "json": render_json,
@@ -31,16 +36,16 @@ RENDERERS: dict[str, Callable[[Report], str]] = {
 
 @cache
 def report_of(scenario: str) -> Report:
-    return analyze(GLOO / scenario)
+    return analyze(GOLDEN_SETS[scenario][0])
 
 
 @pytest.mark.parametrize("ext", sorted(RENDERERS))
-@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("scenario", sorted(GOLDEN_SETS))
 def test_report_matches_golden(scenario: str, ext: str, update_golden: bool) -> None:
-    """The report equals tests/fixtures/golden/<scenario>.<ext>."""
+    """The report equals tests/fixtures/golden/<stem>.<ext>."""
     actual = RENDERERS[ext](report_of(scenario))
-    assert str(GLOO.resolve()) not in actual  # never the path of the dumps on this machine
-    golden = GOLDEN / f"{scenario}.{ext}"
+    assert str(FIXTURES.resolve()) not in actual  # never the path of the dumps on this machine
+    golden = GOLDEN / f"{GOLDEN_SETS[scenario][1]}.{ext}"
     if update_golden:
         golden.parent.mkdir(parents=True, exist_ok=True)
         golden.write_text(actual, encoding="utf-8")
