@@ -1,7 +1,8 @@
 """The text, JSON and markdown reports of every fixture scenario equal their golden files.
 
 Golden files change only when asked:
-``python3 -m pytest tests/report/test_golden.py --update-golden``, then review the diff like code. They pin the report layout and the JSON schema.
+``python3 -m pytest tests/report/test_golden.py --update-golden``, then review the diff like code.
+They pin the report layout and the JSON schema.
 """
 
 from __future__ import annotations
