@@ -122,9 +122,12 @@ def resolve_groups(dumps: DumpSet) -> Membership:
         descs = Counter(d for d in users.values() if d) + recorded_desc.get(name, Counter())
         desc = descs.most_common(1)[0][0] if descs else None
         sets = recorded.get(name, {})
-        distinct = set(sets.values())
+        distinct = set({id(m): m for m in sets.values()}.values())  # (hashes each list once)
         unresolved: list[int] = []
         known: dict[tuple[int, ...], int] = {}  # members -> gid, for this name
+        # The same by identity: rows that recorded the same list share one tuple (see
+        # recorded_groups), and hashing a 32,768-member tuple once per rank is 10^9 steps.
+        seen: dict[int, int] = {}
         for rank in sorted(set(users) | set(sets)):
             members = sets.get(rank)
             if members is None:
@@ -133,10 +136,13 @@ def resolve_groups(dumps: DumpSet) -> Membership:
             if members is None:
                 unresolved.append(rank)
                 continue
-            gid = known.get(members, -1)
+            gid = seen.get(id(members), -1)
             if gid == -1:
-                gid = known[members] = key_for(name, members, desc, inferred=False)
-            place(name, members, gid)
+                gid = known.get(members, -1)
+                if gid == -1:
+                    gid = known[members] = key_for(name, members, desc, inferred=False)
+                place(name, members, gid)
+                seen[id(members)] = gid
             of_rank[(rank, name)] = gid
         if not unresolved:
             continue

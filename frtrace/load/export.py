@@ -2,9 +2,10 @@
 
 Columns keep the types of ``frtrace.load.schema``, with one exception: Parquet cannot store a
 dictionary whose values are lists, so the dictionary-encoded sizes and dtypes columns
-(``input_sizes``, ``output_dtypes``, ...) are written as plain lists of the same value type
-(``list<list<int64>>``, ``list<string>``). Dictionary-encoded strings stay dictionary-encoded
-(pandas reads them as Categorical, DuckDB as VARCHAR).
+(``input_sizes``, ``output_dtypes``, ...) and the groups' ``ranks`` are written as plain lists
+of the same value type (``list<list<int64>>``, ``list<string>``, ``list<int32>``).
+Dictionary-encoded strings stay dictionary-encoded (pandas reads them as Categorical, DuckDB as
+VARCHAR).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def export_parquet(dumps: DumpSet, out: Path) -> list[tuple[Path, int]]:
     tables = {
         "entries": _decode_list_dictionaries(dumps.entries),
         "stacks": dumps.stacks,
-        "groups": dumps.groups,
+        "groups": _decode_list_dictionaries(dumps.groups),
         "pg_status": dumps.pg_status,
         "files": dumps.files,
     }

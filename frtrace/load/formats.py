@@ -8,6 +8,7 @@ as strings).
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
@@ -19,6 +20,7 @@ from frtrace.load.values import clean, int_or_none, label, preview
 __all__ = [
     "KNOWN_VERSION",
     "group_rows",
+    "members_key",
     "parse_rank_list",
     "parse_version",
     "pg_status_rows",
@@ -134,12 +136,22 @@ def group_rows(rank: int, pg_config: Any, problems: list[str]) -> list[dict[str,
                 "group_name": name,
                 "group_desc": clean(desc) if isinstance(desc, str) else None,
                 "ranks": ranks,
+                "ranks_key": members_key(ranks),
                 "pg_id": pg_id,
                 "trusted": note is None,
                 "note": note,
             }
         )
     return rows
+
+
+def members_key(ranks: np.ndarray | None) -> bytes | None:
+    """A digest of a member list, worked out where the file is read (in the worker), so the
+    tables can store each distinct list once without hashing every copy of it again: every
+    rank of a 32,768-rank job records the default group's 32,768 members."""
+    if ranks is None:
+        return None
+    return hashlib.blake2b(ranks.astype(np.int32).tobytes(), digest_size=16).digest()
 
 
 def pg_status_rows(rank: int, pg_status: Any, problems: list[str]) -> list[dict[str, Any]]:

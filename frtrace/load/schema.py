@@ -31,6 +31,7 @@ SIZES_DICT = pa.dictionary(pa.int32(), SIZES)
 DTYPES_DICT = pa.dictionary(pa.int32(), DTYPES)
 SPLITS = pa.list_(pa.int64())
 SPLITS_DICT = pa.dictionary(pa.int32(), SPLITS)
+MEMBERS_DICT = pa.dictionary(pa.int32(), pa.list_(pa.int32()))
 
 ENTRIES = pa.schema(
     [
@@ -96,7 +97,10 @@ GROUPS = pa.schema(
         pa.field("rank", pa.int32(), nullable=False),  # whose pg_config this row comes from
         pa.field("group_name", pa.string(), nullable=False),  # pg_config key ('' for Gloo)
         pa.field("group_desc", TEXT),
-        pa.field("ranks", pa.list_(pa.int32())),  # global members as recorded; null: unreadable
+        # global members as recorded; null: unreadable. Dictionary-encoded: each distinct list
+        # is stored once (every rank records the default group's world-size list: kept plain,
+        # a 32,768-rank job's lists would take 4 GB)
+        pa.field("ranks", MEMBERS_DICT),
         pa.field("pg_id", pa.int64()),  # only in 1.x dumps, whose pg_config is keyed by pg_id
         pa.field("trusted", pa.bool_(), nullable=False),  # False: known to be unreliable
         pa.field("note", pa.string()),  # why it is not trusted

@@ -22,10 +22,11 @@ from frtrace.load import schema
 from frtrace.load.cache import TABLES, DirectoryCache, cache_disabled, cache_root
 from frtrace.load.discover import Candidate, SkippedFile, discover
 from frtrace.load.executors import FileExecutor, open_executor
+from frtrace.load.members import MemberLists, groups_table, recorded_groups
 from frtrace.load.parse import ParsedDump
 from frtrace.load.stacks import Stack
 
-__all__ = ["DumpSet", "LoadProblem", "build_dump_set", "load_dumps"]
+__all__ = ["DumpSet", "LoadProblem", "build_dump_set", "load_dumps", "recorded_groups"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -206,6 +207,7 @@ class _Assembler:
         self.group_rows: list[dict[str, Any]] = []
         self.status_rows: list[dict[str, Any]] = []
         self.interned: dict[Stack, int] = {}
+        self.members = MemberLists()
         self.loaded = 0
         fields = list(schema.ENTRIES)
         self.plain: dict[int, list[pa.Array]] = {
@@ -235,7 +237,7 @@ class _Assembler:
         for i, merged in self.coded.items():
             merged.add(batch.column(i))
         self.loaded += 1
-        self.group_rows.extend(result.groups)
+        self.group_rows.extend(map(self.members.intern, result.groups))
         self.status_rows.extend(result.pg_status)
         self.file_rows.append(
             {
@@ -289,7 +291,7 @@ class _Assembler:
             ],
             schema=schema.STACKS,
         )
-        groups = _groups_table(self.group_rows)
+        groups = groups_table(self.group_rows, self.members)
         files = pa.Table.from_pylist(self.file_rows, schema=schema.FILES)
         return DumpSet(
             directory=self.directory,
@@ -334,65 +336,6 @@ class _Dictionary:
         self.parts = []
         indices = pa.array(codes, type=pa.int32(), mask=codes < 0)
         return pa.DictionaryArray.from_arrays(indices, pa.array(self.values, type=type_.value_type))
-
-
-def _groups_table(rows: list[dict[str, Any]]) -> pa.Table:
-    """schema.GROUPS from the loader's rows, whose ``ranks`` are int32 arrays (or None)."""
-    lists = [r["ranks"] for r in rows]
-    lengths = np.array([0 if x is None else len(x) for x in lists], dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    flat = [x for x in lists if x is not None and len(x)]
-    values = np.concatenate(flat).astype(np.int32) if flat else np.zeros(0, dtype=np.int32)
-    mask = pa.array([x is None for x in lists], type=pa.bool_())
-    ranks = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values), mask=mask)
-    plain = {
-        name: [r[name] for r in rows]
-        for name in ("rank", "group_name", "group_desc", "pg_id", "trusted", "note")
-    }
-    columns = {name: pa.array(plain[name], type=schema.GROUPS.field(name).type) for name in plain}
-    columns["ranks"] = ranks.cast(schema.GROUPS.field("ranks").type)
-    return pa.table({f.name: columns[f.name] for f in schema.GROUPS}, schema=schema.GROUPS)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RecordedGroup:
-    """One row of the groups table, with its member tuple shared by identical rows."""
-
-    rank: int
-    name: str
-    desc: str | None
-    ranks: tuple[int, ...] | None
-    pg_id: int | None
-    trusted: bool
-
-
-def recorded_groups(groups: pa.Table) -> list[RecordedGroup]:
-    """The groups table as rows, parsing each distinct member list once (rank lists repeat:
-    every rank records the default group's thousands of members)."""
-    ranks = groups.column("ranks").combine_chunks() if groups.num_rows else None
-    interned: dict[bytes, tuple[int, ...]] = {}
-    out = []
-    meta = groups.select(["rank", "group_name", "group_desc", "pg_id", "trusted"]).to_pylist()
-    for i, row in enumerate(meta):
-        members: tuple[int, ...] | None = None
-        if ranks is not None and ranks[i].is_valid:
-            start, stop = ranks.offsets[i].as_py(), ranks.offsets[i + 1].as_py()
-            raw = ranks.values.slice(start, stop - start).to_numpy(zero_copy_only=False)
-            key = raw.astype(np.int32).tobytes()
-            members = interned.get(key)
-            if members is None:
-                members = interned[key] = tuple(int(x) for x in raw)
-        out.append(
-            RecordedGroup(
-                rank=row["rank"],
-                name=row["group_name"],
-                desc=row["group_desc"],
-                ranks=members,
-                pg_id=row["pg_id"],
-                trusted=row["trusted"],
-            )
-        )
-    return out
 
 
 def _remap_stacks(parsed: ParsedDump, interned: dict[Stack, int]) -> pa.RecordBatch:

@@ -1,0 +1,117 @@
+"""The groups table: each rank's ``pg_config`` rows, with every distinct member list stored once.
+
+Every rank records the default group's world-size member list (and each data-parallel group's
+thousands): kept per row, a 32,768-rank job's lists would take 4 GB and grow with the square of
+the job. Rows hold an index into the distinct lists instead (``schema.GROUPS.ranks`` is
+dictionary-encoded), keyed by a digest worked out where the file is read (``formats``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from frtrace.load import schema
+from frtrace.load.formats import members_key
+
+__all__ = ["MemberLists", "RecordedGroup", "groups_table", "recorded_groups"]
+
+
+class MemberLists:
+    """Distinct group member lists, each stored once: rows keep an index into them."""
+
+    def __init__(self) -> None:
+        self.index: dict[bytes, int] = {}
+        self.lists: list[np.ndarray] = []
+
+    def intern(self, row: dict[str, Any]) -> dict[str, Any]:
+        """The row with ``ranks`` replaced by the index of its list (-1: none)."""
+        ranks = row["ranks"]
+        code = -1
+        if ranks is not None:
+            key: bytes = row.get("ranks_key") or members_key(ranks) or b""
+            code = self.index.get(key, -1)
+            if code == -1:
+                code = self.index[key] = len(self.lists)
+                self.lists.append(np.asarray(ranks, dtype=np.int32))
+        return {**row, "ranks": code}
+
+    def array(self, codes: list[int]) -> pa.DictionaryArray:
+        lengths = np.array([len(x) for x in self.lists], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+        values = np.concatenate(self.lists) if self.lists else np.zeros(0, dtype=np.int32)
+        distinct = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.int32()))
+        indices = np.array(codes, dtype=np.int32)
+        return pa.DictionaryArray.from_arrays(
+            pa.array(indices, type=pa.int32(), mask=indices < 0), distinct
+        )
+
+
+def groups_table(rows: list[dict[str, Any]], members: MemberLists) -> pa.Table:
+    """schema.GROUPS from the loader's rows, whose ``ranks`` index ``members``."""
+    plain = {
+        name: [r[name] for r in rows]
+        for name in ("rank", "group_name", "group_desc", "pg_id", "trusted", "note")
+    }
+    columns = {name: pa.array(plain[name], type=schema.GROUPS.field(name).type) for name in plain}
+    columns["ranks"] = members.array([r["ranks"] for r in rows])
+    return pa.table({f.name: columns[f.name] for f in schema.GROUPS}, schema=schema.GROUPS)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordedGroup:
+    """One row of the groups table, with its member tuple shared by identical rows."""
+
+    rank: int
+    name: str
+    desc: str | None
+    ranks: tuple[int, ...] | None
+    pg_id: int | None
+    trusted: bool
+
+
+def recorded_groups(groups: pa.Table) -> list[RecordedGroup]:
+    """The groups table as rows; each distinct member list is parsed once and shared by the
+    rows that recorded it (rank lists repeat: every rank records the default group's
+    thousands of members)."""
+    out: list[RecordedGroup] = []
+    if not groups.num_rows:
+        return out
+    column = groups.column("ranks").combine_chunks()
+    if isinstance(column, pa.ChunkedArray):  # (pyarrow < 15 returns one)
+        column = column.chunk(0) if column.num_chunks == 1 else pa.concat_arrays(column.chunks)
+    if pa.types.is_dictionary(column.type):
+        values, picks = column.dictionary, column.indices
+    else:  # a plain list column (tables written by hand)
+        values, picks = column, pa.array(np.arange(len(column), dtype=np.int32))
+    offsets = values.offsets.to_numpy()
+    flat = values.values.to_numpy(zero_copy_only=False)
+    interned: dict[bytes, tuple[int, ...]] = {}
+    distinct: list[tuple[int, ...] | None] = []
+    for i in range(len(values)):
+        if not values[i].is_valid:
+            distinct.append(None)
+            continue
+        raw = flat[offsets[i] : offsets[i + 1]].astype(np.int32)
+        key = raw.tobytes()
+        members = interned.get(key)
+        if members is None:
+            members = interned[key] = tuple(raw.tolist())
+        distinct.append(members)
+    codes = picks.fill_null(-1).to_numpy(zero_copy_only=False)
+    meta = groups.select(["rank", "group_name", "group_desc", "pg_id", "trusted"]).to_pylist()
+    for row, code in zip(meta, codes.tolist(), strict=True):
+        out.append(
+            RecordedGroup(
+                rank=row["rank"],
+                name=row["group_name"],
+                desc=row["group_desc"],
+                ranks=None if code < 0 else distinct[code],
+                pg_id=row["pg_id"],
+                trusted=row["trusted"],
+            )
+        )
+    return out
