@@ -275,6 +275,15 @@ def render(rows: list[Row]) -> str:
             f"{'yes' if r.frtrace_correct else 'NO':>7}  {theirs}  {theirs_mb}  {speed}"
             + ("" if r.torchfrtrace_note in ("ok", "skipped") else f"  ({r.torchfrtrace_note})")
         )
+    lines.append(
+        "ranks  entries in all  floor us/entry  frtrace us/entry  frtrace peak bytes/entry"
+    )
+    for r in rows:  # growth: flat per-entry columns mean time and memory linear in entries
+        n = r.ranks * r.entries
+        lines.append(
+            f"{r.ranks:5d}  {n:14,d}  {r.floor_s / n * 1e6:14.2f}  {r.frtrace_s / n * 1e6:16.2f}"
+            f"  {r.frtrace_mb * 2**20 / n:24.0f}"
+        )
     extra = [r for r in rows if r.cache_second_s is not None or r.dask_s is not None]
     if extra:
         lines.append(
@@ -419,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
         args.scheduler_address = address
         for ranks in args.ranks:
             rows.append(bench_one(args, ranks))
-            print(render(rows[-1:]).splitlines()[-1], flush=True)
+            print(render(rows[-1:]).splitlines()[2], flush=True)
     print(render(rows))
     if args.estimate_ranks:
         dumps = make_job(
