@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 
 from frtrace.analysis.ops import codes
 from frtrace.load.tables import DumpSet
@@ -108,13 +109,13 @@ def dump_times_from_entries(dumps: DumpSet) -> dict[int, int]:
     ):
         if wanted not in names:
             continue
-        times = entries.column(column)
-        mask = (
-            open_ & (state == names.index(wanted)) & ~times.is_null().to_numpy(zero_copy_only=False)
-        )
-        if not mask.any():
+        rows = np.flatnonzero(open_ & (state == names.index(wanted)))
+        if not len(rows):
             continue
-        values = times.fill_null(0).to_numpy(zero_copy_only=False)[mask].astype(np.int64)
-        for r, t in zip(rank[mask].tolist(), values.tolist(), strict=True):
+        # only these rows' times are read (the start times are detail: kept on disk)
+        times = entries.column(column).take(pa.array(rows))
+        known = ~times.is_null().to_numpy(zero_copy_only=False)
+        values = times.fill_null(0).to_numpy(zero_copy_only=False)[known].astype(np.int64)
+        for r, t in zip(rank[rows[known]].tolist(), values.tolist(), strict=True):
             out[r] = max(out.get(r, 0), int(t))
     return out

@@ -207,7 +207,8 @@ def _group_size(entries: pa.Table, name: str) -> int | None:
     mask = pc.and_(
         pc.equal(entries.column("group_name"), name), pc.equal(entries.column("op"), "all_gather")
     )
-    gathers = entries.filter(mask).slice(0, 64)
+    rows = pc.indices_nonzero(mask).slice(0, 64)  # (sizes are detail: read only these)
+    gathers = entries.select(["input_sizes", "output_sizes"]).take(rows)
     found: set[int] = set()
     for inputs, outputs in zip(
         gathers.column("input_sizes").to_pylist(),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,12 +19,13 @@ import numpy as np
 import pyarrow as pa
 
 from frtrace.errors import DumpFormatError, NoReadableDumps
-from frtrace.load import schema
+from frtrace.load import schema, spill
 from frtrace.load.cache import TABLES, DirectoryCache, cache_disabled, cache_root
 from frtrace.load.discover import Candidate, SkippedFile, discover
 from frtrace.load.executors import FileExecutor, open_executor
 from frtrace.load.members import MemberLists, groups_table, recorded_groups
 from frtrace.load.parse import ParsedDump
+from frtrace.load.spill import SpilledColumn, spill_directory
 from frtrace.load.stacks import Stack
 
 __all__ = [
@@ -218,11 +220,24 @@ class _Assembler:
         self.members = MemberLists()
         self.loaded = 0
         fields = list(schema.ENTRIES)
-        self.plain: dict[int, list[pa.Array]] = {
-            i: [] for i, f in enumerate(fields) if not pa.types.is_dictionary(f.type)
+        # A large set's detail columns go to disk as they arrive (frtrace.load.spill)
+        total = sum(c.size_bytes for c in candidates)
+        where = spill_directory(cache_root()) if total >= spill.SPILL_MIN_BYTES else None
+        self.spill_dir = where
+
+        def spilled(f: pa.Field) -> SpilledColumn | None:
+            if where is None or f.name not in schema.DETAIL:
+                return None
+            type_ = f.type.index_type if pa.types.is_dictionary(f.type) else f.type
+            return SpilledColumn(where, f.name, np.dtype(type_.to_pandas_dtype()))
+
+        self.plain: dict[int, list[pa.Array] | SpilledColumn] = {
+            i: spilled(f) or [] for i, f in enumerate(fields) if not pa.types.is_dictionary(f.type)
         }
         self.coded: dict[int, _Dictionary] = {
-            i: _Dictionary() for i, f in enumerate(fields) if pa.types.is_dictionary(f.type)
+            i: _Dictionary(spilled(f))
+            for i, f in enumerate(fields)
+            if pa.types.is_dictionary(f.type)
         }
 
     def add(self, index: int, result: ParsedDump | DumpFormatError) -> None:
@@ -241,7 +256,10 @@ class _Assembler:
         )
         batch = _remap_stacks(result, self.interned)
         for i, chunks in self.plain.items():
-            chunks.append(batch.column(i))
+            if isinstance(chunks, SpilledColumn):
+                chunks.append(*_values_and_validity(batch.column(i)))
+            else:
+                chunks.append(batch.column(i))
         for i, merged in self.coded.items():
             merged.add(batch.column(i))
         self.loaded += 1
@@ -282,11 +300,16 @@ class _Assembler:
             # once it is given back to the OS: the peak is then the tables plus one column.
             if i in self.plain:
                 chunks = self.plain.pop(i)
-                columns.append(pa.concat_arrays(chunks))
+                if isinstance(chunks, SpilledColumn):
+                    columns.append(chunks.finish(spec.type))
+                else:
+                    columns.append(pa.concat_arrays(chunks))
                 del chunks
             else:
                 columns.append(self.coded.pop(i).finish(spec.type))
             give_back_memory()
+        if self.spill_dir is not None:  # (its files are unlinked once mapped)
+            shutil.rmtree(self.spill_dir, ignore_errors=True)
         entries = pa.Table.from_arrays(columns, schema=schema.ENTRIES)
         frames = {sid: stack for stack, sid in self.interned.items()}
         stacks = pa.Table.from_pylist(
@@ -316,12 +339,14 @@ class _Assembler:
 
 
 class _Dictionary:
-    """One dictionary column being merged: shared values, and each chunk's codes into them."""
+    """One dictionary column being merged: shared values, and each chunk's codes into them
+    (in memory, or ``spilled`` to disk)."""
 
-    def __init__(self) -> None:
+    def __init__(self, spilled: SpilledColumn | None = None) -> None:
         self.index: dict[Any, int] = {}
         self.values: list[Any] = []
         self.parts: list[np.ndarray] = []
+        self.spilled = spilled
 
     def add(self, chunk: pa.DictionaryArray) -> None:
         local = chunk.dictionary.to_pylist()
@@ -337,9 +362,17 @@ class _Dictionary:
         indices = chunk.indices
         if indices.null_count:
             indices = indices.fill_null(len(local))
-        self.parts.append(remap[indices.to_numpy(zero_copy_only=False)])
+        codes = remap[indices.to_numpy(zero_copy_only=False)]
+        if self.spilled is not None:
+            self.spilled.append(codes, codes >= 0)
+        else:
+            self.parts.append(codes)
 
     def finish(self, type_: pa.DictionaryType) -> pa.DictionaryArray:
+        if self.spilled is not None:
+            dictionary = pa.array(self.values, type=type_.value_type)
+            spilled = self.spilled.finish(pa.int32())
+            return pa.DictionaryArray.from_arrays(spilled, dictionary, safe=False)  # (no scan)
         codes = np.concatenate(self.parts) if self.parts else np.zeros(0, dtype=np.int32)
         self.parts = []
         indices = pa.array(codes, type=pa.int32(), mask=codes < 0)
@@ -368,6 +401,15 @@ def _remap_stacks(parsed: ParsedDump, interned: dict[Stack, int]) -> pa.RecordBa
         remapped = pa.array(mapping[local.to_numpy()], type=pa.int32())
     idx = batch.schema.get_field_index("stack_id")
     return batch.set_column(idx, "stack_id", remapped)
+
+
+def _values_and_validity(chunk: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
+    """A fixed-width chunk's values (any value where null) and validity, without copies
+    where Arrow allows."""
+    if not chunk.null_count:
+        return chunk.to_numpy(zero_copy_only=False), None
+    valid = chunk.is_valid().to_numpy(zero_copy_only=False)
+    return chunk.fill_null(0).to_numpy(zero_copy_only=False), valid
 
 
 def _failed_file_row(cand: Candidate, error: str) -> dict[str, Any]:

@@ -1,0 +1,95 @@
+"""Detail columns on disk (frtrace.load.spill): the same tables and verdicts as in memory.
+
+A large set's ``schema.DETAIL`` columns are written to disk as results arrive and
+memory-mapped back. These tests force that path on every committed fixture set and compare
+with the in-memory path, write through a disk that fills up, and check nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from frtrace.load import schema, spill
+from frtrace.load.spill import SpilledColumn
+from frtrace.load.tables import DumpSet, load_dumps
+from frtrace.pipeline import analyze_dumps
+from frtrace.report.json import render_json
+from tests.conftest import fixture_sets
+
+SCENARIOS = fixture_sets()
+
+
+def _load(directory: Path, *, spilled: bool, monkeypatch: pytest.MonkeyPatch) -> DumpSet:
+    monkeypatch.setattr(spill, "SPILL_MIN_BYTES", 0 if spilled else 1 << 62)
+    return load_dumps(directory, jobs=1)
+
+
+@pytest.mark.parametrize("directory", SCENARIOS, ids=lambda p: str(p.relative_to(p.parents[1])))
+def test_spilled_tables_and_reports_equal_the_in_memory_ones(
+    directory: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kept = _load(directory, spilled=False, monkeypatch=monkeypatch)
+    spilled = _load(directory, spilled=True, monkeypatch=monkeypatch)
+    assert spilled.entries.schema == kept.entries.schema
+    for name in schema.ENTRIES.names:
+        assert spilled.entries.column(name).equals(kept.entries.column(name)), name
+    assert render_json(analyze_dumps(spilled)) == render_json(analyze_dumps(kept))
+
+
+def test_detail_columns_are_memory_mapped_and_the_files_are_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    directory = next(d for d in SCENARIOS if "nccl" in str(d))
+    dumps = _load(directory, spilled=True, monkeypatch=monkeypatch)
+    maps = Path("/proc/self/maps").read_text()
+    mapped = set(re.findall(r"/spill/[^/\s]+/(\w+)\.values", maps))
+    assert mapped == set(schema.DETAIL) and "(deleted)" in maps
+    assert not any((tmp_path / "cache" / "frtrace" / "spill").iterdir())  # nothing left
+    del dumps
+
+
+class _FullDisk:
+    """A file that takes ``room`` bytes, then fails as a full disk does."""
+
+    def __init__(self, real: object, room: int) -> None:
+        self.real, self.room = real, room
+
+    def write(self, data: memoryview) -> int:
+        if data.nbytes > self.room:
+            raise OSError(28, "No space left on device")
+        self.room -= data.nbytes
+        return self.real.write(data)  # type: ignore[attr-defined, no-any-return]
+
+    def close(self) -> None:
+        self.real.close()  # type: ignore[attr-defined]
+
+
+def test_a_full_disk_keeps_the_column_in_memory(tmp_path: Path) -> None:
+    column = SpilledColumn(tmp_path, "record_id", np.dtype(np.int64))
+    column.out = _FullDisk(column.out, room=3 * 8)  # type: ignore[assignment]
+    column.append(np.array([1, 2, 3]), None)
+    column.append(np.array([4, 5]), np.array([True, False]))  # fails: read back, goes on
+    column.append(np.array([6]), None)
+    got = column.finish(pa.int64())
+    assert got.to_pylist() == [1, 2, 3, 4, None, 6]
+    assert not any(tmp_path.iterdir())
+
+
+def test_an_empty_column_is_not_mapped(tmp_path: Path) -> None:
+    column = SpilledColumn(tmp_path, "op_id", np.dtype(np.int64))
+    assert column.finish(pa.int64()).to_pylist() == []
+    assert not any(tmp_path.iterdir())
+
+
+def test_orphans_of_dead_processes_are_removed(tmp_path: Path) -> None:
+    base = tmp_path / "spill"
+    (base / "999999999-dead").mkdir(parents=True)
+    made = spill.spill_directory(tmp_path / "v1")
+    assert made is not None and made.parent == base
+    assert not (base / "999999999-dead").exists()
