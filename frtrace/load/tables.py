@@ -23,19 +23,10 @@ from frtrace.load.cache import TABLES, DirectoryCache, cache_disabled, cache_roo
 from frtrace.load.discover import Candidate, SkippedFile, discover
 from frtrace.load.executors import FileExecutor, open_executor
 from frtrace.load.parse import ParsedDump
+from frtrace.load.problems import LoadProblem
 from frtrace.load.stacks import Stack
 
 __all__ = ["DumpSet", "LoadProblem", "build_dump_set", "load_dumps"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LoadProblem:
-    """Something wrong with one file: ``fatal`` ones kept the file out of the analysis."""
-
-    rank: int
-    path: str
-    message: str  # one line, already naming the file
-    fatal: bool
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
