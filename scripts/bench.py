@@ -9,9 +9,11 @@ injected fault, then measures in separate processes, one after another:
 - floor:        plain ``pickle.load`` of every file, one after another, nothing else;
 - frtrace:      ``python -m frtrace analyze -d DIR --format json`` (checks the verdict);
 - torchfrtrace: torch's analyzer on the same files (skipped above --torchfrtrace-max);
-- with ``--cache``: ``frtrace analyze`` twice with the table cache (a private
-  ``XDG_CACHE_HOME`` under the workdir): the first run reads and stores, the second reads the
-  cached tables; plus the cached load alone (``load_dumps(cache=True)`` in a fresh process);
+- with ``--cache``: ``frtrace analyze`` twice with the cache on (a private ``XDG_CACHE_HOME``
+  under the workdir): the first run reads the dumps and stores the tables and the diagnosis,
+  the second reads only the stored diagnosis (``frtrace.diagnosis_cache``: no dump, no table)
+  and must print exactly what the first printed; plus the cached tables alone
+  (``load_dumps(cache=True)`` in a fresh process: what ``show``/``summary``/``export`` read);
 - with ``--scheduler``: a Dask cluster on 127.0.0.1 (``dask scheduler`` and 2 ``dask worker``
   processes, 1 thread each), ``frtrace analyze --scheduler``; its peak memory leaves out the
   workers, which are not in the child's process group;
@@ -168,7 +170,7 @@ class Row:
     torchfrtrace_note: str
     load_avg: float = 0.0  # 1-minute load average when the size started
     cache_first_s: float | None = None  # analyze, cache on and empty: reads and stores
-    cache_second_s: float | None = None  # analyze again: from the cached tables
+    cache_second_s: float | None = None  # analyze again: from the cached diagnosis
     cache_load_s: float | None = None  # load_dumps(cache=True) alone, warm, fresh process
     cache_correct: bool | None = None
     dask_s: float | None = None  # analyze --scheduler (2 local workers)
@@ -250,7 +252,8 @@ def bench_one(args: argparse.Namespace, ranks: int) -> Row:
         alone = measure([sys.executable, "-c", CACHED_LOAD, str(dumps)], args.timeout, env)
         row.cache_first_s, row.cache_second_s = first.wall_s, second.wall_s
         row.cache_load_s = alone.wall_s
-        row.cache_correct = _verdict_ok(first, truth) and _verdict_ok(second, truth)
+        same = second.output == first.output  # the cached diagnosis prints the same bytes
+        row.cache_correct = _verdict_ok(first, truth) and _verdict_ok(second, truth) and same
     if args.scheduler_address:
         remote = measure(
             _analyze(dumps, "--no-cache", "--scheduler", args.scheduler_address), args.timeout

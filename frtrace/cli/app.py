@@ -9,7 +9,7 @@ line on stderr, ``error: ...``; never a traceback.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -35,6 +35,8 @@ from frtrace.printable import printable
 
 if TYPE_CHECKING:
     from frtrace.analysis.findings import Report
+    from frtrace.diagnosis_cache import Diagnosis
+    from frtrace.load.problems import LoadProblem
     from frtrace.load.tables import DumpSet
     from frtrace.report.select import Selection
 
@@ -62,8 +64,8 @@ def _fail(message: object) -> typer.Exit:
     return typer.Exit(code=EXIT_INPUT)
 
 
-def _print_load_problems(dumps: DumpSet) -> None:
-    for problem in dumps.problems:
+def _print_load_problems(problems: Sequence[LoadProblem]) -> None:
+    for problem in problems:
         prefix = "error" if problem.fatal else "warning"
         _echo(f"{prefix}: {problem.message}", err=True)
 
@@ -116,6 +118,33 @@ def _analyze(dumps: DumpSet) -> Report:
         return analyze_dumps(dumps, stacks)
     except FrtraceError as exc:
         raise _fail(exc) from None
+
+
+def _diagnose(
+    path: Path | None,
+    option: Path | None,
+    jobs: int | None,
+    only: str | None,
+    scheduler: str | None = None,
+    no_cache: bool = False,
+) -> Diagnosis:
+    """The report and load problems of DIR or -d DIR: from the cache of an earlier run on the
+    same, unchanged files (no dump or table is read then), else loaded, diagnosed and stored
+    (not with --no-cache; archives are not cached)."""
+    from frtrace.diagnosis_cache import Diagnosis, DiagnosisCache
+
+    try:
+        source = dump_source(path, option)
+    except FrtraceError as exc:
+        raise _fail(exc) from None
+    store = None if no_cache else DiagnosisCache.open(source, only=only)
+    if store is not None and (cached := store.load()) is not None:
+        return cached
+    dumps = _load(path, option, jobs, only, scheduler, no_cache)
+    diagnosis = Diagnosis(report=_analyze(dumps), problems=dumps.problems)
+    if store is not None:
+        store.save(diagnosis)
+    return diagnosis
 
 
 def _renderer(fmt: Format) -> Callable[[Report, Selection | None], str]:
@@ -190,14 +219,14 @@ def analyze(
     from frtrace.report.select import Selection, select
 
     selection = Selection(pg=pg, ranks=_parse_ranks(ranks, "--ranks"))
-    dumps = _load(dump_path, dump_dir, jobs, only, scheduler, no_cache)
-    report = _analyze(dumps)
+    diagnosis = _diagnose(dump_path, dump_dir, jobs, only, scheduler, no_cache)
+    report = diagnosis.report
     try:
         shown = select(report, selection)
     except InputError as exc:
         raise _fail(exc) from None
     if not quiet:
-        _print_load_problems(dumps)
+        _print_load_problems(diagnosis.problems)
         for problem in report.stacks.problems if report.stacks else ():
             _echo(f"warning: {problem}", err=True)
     text = _renderer(fmt)(shown, selection)
@@ -285,7 +314,7 @@ def check(
     if write:
         if expect is None:
             raise _fail("--write needs --expect FILE: the file to write")
-        report = _analyze(_load(dump_path, dump_dir, jobs, only, scheduler, no_cache))
+        report = _diagnose(dump_path, dump_dir, jobs, only, scheduler, no_cache).report
         _write(expect, dumps_compact(expectation_from_report(report)) + "\n")
         _echo(f"wrote {expect}: review it, remove what you do not want pinned, commit it")
         raise typer.Exit(code=EXIT_OK)
@@ -301,7 +330,7 @@ def check(
             "nothing to check: give --expect FILE or --expect-culprits/--expect-healthy/"
             "--expect-verdict/--expect-stragglers"
         )
-    report = _analyze(_load(dump_path, dump_dir, jobs, only, scheduler, no_cache))
+    report = _diagnose(dump_path, dump_dir, jobs, only, scheduler, no_cache).report
     diffs = compare(report, wanted)
     culprits = format_ranks(report.culprit_ranks) if report.culprit_ranks else "none"
     if not diffs:

@@ -77,7 +77,7 @@ def show(
         text = render_show(dumps, options)
     except FrtraceError as exc:
         raise _fail(exc) from None
-    _print_load_problems(dumps)
+    _print_load_problems(dumps.problems)
     _echo(text, nl=False)
 
 
@@ -128,6 +128,6 @@ def export(
         written = export_parquet(dumps, out)
     except FrtraceError as exc:
         raise _fail(exc) from None
-    _print_load_problems(dumps)
+    _print_load_problems(dumps.problems)
     for path, rows in written:
         _echo(f"{path}  ({rows} rows)")

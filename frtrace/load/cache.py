@@ -9,6 +9,7 @@ Layout, under ``$XDG_CACHE_HOME/frtrace`` (else ``~/.cache/frtrace``)::
     v1/sets/<blake2b of the directory's absolute path>/
         manifest.json          what the tables were built from (below); written last
         <token>/entries.arrow  stacks.arrow  groups.arrow  pg_status.arrow  files.arrow
+        diagnosis.json         a sidecar: what later stages derived from the same files
 
 Key and invalidation: the manifest holds a fingerprint of every dump file (path as given and
 absolute, size, mtime_ns, and blake2b of its size, first and last 16 KiB) and of the code that
@@ -23,6 +24,11 @@ Eviction: after each write, whole entries are deleted, least recently used first
 manifest's mtime, touched on every hit), until the cache holds at most
 ``FRTRACE_CACHE_MAX_BYTES`` (default 4 GiB); an entry larger than that is not stored.
 ``--no-cache`` or ``FRTRACE_NO_CACHE=1`` turn the cache off.
+
+Sidecars (``read_sidecar`` / ``write_sidecar``): a later stage may keep one JSON file of its
+own in the entry (``frtrace.diagnosis_cache`` keeps the diagnosis), keyed and checked by its
+writer. It is written atomically, counted in the entry's size, and its mtime counts as a use
+of the entry; it goes with the entry when the tables are found damaged or evicted.
 """
 
 from __future__ import annotations
@@ -37,12 +43,12 @@ import sys
 import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
-
-import pyarrow as pa
-import pyarrow.ipc as ipc
+from typing import TYPE_CHECKING, Any
 
 from frtrace.load.discover import Candidate
+
+if TYPE_CHECKING:  # imported where used: a hit of the diagnosis cache needs no pyarrow
+    import pyarrow as pa
 
 __all__ = ["TABLES", "DirectoryCache", "cache_disabled", "cache_root"]
 
@@ -83,9 +89,9 @@ def _code_version() -> str:
     return digest.hexdigest()
 
 
-def file_fingerprint(cand: Candidate) -> list[Any]:
-    """What identifies one dump's content cheaply: paths, size, mtime, ends of the file."""
-    path = os.path.abspath(cand.path)
+def path_fingerprint(path: str | os.PathLike[str]) -> list[Any]:
+    """What identifies one file's content cheaply: absolute path, size, mtime, ends of it."""
+    path = os.path.abspath(path)
     with open(path, "rb") as f:
         info = os.fstat(f.fileno())
         digest = hashlib.blake2b(str(info.st_size).encode(), digest_size=16)
@@ -93,7 +99,13 @@ def file_fingerprint(cand: Candidate) -> list[Any]:
         if info.st_size > HASH_BYTES:
             f.seek(max(HASH_BYTES, info.st_size - HASH_BYTES))
             digest.update(f.read(HASH_BYTES))
-    return [str(cand.path), path, cand.rank, info.st_size, info.st_mtime_ns, digest.hexdigest()]
+    return [path, info.st_size, info.st_mtime_ns, digest.hexdigest()]
+
+
+def file_fingerprint(cand: Candidate) -> list[Any]:
+    """What identifies one dump's content cheaply: paths, size, mtime, ends of the file."""
+    path, size, mtime_ns, digest = path_fingerprint(cand.path)
+    return [str(cand.path), path, cand.rank, size, mtime_ns, digest]
 
 
 def _crc(path: Path) -> int:
@@ -121,6 +133,11 @@ class DirectoryCache:
             files = [file_fingerprint(c) for c in self.candidates]
             self.identity = {"format": FORMAT, "code": _code_version(), "files": files}
         return self.identity
+
+    def file_fingerprints(self) -> list[list[Any]]:
+        """Each dump's ``file_fingerprint``, in candidate order (``OSError``: one vanished)."""
+        files: list[list[Any]] = self._identity()["files"]
+        return files
 
     def load(self) -> dict[str, pa.Table] | None:
         """The cached tables (memory-mapped), or None when absent, stale or damaged."""
@@ -150,6 +167,9 @@ class DirectoryCache:
         return tables
 
     def _read_tables(self, manifest: Mapping[str, Any]) -> dict[str, pa.Table]:
+        import pyarrow as pa
+        import pyarrow.ipc as ipc
+
         folder = self.entry / str(manifest["token"])
         tables = {}
         for name in TABLES:
@@ -166,6 +186,9 @@ class DirectoryCache:
 
     def save(self, tables: Mapping[str, pa.Table]) -> None:
         """Store the tables for the next run; on any failure the run goes on without."""
+        import pyarrow as pa
+        import pyarrow.ipc as ipc
+
         if not self.usable:
             return
         token = secrets.token_hex(8)
@@ -205,6 +228,43 @@ class DirectoryCache:
     def _drop(self) -> None:
         shutil.rmtree(self.entry, ignore_errors=True)
 
+    def read_sidecar(self, name: str) -> bytes | None:
+        """The content of the sidecar ``name`` (``*.json``), or None when there is none."""
+        try:
+            return (self.entry / name).read_bytes()
+        except OSError:
+            return None
+
+    def write_sidecar(self, name: str, data: bytes, what: str) -> None:
+        """Store the sidecar atomically, then evict; on failure one note on stderr (``what``
+        says what is not cached)."""
+        if not name.endswith(".json") or "/" in name:
+            raise ValueError(f"{name}: a sidecar is one *.json file")
+        partial = self.entry / f".{name}.{secrets.token_hex(8)}"
+        try:
+            if len(data) > _max_bytes():  # would evict everything else: not stored
+                self.drop_sidecar(name)
+                return
+            self.entry.mkdir(parents=True, exist_ok=True)
+            partial.write_bytes(data)
+            os.replace(partial, self.entry / name)
+        except OSError as exc:  # read-only or full
+            with contextlib.suppress(OSError):
+                partial.unlink(missing_ok=True)
+            _note(f"not caching the {what} ({exc.filename or self.root}: {exc.strerror})")
+            return
+        evict(self.root / "sets", _max_bytes(), keep=self.entry)
+
+    def touch_sidecar(self, name: str) -> None:
+        """Mark the entry used now (eviction goes by the newest manifest or sidecar)."""
+        with contextlib.suppress(OSError):
+            os.utime(self.entry / name)
+
+    def drop_sidecar(self, name: str) -> None:
+        """Delete the sidecar (damaged, or too large to keep)."""
+        with contextlib.suppress(OSError):
+            (self.entry / name).unlink(missing_ok=True)
+
 
 def evict(sets: Path, max_bytes: int, *, keep: Path | None = None) -> None:
     """Delete whole entries, least recently used first, until ``sets`` holds <= max_bytes."""
@@ -212,10 +272,9 @@ def evict(sets: Path, max_bytes: int, *, keep: Path | None = None) -> None:
     try:
         for entry in sets.iterdir():
             size = sum(f.stat().st_size for f in entry.rglob("*") if f.is_file())
-            try:
-                used = (entry / "manifest.json").stat().st_mtime_ns
-            except OSError:
-                used = 0  # unfinished or damaged: first to go
+            # last used: the newest of the manifest and the sidecars (0: unfinished or
+            # damaged, first to go)
+            used = max((f.stat().st_mtime_ns for f in entry.glob("*.json")), default=0)
             entries.append((used, size, entry))
     except OSError:
         return

@@ -130,11 +130,13 @@ def discover(directory: Path, *, only: str | None = None) -> Discovery:
     ``only``: keep the files of one set: a set name as the several-sets error prints it
     (``incident1/rank_*``), else a glob over the path under the directory (``*.json``).
     """
-    from frtrace.load.archive import is_archive, read_archive
+    candidates, skipped = None, None
+    if directory.is_file():  # (imported only then: the archive reader loads pyarrow)
+        from frtrace.load.archive import is_archive, read_archive
 
-    if directory.is_file() and is_archive(directory):
-        candidates, skipped = read_archive(directory)
-    else:
+        if is_archive(directory):
+            candidates, skipped = read_archive(directory)
+    if candidates is None or skipped is None:
         candidates, skipped = _walk(directory)
     if only is not None:
         candidates = _select(candidates, only)

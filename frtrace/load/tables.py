@@ -25,6 +25,7 @@ from frtrace.load.discover import Candidate, SkippedFile, discover
 from frtrace.load.executors import FileExecutor, open_executor
 from frtrace.load.members import MemberLists, groups_table, recorded_groups
 from frtrace.load.parse import ParsedDump
+from frtrace.load.problems import LoadProblem
 from frtrace.load.spill import SpilledColumn, spill_directory
 from frtrace.load.stacks import Stack
 
@@ -36,16 +37,6 @@ __all__ = [
     "load_dumps",
     "recorded_groups",
 ]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LoadProblem:
-    """Something wrong with one file: ``fatal`` ones kept the file out of the analysis."""
-
-    rank: int
-    path: str
-    message: str  # one line, already naming the file
-    fatal: bool
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

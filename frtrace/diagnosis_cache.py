@@ -1,0 +1,156 @@
+"""The diagnosis of a dump directory, kept between runs: a second ``frtrace analyze`` or
+``check`` on unchanged files reads no dump and no table.
+
+The table cache (``frtrace.load.cache``) spares the unpickling; this spares the rest (matching,
+diagnosis, the stack join). What is kept is what those commands use: the ``Report`` (encoded
+by ``frtrace.analysis.codec``: plain JSON, never pickle) and the load problems the CLI prints.
+``--pg``, ``--ranks`` and the formats are applied afterwards, so one entry serves them all.
+
+It is a sidecar of the directory's table-cache entry (``sets/<key>/diagnosis.json``): the
+same place, the same size budget and eviction. It is used only when its identity matches:
+
+- each dump's fingerprint, as the table cache takes it (paths, size, mtime, ends of the file);
+- each collected Python stack file's fingerprint (the files ``load_stacks`` would read);
+- a digest of the code the Report depends on (``CODE``: the load, analysis and pystack stages,
+  the pipeline, this module...) and the Python version (which modules are the standard library).
+
+The identity is taken before anything is read, so a file rewritten meanwhile leaves an entry
+that no longer matches. A damaged entry (not JSON, a wrong field or type, another codec) is
+deleted and rebuilt; any failure to write is one note on stderr, never an error. Archives are
+not cached (the tables of an archive are not either).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from frtrace.analysis.codec import CodecError, decode, decode_report, encode, encode_report
+from frtrace.analysis.findings import Report
+from frtrace.errors import FrtraceError
+from frtrace.load.cache import DirectoryCache, cache_disabled, cache_root, path_fingerprint
+from frtrace.load.discover import Candidate, discover
+from frtrace.load.problems import LoadProblem
+from frtrace.pystack.discover import discover_stacks
+
+__all__ = ["CODE", "FORMAT", "SIDECAR", "Diagnosis", "DiagnosisCache", "code_digest"]
+
+FORMAT = "frtrace-diagnosis-1"
+SIDECAR = "diagnosis.json"
+PACKAGE = Path(__file__).resolve().parent
+# The sources a Report depends on, under the package: every stage the pipeline imports, and
+# what they import (tests/test_diagnosis_cache.py checks that the list stays complete).
+CODE = (
+    "__init__.py",
+    "analysis",
+    "diagnosis_cache.py",
+    "errors.py",
+    "job",
+    "load",
+    "pipeline.py",
+    "printable.py",
+    "pystack",
+    "ranges.py",
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Diagnosis:
+    """What ``analyze`` and ``check`` need of a dump set: the report and the load problems."""
+
+    report: Report
+    problems: tuple[LoadProblem, ...]
+
+
+def code_digest(package: Path = PACKAGE) -> str:
+    """blake2b of the sources in ``CODE`` (names and contents) and of the Python version."""
+    digest = hashlib.blake2b(FORMAT.encode(), digest_size=16)
+    digest.update(sys.version.encode())
+    for name in CODE:
+        top = package / name
+        for path in sorted(top.rglob("*.py")) if top.is_dir() else [top]:
+            digest.update(str(path.relative_to(package)).encode() + b"\0")
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+class DiagnosisCache:
+    """The cached diagnosis of one dump directory: ``load`` it if current, ``save`` it."""
+
+    def __init__(self, directory: Path, candidates: Sequence[Candidate]) -> None:
+        self.directory = directory
+        self.tables = DirectoryCache(cache_root(), directory, candidates)
+        self.identity: dict[str, Any] | None = None  # worked out on first use
+        self.usable = True  # False once a file could not be fingerprinted: nothing is saved
+
+    @classmethod
+    def open(cls, source: Path, *, only: str | None = None) -> DiagnosisCache | None:
+        """The cache of ``source``; None for an archive, with the cache off, or when the
+        directory cannot be listed (the load then says why)."""
+        if cache_disabled() or not source.is_dir():
+            return None
+        try:
+            discovery = discover(source, only=only)
+        except (FrtraceError, OSError):
+            return None
+        return cls(source, discovery.candidates)
+
+    def _identity(self) -> dict[str, Any]:
+        if self.identity is None:
+            self.identity = {
+                "format": FORMAT,
+                "code": code_digest(),
+                "files": self.tables.file_fingerprints(),
+                "stacks": [path_fingerprint(p) for p in discover_stacks(self.directory)],
+            }
+        return self.identity
+
+    def load(self) -> Diagnosis | None:
+        """The stored diagnosis, or None when absent, stale or damaged (then deleted)."""
+        try:
+            identity = self._identity()  # before any file is read (see the module docstring)
+        except OSError:  # a file vanished or is unreadable: the load reports it
+            self.usable = False
+            return None
+        data = self.tables.read_sidecar(SIDECAR)
+        if data is None:
+            return None
+        try:
+            stored = json.loads(data)
+            if not isinstance(stored, dict) or set(stored) != {"identity", "report", "problems"}:
+                raise CodecError("not a stored diagnosis")
+            if stored["identity"] != identity:
+                return None  # stale: replaced by the next save
+            diagnosis = Diagnosis(
+                report=decode_report(stored["report"]),
+                problems=decode(tuple[LoadProblem, ...], stored["problems"]),
+            )
+        except (ValueError, TypeError, RecursionError):  # damaged (CodecError is a ValueError)
+            self.tables.drop_sidecar(SIDECAR)
+            return None
+        self.tables.touch_sidecar(SIDECAR)
+        return diagnosis
+
+    def save(self, diagnosis: Diagnosis) -> None:
+        """Store the diagnosis for the next run; on any failure the run goes on without."""
+        if not self.usable:
+            return
+        try:
+            stored = {
+                "identity": self._identity(),
+                "report": encode_report(diagnosis.report),
+                "problems": encode(tuple[LoadProblem, ...], diagnosis.problems),
+            }
+            data = json.dumps(stored, separators=(",", ":")).encode()
+        except OSError:  # a file vanished since it was read: nothing to key the entry on
+            return
+        except (ValueError, TypeError, RecursionError) as exc:  # a report the codec cannot say
+            self.tables.drop_sidecar(SIDECAR)
+            sys.stderr.write(f"frtrace: not caching the diagnosis ({str(exc)[:200]})\n")
+            return
+        self.tables.write_sidecar(SIDECAR, data, "diagnosis")
