@@ -26,6 +26,8 @@ def mark_p2p_batches(frame: pd.DataFrame) -> None:
     recorded with ``is_p2p`` false, so it is recognised by following p2p entries.
     """
     is_marker = frame["op"].eq("coalesced")
+    if not is_marker.any():  # (no batch: no copy of the frame below)
+        return
     prev_p2p = frame["is_p2p"].shift(1, fill_value=False) & frame["rank"].eq(frame["rank"].shift(1))
     frame.loc[is_marker & prev_p2p, "is_p2p"] = True
     # the batch's key: p2p_seq (torch 2.4+); before that one seq_id counted both kinds of op
@@ -111,10 +113,12 @@ def logical_collectives(coll: pd.DataFrame) -> pd.DataFrame:
     out["state_rank"] = np.maximum.reduceat(state, first) if runs else state
     del state
     out["created_ns"] = _first_valid(coll["created_ns"], order, first, last)
-    out["n_entries"] = (last - first + 1).astype(np.int64)
+    out["n_entries"] = (last - first + 1).astype(np.int32)
     for name in list(coll.columns):  # consumed
         del coll[name]
-    return pd.DataFrame(out)[_LOGICAL_COLUMNS]
+    # (copy=False: the columns are fresh arrays; pandas would otherwise copy them into one
+    # block per dtype, twice the frame for a moment)
+    return pd.DataFrame({name: out[name] for name in _LOGICAL_COLUMNS}, copy=False)
 
 
 def _first_valid(

@@ -192,12 +192,14 @@ def _progress(membership: Membership, matched: MatchResult) -> tuple[GroupProgre
     """Per group and member: highest seq entered and highest seq finished (by anyone)."""
     coll = matched.collectives
     done = coll["done"].to_numpy(dtype=bool)  # (three columns, not a copy of the frame)
-    rank = coll["rank"].to_numpy()[done]
-    gid = coll["gid"].to_numpy()[done]
-    top = pd.Series(coll["seq"].to_numpy(dtype=np.int64)[done]).groupby([rank, gid]).max()
+    width = len(membership.groups) + 1
+    # one int64 key per (rank, gid): a group-by on two columns would hash both (70 bytes/row)
+    key = coll["rank"].to_numpy()[done].astype(np.int64) * width + coll["gid"].to_numpy()[done]
+    top = pd.Series(coll["seq"].to_numpy(dtype=np.int64)[done]).groupby(key).max()
+    del key
     finished = {
-        (int(key[0]), int(key[1])): int(seq)
-        for key, seq in zip(top.index.tolist(), top.tolist(), strict=True)
+        (int(k // width), int(k % width)): int(seq)
+        for k, seq in zip(top.index.tolist(), top.tolist(), strict=True)
     }
     out = []
     for gid, group in enumerate(membership.groups):

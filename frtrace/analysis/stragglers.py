@@ -72,10 +72,15 @@ def find_stragglers(
     eligible = np.isin(key, full_key) & ~np.isnan(created)
     if not eligible.any():
         return ()
-    key, t = key[eligible], created[eligible]
-    rank = coll["rank"].to_numpy()[eligible]
+    # (one array at a time, each freed before the next: at 32,768 ranks these are 65M rows)
+    t = created[eligible]
+    del created
+    key = key[eligible]
     order = np.lexsort((t, key))
-    key, t, rank = key[order], t[order], rank[order]
+    key = key[order]
+    t = t[order]
+    rank = coll["rank"].to_numpy()[eligible][order]
+    del eligible, order
     last = np.flatnonzero(np.append(key[1:] != key[:-1], True))  # last arrival of each op
     first_of_op = np.append(True, key[1:] != key[:-1])
     has_prev = ~first_of_op[last]

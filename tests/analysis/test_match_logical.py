@@ -47,6 +47,7 @@ def _reference(coll: pd.DataFrame) -> pd.DataFrame:
         folded["sig"] = folded["sig"].to_numpy().astype(np.uint64).view(np.int64)
         out = pd.concat([out, folded], ignore_index=True)
     cols = coalesce._LOGICAL_COLUMNS
+    out = out.astype({"n_entries": np.int32})  # (a run has at most a buffer's entries)
     return out[cols].sort_values(["gid", "seq", "rank"], kind="stable").reset_index(drop=True)
 
 
