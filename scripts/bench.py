@@ -74,21 +74,29 @@ class Measure:
     peak_mb: float
     returncode: int
     output: str
+    peak_anon_mb: float = 0.0
 
 
-def _group_rss_bytes(pgid: int) -> int:
-    total = 0
+def _group_rss_bytes(pgid: int) -> tuple[int, int]:
+    """Resident bytes of the process group: all of it, and the anonymous part (what is not
+    file-backed: memory-mapped files, such as the cache's tables, can be dropped and read
+    again by the kernel)."""
+    total = anon = 0
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
             with open(f"/proc/{entry.name}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:
+            if int(fields[2]) != pgid:  # field 5 of stat: process group id
+                continue
+            with open(f"/proc/{entry.name}/statm", "rb") as f:
+                _, resident, shared = (int(x) for x in f.read().split()[:3])
+        except (OSError, ValueError):
             continue
-        if int(fields[2]) == pgid:  # field 5 of stat: process group id
-            total += int(fields[21]) * PAGE  # field 24: resident pages
-    return total
+        total += resident * PAGE
+        anon += (resident - shared) * PAGE  # (statm's shared: file-backed and shmem pages)
+    return total, anon
 
 
 def measure(argv: list[str], timeout_s: float, env: dict[str, str] | None = None) -> Measure:
@@ -102,13 +110,14 @@ def measure(argv: list[str], timeout_s: float, env: dict[str, str] | None = None
         env=env,
         cwd=ROOT,
     )
-    peak = 0
+    peak = peak_anon = 0
     done = threading.Event()
 
     def sample() -> None:
-        nonlocal peak
+        nonlocal peak, peak_anon
         while not done.is_set():
-            peak = max(peak, _group_rss_bytes(proc.pid))
+            total, anon = _group_rss_bytes(proc.pid)
+            peak, peak_anon = max(peak, total), max(peak_anon, anon)
             done.wait(0.02)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -121,7 +130,9 @@ def measure(argv: list[str], timeout_s: float, env: dict[str, str] | None = None
     wall = time.perf_counter() - start
     done.set()
     sampler.join()
-    return Measure(wall, peak / 2**20, proc.returncode, out.decode(errors="replace"))
+    return Measure(
+        wall, peak / 2**20, proc.returncode, out.decode(errors="replace"), peak_anon / 2**20
+    )
 
 
 def make_job(
@@ -169,6 +180,7 @@ class Row:
     torchfrtrace_mb: float | None
     torchfrtrace_note: str
     load_avg: float = 0.0  # 1-minute load average when the size started
+    frtrace_anon_mb: float = 0.0  # frtrace's peak, anonymous memory only
     cache_first_s: float | None = None  # analyze, cache on and empty: reads and stores
     cache_second_s: float | None = None  # analyze again: from the cached diagnosis
     cache_load_s: float | None = None  # load_dumps(cache=True) alone, warm, fresh process
@@ -241,6 +253,7 @@ def bench_one(args: argparse.Namespace, ranks: int) -> Row:
         theirs_mb,
         note,
         load_avg,
+        ours.peak_anon_mb,
     )
     if args.cache:
         cache_dir = args.workdir / "xdg-cache"
@@ -280,12 +293,13 @@ def render(rows: list[Row]) -> str:
         )
     lines.append(
         "ranks  entries in all  floor us/entry  frtrace us/entry  frtrace peak bytes/entry"
+        "  of it anonymous"
     )
     for r in rows:  # growth: flat per-entry columns mean time and memory linear in entries
         n = r.ranks * r.entries
         lines.append(
             f"{r.ranks:5d}  {n:14,d}  {r.floor_s / n * 1e6:14.2f}  {r.frtrace_s / n * 1e6:16.2f}"
-            f"  {r.frtrace_mb * 2**20 / n:24.0f}"
+            f"  {r.frtrace_mb * 2**20 / n:24.0f}  {r.frtrace_anon_mb * 2**20 / n:16.0f}"
         )
     extra = [r for r in rows if r.cache_second_s is not None or r.dask_s is not None]
     if extra:
