@@ -62,35 +62,42 @@ def logical_collectives(coll: pd.DataFrame) -> pd.DataFrame:
     logical op is then a segment of that order (one row, or a run), and each output column is
     one gather or one segment reduction: no hash of 8M keys, no copy of the whole frame.
     """
-    gid = coll["gid"].to_numpy()
-    seq = coll["seq"].to_numpy(dtype=np.int64)  # (no nulls: coll holds collectives only)
-    rank = coll["rank"].to_numpy()
-    order = np.lexsort((coll["row"].to_numpy(), rank, seq, gid))
+    # Each input column is taken out of ``coll`` at its last use and freed there: at 32,768
+    # ranks every column is 65M rows, and the frame and the output never coexist whole.
+    gid = coll.pop("gid").to_numpy()
+    seq_column = coll.pop("seq")
+    seq = seq_column.to_numpy(dtype=np.int64)  # (no nulls: coll holds collectives only)
+    rank = coll.pop("rank").to_numpy()
+    row = coll.pop("row").to_numpy()
+    order = np.lexsort((row, rank, seq, gid))
     n = len(order)
     start = np.zeros(n, dtype=bool)  # the first row of each logical op, in sorted order
     start[:1] = True
     for column in (gid, seq, rank):
         ordered = column[order]
         start[1:] |= ordered[1:] != ordered[:-1]
-    del gid, seq, rank, ordered
+        del ordered
+    del seq
     first = np.flatnonzero(start)
     del start
     last = np.append(first[1:], n) - 1 if n else first
     runs = bool(n) and bool((last > first).any())
-
-    def take(name: str, at: np.ndarray) -> np.ndarray:
-        values: np.ndarray = coll[name].to_numpy()[order[at]]
-        return values
+    at_first, at_last = order[first], order[last]
 
     out: dict[str, Any] = {}
-    out["rank"] = take("rank", first)
-    out["gid"] = take("gid", first)
-    out["seq"] = coll["seq"].take(order[first]).reset_index(drop=True)
-    out["row"] = take("row", first)
-    out["last_row"] = take("row", last)
-    out["op"] = coll["op"].take(order[last]).reset_index(drop=True)  # a run's closing entry
-    out["op_code"] = take("op_code", last)
-    sig = take("sig", first)
+    out["rank"] = rank[at_first]
+    out["gid"] = gid[at_first]
+    del rank, gid
+    out["seq"] = seq_column.take(at_first).reset_index(drop=True)
+    del seq_column
+    out["row"] = row[at_first]
+    out["last_row"] = row[at_last]
+    del row
+    out["op"] = coll.pop("op").take(at_last).reset_index(drop=True)  # a run's closing entry
+    op_code = coll.pop("op_code").to_numpy()
+    out["op_code"] = op_code[at_last]
+    sig_all = coll.pop("sig").to_numpy()
+    sig = sig_all[at_first]
     if runs:
         # the run's signature: every member entry's op and sizes, in order (position-weighted
         # so that two runs with the same entries in another order differ)
@@ -98,21 +105,21 @@ def logical_collectives(coll: pd.DataFrame) -> pd.DataFrame:
         position = (np.arange(n) - first[segment]).astype(np.uint64)
         with np.errstate(over="ignore"):
             part = (
-                coll["sig"].to_numpy()[order].view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-                + coll["op_code"].to_numpy()[order].astype(np.uint64)
-                * np.uint64(0x632BE59BD9B4E019)
+                sig_all[order].view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+                + op_code[order].astype(np.uint64) * np.uint64(0x632BE59BD9B4E019)
             ) * (position * np.uint64(2) + np.uint64(1))
         folded = np.add.reduceat(part, first).view(np.int64)
         sig = np.where(last > first, folded, sig)
         del segment, position, part, folded
+    del sig_all, op_code
     out["sig"] = sig
-    done = coll["done"].to_numpy(dtype=bool)[order]
+    done = coll.pop("done").to_numpy(dtype=bool)[order]
     out["done"] = np.logical_or.reduceat(done, first) if runs else done
     del done
-    state = coll["state_rank"].to_numpy()[order]
+    state = coll.pop("state_rank").to_numpy()[order]
     out["state_rank"] = np.maximum.reduceat(state, first) if runs else state
     del state
-    out["created_ns"] = _first_valid(coll["created_ns"], order, first, last)
+    out["created_ns"] = _first_valid(coll.pop("created_ns"), order, first, last)
     out["n_entries"] = (last - first + 1).astype(np.int32)
     for name in list(coll.columns):  # consumed
         del coll[name]

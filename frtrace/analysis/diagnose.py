@@ -41,7 +41,7 @@ from frtrace.analysis.stragglers import find_stragglers
 from frtrace.analysis.stuck import in_flight_findings, stuck_findings
 from frtrace.analysis.unrecorded import unrecorded_finding, unrecorded_ops
 from frtrace.analysis.waitgraph import WaitGraph, build_wait_graph, victims_of
-from frtrace.load.tables import DumpSet
+from frtrace.load.tables import DumpSet, give_back_memory
 from frtrace.ranges import format_ranks
 
 __all__ = ["diagnose"]
@@ -57,6 +57,7 @@ def diagnose(
     ranks whose dump was written because something failed there (an exception)."""
     membership = resolve_groups(dumps)
     matched = match(dumps, membership)
+    give_back_memory()  # (matching's per-entry temporaries: before the next steps allocate)
     moments = dump_moments(dumps, dumped_at_ns or {}, failed_ranks)
     waits = build_wait_graph(dumps, membership, matched, running=moments.running)
     unrecorded = unrecorded_ops(dumps, membership)
