@@ -8,10 +8,12 @@ they arrive whatever engine produced them. Two exist:
 - ``FuturesExecutor``: any ``concurrent.futures.Executor``. Files go out in small batches
   (``parse_files``, which reads them in a watched process where the host allows one); at most
   a few batches per worker are in flight, so the results waiting for an earlier one stay
-  few. A batch that fails (its worker died) is sent again one file per task; a file whose
-  task still fails, or runs past its time limit, is an unreadable file with one line saying
-  so: never silently missing. ``dask_executor`` adapts a ``distributed.Client``
-  (``client.get_executor``); Ray, or anything with ``submit``, fits the same way.
+  few. A batch that fails (its worker died) is sent again one file per task, each retry
+  alone on the cluster (a file that kills its worker must not take an innocent file queued
+  on the same worker down twice); a file whose task still fails, or runs past its time
+  limit, is an unreadable file with one line saying so: never silently missing.
+  ``dask_executor`` adapts a ``distributed.Client`` (``client.get_executor``); Ray, or
+  anything with ``submit``, fits the same way.
 
 Workers read the files themselves, so the dump directory must be visible to them at the same
 absolute path (shared storage); results are relocated to the path spelled here.
@@ -130,6 +132,10 @@ class FuturesExecutor:
         try:
             while todo or running:
                 while todo and len(running) < window and todo[-1].first < handed + ahead:
+                    # A retry runs alone: a file that kills its worker would otherwise take
+                    # the files queued beside it on that worker down with it again.
+                    if running and (todo[-1].retry or any(b.retry for b in running.values())):
+                        break
                     batch = todo.pop()
                     batch.sent = time.monotonic()
                     running[self.executor.submit(self.task, batch.candidates)] = batch
