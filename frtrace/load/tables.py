@@ -279,6 +279,8 @@ class _Assembler:
 
     def finish(self, skipped: Iterable[SkippedFile] = ()) -> DumpSet:
         if not self.loaded:
+            if self.spill_dir is not None:
+                shutil.rmtree(self.spill_dir, ignore_errors=True)
             first = self.problems[0].message if self.problems else "no files"
             raise NoReadableDumps(
                 f"{self.directory}: none of the {len(self.candidates)} dump files could be "
