@@ -11,8 +11,8 @@ mapped (the mapping keeps them until the table is gone), so nothing is left behi
 
 Where: ``$XDG_CACHE_HOME/frtrace/spill`` (else the temporary directory), which should be a disk:
 on a tmpfs the detail is in memory all the same. Any failure to write keeps the column in
-memory, as for small sets (below ``SPILL_MIN_BYTES`` of dumps), so spilling never changes a
-result.
+memory, as for small sets (below ``SPILL_MIN_BYTES`` of dumps, or ``FRTRACE_SPILL_MIN_BYTES``),
+so spilling never changes a result.
 """
 
 from __future__ import annotations
@@ -30,11 +30,21 @@ import pyarrow as pa
 
 from frtrace.errors import InputError
 
-__all__ = ["SPILL_MIN_BYTES", "SpilledColumn", "spill_directory"]
+__all__ = ["SPILL_MIN_BYTES", "SpilledColumn", "spill_directory", "spill_min_bytes"]
 
 # Below this many bytes of dumps (~600 ranks of 2,000 entries) every column stays in memory:
 # the detail of a small set is a few MB, and a file per column would cost more than it saves.
+# ``FRTRACE_SPILL_MIN_BYTES`` sets another threshold (0: always; the tests use it).
 SPILL_MIN_BYTES = 256 << 20
+
+
+def spill_min_bytes() -> int:
+    """The threshold in force: ``FRTRACE_SPILL_MIN_BYTES`` where set to a number, else
+    ``SPILL_MIN_BYTES``."""
+    try:
+        return max(0, int(os.environ.get("FRTRACE_SPILL_MIN_BYTES", SPILL_MIN_BYTES)))
+    except ValueError:
+        return SPILL_MIN_BYTES
 
 
 def spill_directory(cache_root: Path) -> Path | None:

@@ -213,7 +213,7 @@ class _Assembler:
         fields = list(schema.ENTRIES)
         # A large set's detail columns go to disk as they arrive (frtrace.load.spill)
         total = sum(c.size_bytes for c in candidates)
-        where = spill_directory(cache_root()) if total >= spill.SPILL_MIN_BYTES else None
+        where = spill_directory(cache_root()) if total >= spill.spill_min_bytes() else None
         self.spill_dir = where
 
         def spilled(f: pa.Field) -> SpilledColumn | None:

@@ -7,11 +7,14 @@ with the in-memory path, write through a disk that fills up, and check nothing i
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from frtrace.load import schema, spill
@@ -25,6 +28,7 @@ SCENARIOS = fixture_sets()
 
 
 def _load(directory: Path, *, spilled: bool, monkeypatch: pytest.MonkeyPatch) -> DumpSet:
+    monkeypatch.delenv("FRTRACE_SPILL_MIN_BYTES", raising=False)
     monkeypatch.setattr(spill, "SPILL_MIN_BYTES", 0 if spilled else 1 << 62)
     return load_dumps(directory, jobs=1)
 
@@ -93,3 +97,57 @@ def test_orphans_of_dead_processes_are_removed(tmp_path: Path) -> None:
     made = spill.spill_directory(tmp_path / "v1")
     assert made is not None and made.parent == base
     assert not (base / "999999999-dead").exists()
+
+
+SETS = ["nccl/host_stall/2.10-pickle", "gloo/never_joins", "damaged"]
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_every_table_command_prints_the_same_through_the_console_script(
+    tmp_path: Path, name: str
+) -> None:
+    """analyze, show, summary and export, as a user runs them, with the detail columns on disk
+    (FRTRACE_SPILL_MIN_BYTES=0) and in memory: the same output, the same Parquet."""
+    from tests.conftest import FIXTURES
+    from tests.test_commands import frtrace_script
+
+    directory = FIXTURES / name
+    assert directory.is_dir()
+    out: dict[str, list[str]] = {}
+    for mode, threshold in (("memory", str(1 << 62)), ("disk", "0")):
+        env = {
+            **os.environ,
+            "FRTRACE_SPILL_MIN_BYTES": threshold,
+            "FRTRACE_NO_CACHE": "1",  # (each run reads the dumps)
+            "XDG_CACHE_HOME": str(tmp_path / f"cache-{mode}"),
+        }
+        runs = [
+            ["analyze", str(directory), "-f", "json", "--allow-partial"],
+            ["analyze", str(directory)],
+            ["show", str(directory)],
+            ["summary", str(directory)],
+            ["export", str(directory), "-o", str(tmp_path / mode)],
+        ]
+        printed = []
+        for args in runs:
+            proc = subprocess.run(
+                [frtrace_script(), *args], env=env, capture_output=True, text=True, check=False
+            )
+            assert "Traceback" not in proc.stderr, proc.stderr
+            printed.append(f"{proc.returncode}\n{proc.stdout.replace(mode, 'MODE')}")
+        out[mode] = printed
+        spilled = tmp_path / f"cache-{mode}" / "frtrace" / "spill"
+        assert not spilled.exists() or not any(spilled.iterdir())  # nothing left behind
+    assert out["disk"] == out["memory"]
+    for table in ("entries", "groups", "stacks"):
+        kept = pq.read_table(tmp_path / "memory" / f"{table}.parquet")
+        assert pq.read_table(tmp_path / "disk" / f"{table}.parquet").equals(kept), table
+
+
+def test_the_threshold_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FRTRACE_SPILL_MIN_BYTES", "0")
+    assert spill.spill_min_bytes() == 0
+    monkeypatch.setenv("FRTRACE_SPILL_MIN_BYTES", "lots")
+    assert spill.spill_min_bytes() == spill.SPILL_MIN_BYTES
+    monkeypatch.delenv("FRTRACE_SPILL_MIN_BYTES")
+    assert spill.spill_min_bytes() == spill.SPILL_MIN_BYTES
