@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from frtrace.analysis.codec import CodecError, decode, decode_report, encode, en
 from frtrace.analysis.findings import Report
 from frtrace.errors import FrtraceError
 from frtrace.load.cache import DirectoryCache, cache_disabled, cache_root, path_fingerprint
-from frtrace.load.discover import Candidate, discover
+from frtrace.load.discover import Discovery, discover
 from frtrace.load.problems import LoadProblem
 from frtrace.pystack.discover import discover_stacks
 
@@ -82,9 +81,10 @@ def code_digest(package: Path = PACKAGE) -> str:
 class DiagnosisCache:
     """The cached diagnosis of one dump directory: ``load`` it if current, ``save`` it."""
 
-    def __init__(self, directory: Path, candidates: Sequence[Candidate]) -> None:
+    def __init__(self, directory: Path, discovery: Discovery) -> None:
         self.directory = directory
-        self.tables = DirectoryCache(cache_root(), directory, candidates)
+        self.discovery = discovery  # (a miss loads these files: not discovered again)
+        self.tables = DirectoryCache(cache_root(), directory, discovery.candidates)
         self.identity: dict[str, Any] | None = None  # worked out on first use
         self.usable = True  # False once a file could not be fingerprinted: nothing is saved
 
@@ -98,7 +98,7 @@ class DiagnosisCache:
             discovery = discover(source, only=only)
         except (FrtraceError, OSError):
             return None
-        return cls(source, discovery.candidates)
+        return cls(source, discovery)
 
     def _identity(self) -> dict[str, Any]:
         if self.identity is None:

@@ -299,3 +299,35 @@ def test_the_sidecar_counts_in_the_budget_and_as_a_use(
     _invoke("analyze", str(dirs[2]))  # three entries do not fit: d1 goes, not d0
     entries = sorted((cache_mod.cache_root() / "sets").iterdir())
     assert one in entries and len(entries) == 2
+
+
+def test_a_miss_lists_and_fingerprints_each_dump_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a miss the load reuses the files the diagnosis cache listed and fingerprinted."""
+    directory = healthy_set(tmp_path / "dumps", world=4)
+    import frtrace.diagnosis_cache
+    import frtrace.load.discover
+
+    listed: list[Path] = []
+    fingerprinted: list[str] = []
+    real_discover, real_fingerprint = frtrace.load.discover.discover, cache_mod.file_fingerprint
+
+    def discover(path: Path, **kwargs: Any) -> Any:
+        listed.append(path)
+        return real_discover(path, **kwargs)
+
+    def fingerprint(cand: Any) -> list[Any]:
+        fingerprinted.append(cand.path.name)
+        return real_fingerprint(cand)
+
+    monkeypatch.setattr(frtrace.diagnosis_cache, "discover", discover)
+    monkeypatch.setattr(tables, "discover", discover)
+    monkeypatch.setattr(cache_mod, "file_fingerprint", fingerprint)
+    code, _ = _invoke("analyze", str(directory))
+    assert code == 0
+    assert listed == [directory]
+    assert sorted(fingerprinted) == sorted(p.name for p in directory.iterdir())
+    assert _sidecars()  # and it was stored, under the one identity both took
+    code, _ = _invoke("analyze", str(directory))  # the hit: nothing fingerprinted twice
+    assert code == 0

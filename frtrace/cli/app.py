@@ -35,7 +35,7 @@ from frtrace.printable import printable
 
 if TYPE_CHECKING:
     from frtrace.analysis.findings import Report
-    from frtrace.diagnosis_cache import Diagnosis
+    from frtrace.diagnosis_cache import Diagnosis, DiagnosisCache
     from frtrace.load.problems import LoadProblem
     from frtrace.load.tables import DumpSet
     from frtrace.report.select import Selection
@@ -91,19 +91,23 @@ def _load(
     only: str | None,
     scheduler: str | None = None,
     no_cache: bool = False,
+    known: DiagnosisCache | None = None,
 ) -> DumpSet:
     """The dump set given as DIR or -d DIR (a directory or an archive), from the cache of an
-    earlier run where the files are unchanged (not with --no-cache)."""
+    earlier run where the files are unchanged (not with --no-cache). ``known``: the diagnosis
+    cache that missed, whose files were listed and fingerprinted already."""
     from frtrace.load.tables import load_dumps
 
     try:
         return load_dumps(
-            dump_source(path, option),
+            dump_source(path, option) if known is None else known.directory,
             jobs=jobs,
             progress=True,
             only=only,
             scheduler=scheduler,
             cache=not no_cache,
+            discovery=None if known is None else known.discovery,
+            store=None if known is None else known.tables,
         )
     except FrtraceError as exc:
         raise _fail(exc) from None
@@ -140,7 +144,7 @@ def _diagnose(
     store = None if no_cache else DiagnosisCache.open(source, only=only)
     if store is not None and (cached := store.load()) is not None:
         return cached
-    dumps = _load(path, option, jobs, only, scheduler, no_cache)
+    dumps = _load(path, option, jobs, only, scheduler, no_cache, known=store)
     diagnosis = Diagnosis(report=_analyze(dumps), problems=dumps.problems)
     if store is not None:
         store.save(diagnosis)

@@ -21,7 +21,7 @@ import pyarrow as pa
 from frtrace.errors import DumpFormatError, NoReadableDumps
 from frtrace.load import schema, spill
 from frtrace.load.cache import TABLES, DirectoryCache, cache_disabled, cache_root
-from frtrace.load.discover import Candidate, SkippedFile, discover
+from frtrace.load.discover import Candidate, Discovery, SkippedFile, discover
 from frtrace.load.executors import FileExecutor, open_executor
 from frtrace.load.members import MemberLists, groups_table, recorded_groups
 from frtrace.load.parse import ParsedDump
@@ -103,6 +103,8 @@ def load_dumps(
     only: str | None = None,
     scheduler: str | FileExecutor | None = None,
     cache: bool = False,
+    discovery: Discovery | None = None,
+    store: DirectoryCache | None = None,
 ) -> DumpSet:
     """Load every dump under ``directory`` (or in the archive); unreadable files become
     problems, not errors. ``only`` keeps one set of several (see ``discover``).
@@ -113,11 +115,16 @@ def load_dumps(
     the files elsewhere (``frtrace.load.executors``); default: worker processes here.
     ``cache``: reuse the tables of an earlier run on the same, unchanged files, and store
     them for the next (``frtrace.load.cache``; off when ``FRTRACE_NO_CACHE=1``).
+    ``discovery`` and ``store``: the directory's files and cache entry where a caller has them
+    already (the diagnosis cache on a miss), so they are not listed and fingerprinted again.
     """
-    discovery = discover(directory, only=only)
-    store = None
-    if cache and directory.is_dir() and not cache_disabled():  # (archives: read in memory)
+    if discovery is None:
+        discovery = discover(directory, only=only)
+    if not (cache and directory.is_dir() and not cache_disabled()):  # (archives: in memory)
+        store = None
+    elif store is None:
         store = DirectoryCache(cache_root(), directory, discovery.candidates)
+    if store is not None:
         cached = store.load()
         if cached is not None:
             return _from_tables(directory, cached, discovery.skipped)
