@@ -76,7 +76,9 @@ def diagnose(
     hidden = unrecorded_finding(membership, unrecorded)
     if hidden is not None:
         findings.append(hidden)
+    give_back_memory()  # (the pages of mapped columns the findings read, and their garbage)
     stragglers = find_stragglers(dumps, membership, matched)
+    give_back_memory()
     findings.sort(key=Finding.sort_key)
 
     errors = [f for f in findings if f.severity == Severity.ERROR]
@@ -194,13 +196,19 @@ def _progress(membership: Membership, matched: MatchResult) -> tuple[GroupProgre
     coll = matched.collectives
     done = coll["done"].to_numpy(dtype=bool)  # (three columns, not a copy of the frame)
     width = len(membership.groups) + 1
-    # one int64 key per (rank, gid): a group-by on two columns would hash both (70 bytes/row)
-    key = coll["rank"].to_numpy()[done].astype(np.int64) * width + coll["gid"].to_numpy()[done]
-    top = pd.Series(coll["seq"].to_numpy(dtype=np.int64)[done]).groupby(key).max()
+    # one int64 key per (rank, gid) (a group-by on two columns would hash both: 70 bytes/row);
+    # a member's ops in a group come in ascending seq (``segments``): its last done one is
+    # the highest
+    key = coll["rank"].to_numpy()[done].astype(np.int64)
+    key *= width
+    key += coll["gid"].to_numpy()[done]
+    at = np.flatnonzero(~pd.Series(key).duplicated(keep="last").to_numpy())
+    top = key[at]
     del key
+    seqs = coll["seq"].to_numpy(dtype=np.int64)[np.flatnonzero(done)[at]]
     finished = {
         (int(k // width), int(k % width)): int(seq)
-        for k, seq in zip(top.index.tolist(), top.tolist(), strict=True)
+        for k, seq in zip(top.tolist(), seqs.tolist(), strict=True)
     }
     out = []
     for gid, group in enumerate(membership.groups):

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from frtrace.analysis.groups import Membership
+from frtrace.analysis.segments import locate_ops, per_row
 from frtrace.load.tables import DumpSet
 
 __all__ = ["FailedOp", "find_failed"]
@@ -60,11 +61,13 @@ def find_failed(
     membership: Membership,
     collectives: pd.DataFrame,
     consensus: pd.DataFrame,
+    spans: pd.DataFrame,
 ) -> dict[tuple[int, int], FailedOp]:
     """Failed collectives by (gid, seq); see the module docstring.
 
     ``collectives`` are the logical collectives before completion is settled (``done`` is
-    each member's own: retired on Gloo, completed on NCCL).
+    each member's own: retired on Gloo, completed on NCCL); ``spans`` their
+    ``segments.rank_group_spans``.
     """
     if collectives.empty:
         return {}
@@ -86,11 +89,10 @@ def find_failed(
         ends = np.flatnonzero(np.r_[rank_col[1:] != rank_col[:-1], True])
         newest_row = {int(rank_col[i]): int(i) for i in ends}
 
-    seq = collectives["seq"].to_numpy(dtype=np.int64)
-    gid = collectives["gid"].to_numpy(dtype=np.int64)
-    top = pd.Series(seq).groupby([collectives["rank"].to_numpy(), gid]).max()
     tops: dict[int, dict[int, int]] = {}
-    for (r, g), s in zip(top.index.tolist(), top.tolist(), strict=True):
+    for r, g, s in zip(
+        spans["rank"].tolist(), spans["gid"].tolist(), spans["max"].tolist(), strict=True
+    ):
         tops.setdefault(int(g), {})[int(r)] = int(s)
 
     # Only ops above some member's newest seq, or a group's newest op, can be failed ones:
@@ -107,8 +109,12 @@ def find_failed(
         candidates.extend((g, s) for s in range(start, highest + 1))
     if not candidates:
         return {}
-    wanted = pd.DataFrame(candidates, columns=["gid", "seq"])
-    rows = collectives.merge(wanted, on=["gid", "seq"], how="inner")
+    at = locate_ops(
+        consensus["gid"].to_numpy(), consensus["seq"].to_numpy(dtype=np.int64), candidates
+    )
+    is_candidate = np.zeros(len(consensus), dtype=bool)
+    is_candidate[at] = True
+    rows = collectives[per_row(is_candidate, consensus["n_present"].to_numpy())]
 
     out: dict[tuple[int, int], FailedOp] = {}
     for key, ops in rows.groupby(["gid", "seq"], sort=True):

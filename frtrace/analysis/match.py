@@ -41,6 +41,7 @@ from frtrace.analysis.pending import (
     pending_p2p_ops,
     settle_completion,
 )
+from frtrace.analysis.segments import rank_group_spans
 from frtrace.load.tables import DumpSet, give_back_memory
 
 __all__ = ["match"]
@@ -65,10 +66,14 @@ def _state_rank(entries: pa.Table) -> np.ndarray:
 def _gid_column(entries: pa.Table, membership: Membership) -> np.ndarray:
     """Group id per entry row (-1 where the group is unknown)."""
     names, values = codes(entries.column("group_name"))
-    rank = entries.column("rank").to_numpy().astype(np.int64)
     width = len(values) + 1
-    pair = rank * width + (names.astype(np.int64) + 1)
+    pair = entries.column("rank").to_numpy().astype(np.int64)  # (in place: 65M rows at 32K)
+    pair *= width
+    pair += names
+    pair += 1
+    del names
     inverse, unique = pd.factorize(pair)  # hashing: linear, 10x np.unique's sort
+    del pair
     gids = np.array(
         [
             -1
@@ -163,7 +168,6 @@ def match(dumps: DumpSet, membership: Membership) -> MatchResult:
             "rank": entries.column("rank").to_numpy().astype(np.int32),
             "gid": _gid_column(entries, membership),
             "seq": entries.column("collective_seq").to_pandas().astype("Int64"),
-            "p2p_seq": entries.column("p2p_seq").to_pandas().astype("Int64"),
             "is_p2p": entries.column("is_p2p").fill_null(False).to_numpy(zero_copy_only=False),
             "op": op_cat,
             "op_code": op_index,
@@ -176,9 +180,17 @@ def match(dumps: DumpSet, membership: Membership) -> MatchResult:
     )
     del op_codes, state_rank, done, sig, op_index, op_cat  # (the frame holds them now)
     frame["is_p2p"] = frame["is_p2p"].astype(bool) | frame["op"].isin(["send", "recv"])
+    # p2p_seq is read for p2p ops and the ``coalesced`` entries that may close a batch of
+    # them: a job without either (most) does without the column (9 bytes per entry)
+    has_p2p_seq = bool((frame["is_p2p"] | frame["op"].eq("coalesced")).any())
+    if has_p2p_seq:
+        frame["p2p_seq"] = entries.column("p2p_seq").to_pandas().astype("Int64")
+    give_back_memory()  # (the pages of the table's columns, read above, where they are mapped)
     mark_p2p_batches(frame)
 
     p2p_rows = frame[frame["is_p2p"] & (frame["gid"] >= 0)]
+    if not has_p2p_seq:  # (no p2p op: an empty frame, with every column p2p_ops reads)
+        p2p_rows = p2p_rows.assign(p2p_seq=pd.Series([], dtype="Int64"))
     first_row = pd.Series(frame["row"].to_numpy()).groupby(frame["rank"].to_numpy()).min()
     is_coll = ~frame["is_p2p"] & frame["seq"].notna() & (frame["gid"] >= 0)
     # The frame (~60 bytes x 8M entries) is handed over, not copied, when every row is a
@@ -191,14 +203,21 @@ def match(dumps: DumpSet, membership: Membership) -> MatchResult:
     # (glibc keeps freed numpy/pandas buffers: ~90 bytes per entry, 6 GB at 32,768 ranks)
     give_back_memory()
     consensus = consensus_of(collectives)
-    collectives, consensus, failed = settle_completion(dumps, membership, collectives, consensus)
-    spans = collectives.groupby(["rank", "gid"], sort=True)["seq"].agg(["min", "max"])
+    spans = rank_group_spans(collectives)
+    collectives, consensus, failed = settle_completion(
+        dumps, membership, collectives, consensus, spans
+    )
     extent = {
-        (int(r), int(g)): (int(lo), int(hi))
-        for (r, g), lo, hi in zip(
-            spans.index.tolist(), spans["min"].tolist(), spans["max"].tolist(), strict=True
+        (r, g): (lo, hi)
+        for r, g, lo, hi in zip(
+            spans["rank"].tolist(),
+            spans["gid"].tolist(),
+            spans["min"].tolist(),
+            spans["max"].tolist(),
+            strict=True,
         )
     }
+    del spans
     p2p = p2p_ops(p2p_rows, membership, entries)
     pending = pending_collectives(collectives, consensus)
     pending_p2p = pending_p2p_ops(p2p)

@@ -70,8 +70,10 @@ class MatchResult:
     # table), last_row, op, sig (comparable signature), done, state_rank (0 scheduled,
     # 1 started, 2 completed), created_ns, n_entries.
     collectives: pd.DataFrame
-    # One row per (gid, seq): n_present, done_any, consistent (all members' sig equal),
-    # finished (every member that recorded it finished it, see _settle_completion).
+    # One row per (gid, seq), in the collectives' order: start (its first row there; its
+    # rows are side by side, see ``segments``), n_present, done_any, consistent (all
+    # members' sig equal), finished (every member that recorded it finished it, see
+    # ``pending.settle_completion``).
     consensus: pd.DataFrame
     # One row per p2p op: rank, gid, peer (global), kind ("send"/"recv"), row, done, p2p_seq.
     p2p: pd.DataFrame

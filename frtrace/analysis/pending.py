@@ -14,6 +14,7 @@ import pyarrow as pa
 from frtrace.analysis.failure import FailedOp, find_failed
 from frtrace.analysis.groups import Membership
 from frtrace.analysis.ops import COLLECTIVE, P2P, OpRef
+from frtrace.analysis.segments import locate_ops, op_starts, per_row
 from frtrace.load.tables import DumpSet
 
 __all__ = [
@@ -27,7 +28,11 @@ __all__ = [
 
 
 def settle_completion(
-    dumps: DumpSet, membership: Membership, collectives: pd.DataFrame, consensus: pd.DataFrame
+    dumps: DumpSet,
+    membership: Membership,
+    collectives: pd.DataFrame,
+    consensus: pd.DataFrame,
+    spans: pd.DataFrame,
 ) -> tuple[pd.DataFrame, pd.DataFrame, dict[tuple[int, int], FailedOp]]:
     """Decide, per (group, seq) and member, whether the op finished.
 
@@ -42,77 +47,84 @@ def settle_completion(
     not done on any member: they are all still waiting in it, as if the dumps had been taken
     while they blocked.
 
-    Adds ``done`` (effective, per member) to collectives and ``finished`` (every member that
-    recorded it is done) to consensus; ``done_any`` keeps "some member finished it".
-    Returns the failed ops too.
+    Sets ``done`` (effective, per member) in collectives and adds ``finished`` (every member
+    that recorded it is done) to consensus; ``done_any`` keeps "some member finished it".
+    ``spans``: ``segments.rank_group_spans`` of the collectives. Returns the failed ops too.
     """
-    failed = find_failed(dumps, membership, collectives, consensus)
+    failed = find_failed(dumps, membership, collectives, consensus, spans)
+    if collectives.empty:
+        return collectives, consensus.assign(finished=pd.Series([], dtype=bool)), failed
+    starts = consensus["start"].to_numpy()
+    counts = consensus["n_present"].to_numpy()
+    op_gid = consensus["gid"].to_numpy()
+    done_any = consensus["done_any"].to_numpy(dtype=bool)
     if failed:
-        keys_failed = pd.DataFrame(list(failed), columns=["gid", "seq"]).assign(failed=True)
-        hit = (
-            collectives[["gid", "seq"]]
-            .merge(keys_failed, on=["gid", "seq"], how="left")["failed"]
-            .fillna(False)
-            .to_numpy(dtype=bool)
-        )
-        collectives["done"] = collectives["done"].to_numpy(dtype=bool) & ~hit
-        consensus = consensus.merge(keys_failed, on=["gid", "seq"], how="left")
-        consensus["done_any"] = consensus["done_any"].astype(bool) & ~consensus["failed"].fillna(
-            False
-        ).astype(bool)
-        consensus = consensus.drop(columns=["failed"])
+        is_failed = np.zeros(len(consensus), dtype=bool)
+        is_failed[locate_ops(op_gid, consensus["seq"].to_numpy(dtype=np.int64), failed)] = True
+        collectives["done"] = collectives["done"].to_numpy(dtype=bool) & ~per_row(is_failed, counts)
+        done_any = done_any & ~is_failed
+        consensus["done_any"] = done_any
     loaded = set(dumps.loaded_ranks)
-    complete = {
+    complete = [
         gid for gid, g in enumerate(membership.groups) if all(m in loaded for m in g.members)
-    }
+    ]
     files = dumps.files
-    gloo_ranks = {
+    gloo_ranks = [
         r
         for r, b in zip(
             files.column("rank").to_pylist(), files.column("backend").to_pylist(), strict=True
         )
         if b == "gloo"
-    }
-    keys = [collectives["gid"], collectives["seq"]]
+    ]
+    gloo = np.zeros(len(consensus), dtype=bool)
     if gloo_ranks:
-        gloo_group = collectives["rank"].isin(gloo_ranks).groupby(keys).any()
-        consensus = consensus.join(gloo_group.rename("gloo"), on=["gid", "seq"])
-    else:
-        consensus = consensus.assign(gloo=False)
+        gloo = np.logical_or.reduceat(np.isin(collectives["rank"].to_numpy(), gloo_ranks), starts)
     vouch = (
-        consensus["consistent"].astype(bool)
-        & consensus["done_any"].astype(bool)
-        & (~consensus["gloo"].astype(bool) | consensus["gid"].isin(complete))
+        consensus["consistent"].to_numpy(dtype=bool)
+        & done_any
+        & (~gloo | np.isin(op_gid, complete))
     )
-    consensus = consensus.assign(vouch=vouch)
-    # (column by column: the collectives frame is ~60 bytes x 8M rows, never copied whole)
-    vouched = (
-        collectives[["gid", "seq"]]
-        .merge(consensus[["gid", "seq", "vouch"]], on=["gid", "seq"], how="left")["vouch"]
-        .fillna(False)
-        .to_numpy(dtype=bool)
-    )
-    collectives["done"] = collectives["done"].to_numpy(dtype=bool) | vouched
-    del vouched
-    finished = collectives["done"].groupby(keys).all().rename("finished")
-    consensus = consensus.join(finished, on=["gid", "seq"]).drop(columns=["gloo", "vouch"])
+    done = collectives["done"].to_numpy(dtype=bool) | per_row(vouch, counts)
+    collectives["done"] = done
+    consensus["finished"] = np.logical_and.reduceat(done, starts)
     return collectives, consensus, failed
 
 
 def consensus_of(collectives: pd.DataFrame) -> pd.DataFrame:
-    grouped = collectives.groupby(["gid", "seq"], sort=True)
-    consensus = grouped.agg(
-        n_present=("rank", "size"),
-        done_any=("done", "any"),
-        sig_min=("sig", "min"),
-        sig_max=("sig", "max"),
-        op_min=("op_code", "min"),
-        op_max=("op_code", "max"),
+    """One row per (gid, seq), in the collectives' order: gid, seq, start (its first row in
+    ``collectives``), n_present (its rows), done_any, consistent (every member's op and
+    signature equal)."""
+    gid = collectives["gid"].to_numpy()
+    seq = collectives["seq"].to_numpy(dtype=np.int64)
+    starts = op_starts(gid, seq)
+    counts = np.diff(np.append(starts, len(gid)))
+    if not len(starts):
+        empty = np.zeros(0, dtype=np.int64)
+        return pd.DataFrame(
+            {
+                "gid": gid[:0],
+                "seq": seq[:0],
+                "start": empty,
+                "n_present": empty,
+                "done_any": empty.astype(bool),
+                "consistent": empty.astype(bool),
+            }
+        )
+    consistent = np.ones(len(starts), dtype=bool)
+    for column in ("sig", "op_code"):
+        values = collectives[column].to_numpy()
+        consistent &= np.minimum.reduceat(values, starts) == np.maximum.reduceat(values, starts)
+    done_any = np.logical_or.reduceat(collectives["done"].to_numpy(dtype=bool), starts)
+    return pd.DataFrame(
+        {
+            "gid": gid[starts],
+            "seq": seq[starts],
+            "start": starts,
+            "n_present": counts,
+            "done_any": done_any,
+            "consistent": consistent,
+        }
     )
-    consensus["consistent"] = (consensus["sig_min"] == consensus["sig_max"]) & (
-        consensus["op_min"] == consensus["op_max"]
-    )
-    return consensus[["n_present", "done_any", "consistent"]].reset_index()
 
 
 def p2p_ops(p2p: pd.DataFrame, membership: Membership, entries: pa.Table) -> pd.DataFrame:
@@ -166,8 +178,8 @@ def pending_collectives(
     collectives: pd.DataFrame, consensus: pd.DataFrame
 ) -> dict[tuple[int, int, int], OpRef]:
     """Logical collectives at (group, seq)s no member finished, keyed (rank, gid, seq)."""
-    open_keys = consensus.loc[~consensus["finished"].astype(bool), ["gid", "seq"]]
-    rows = collectives.merge(open_keys, on=["gid", "seq"], how="inner")
+    is_open = ~consensus["finished"].to_numpy(dtype=bool)
+    rows = collectives[per_row(is_open, consensus["n_present"].to_numpy())]
     out: dict[tuple[int, int, int], OpRef] = {}
     for rank, gid, seq, op, sig, state, row, done in zip(
         rows["rank"].tolist(),

@@ -22,6 +22,7 @@ import pandas as pd
 from frtrace.analysis.findings import Straggler
 from frtrace.analysis.groups import Membership
 from frtrace.analysis.ops import MatchResult
+from frtrace.analysis.segments import per_row
 from frtrace.load.tables import DumpSet
 
 __all__ = ["find_stragglers"]
@@ -50,57 +51,52 @@ def find_stragglers(
     if coll.empty:
         return ()
     loaded = set(dumps.loaded_ranks)  # a member without a dump cannot arrive last: skip it
-    size = {gid: sum(m in loaded for m in g.members) for gid, g in enumerate(membership.groups)}
-    done = match.consensus[match.consensus["finished"].astype(bool)]
-    full = done[(done["n_present"] == done["gid"].map(size)) & (done["gid"].map(size) >= 2)]
-    # everything below is plain numpy: at 4,096 ranks this is 8 million rows
-    width = int(coll["seq"].max()) + 2 if len(coll) else 1
-    key = coll["gid"].to_numpy().astype(np.int64) * width + coll["seq"].to_numpy(
-        dtype=np.int64, na_value=-1
-    )
-    all_keys = key
-    full_key = full["gid"].to_numpy().astype(np.int64) * width + full["seq"].to_numpy(
-        dtype=np.int64, na_value=-1
-    )
-    # (relative to the earliest: ns since the epoch are ~1.8e18, past float64's 2^53, so
-    # absolute times in float64 would round ops 100 ns apart to the same instant)
+    size = np.array([sum(m in loaded for m in g.members) for g in membership.groups] or [0])
+    ops = match.consensus
+    op_gid = ops["gid"].to_numpy()
+    starts = ops["start"].to_numpy()
+    counts = ops["n_present"].to_numpy()
+    members = size[op_gid]
+    full = ops["finished"].to_numpy(dtype=bool) & (counts == members) & (members >= 2)
+    if not full.any():
+        return ()
+    # Per op (its members' rows are side by side: ``segments``), plain numpy, one array at a
+    # time: at 32,768 ranks these are 65M rows. Times relative to the earliest: ns since the
+    # epoch are ~1.8e18, past float64's 2^53, so absolute times in float64 would round ops
+    # 100 ns apart to the same instant.
     created_ns = coll["created_ns"]
     base = created_ns.min()
-    created = (created_ns - (0 if pd.isna(base) else base)).to_numpy(
-        dtype=np.float64, na_value=np.nan
-    )
-    eligible = np.isin(key, full_key) & ~np.isnan(created)
-    if not eligible.any():
-        return ()
-    # (one array at a time, each freed before the next: at 32,768 ranks these are 65M rows)
-    t = created[eligible]
-    del created
-    key = key[eligible]
-    order = np.lexsort((t, key))
-    key = key[order]
-    t = t[order]
-    rank = coll["rank"].to_numpy()[eligible][order]
-    del eligible, order
-    last = np.flatnonzero(np.append(key[1:] != key[:-1], True))  # last arrival of each op
-    first_of_op = np.append(True, key[1:] != key[:-1])
-    has_prev = ~first_of_op[last]
-    margin_ms = np.where(has_prev, (t[last] - t[np.maximum(last - 1, 0)]) / 1e6, 0.0)
+    t = (created_ns - (0 if pd.isna(base) else base)).to_numpy(dtype=np.float64, na_value=np.nan)
+    eligible = per_row(full, counts) & ~np.isnan(t)
+    t[~eligible] = -np.inf
+    arrived = np.add.reduceat(eligible, starts)  # members with a known arrival
+    last_t = np.maximum.reduceat(t, starts)
+    is_last = t == per_row(last_t, counts)
+    t[is_last] = -np.inf
+    before_t = np.maximum.reduceat(t, starts)  # the second-to-last arrival
+    del t
+    alone = np.add.reduceat(is_last, starts) == 1  # (a tie for last is no clear last)
+    clear = full & (arrived >= 2) & alone
+    margin_ms = np.where(clear, (last_t - np.where(clear, before_t, 0.0)) / 1e6, 0.0)
     hit = margin_ms >= MIN_MARGIN_MS
     if not hit.any():
         return ()
-    at = last[hit]
+    row_rank = coll["rank"].to_numpy()
+    at = np.flatnonzero(is_last & per_row(hit, counts))  # one row per hit op, in op order
+    del is_last
     events = pd.DataFrame(
         {
-            "gid": key[at] // width,
-            "seq": key[at] % width,
-            "rank": rank[at],
-            "t": t[at],
+            "gid": op_gid[hit],
+            "seq": ops["seq"].to_numpy(dtype=np.int64)[hit],
+            "rank": row_rank[at],
+            "t": last_t[hit],
             "margin_ms": margin_ms[hit],
         }
     )
     per_rank = events.groupby("rank").agg(n=("seq", "size"), late_ms=("margin_ms", "median"))
-    done_per_rank = pd.Series(rank).value_counts()
-    in_events = coll[np.isin(all_keys, key[at])]
+    done_per_rank = pd.Series(np.bincount(row_rank[eligible]))  # finished ops, per rank
+    del eligible
+    in_events = coll[per_row(hit, counts)]
     local = _local_wait_ms(dumps, in_events)
     out: list[Straggler] = []
     candidates = []

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-__all__ = ["DETAIL", "ENTRIES", "FILES", "FRAME", "GROUPS", "PG_STATUS", "STACKS"]
+__all__ = ["ENTRIES", "FILES", "FRAME", "GROUPS", "PG_STATUS", "STACKS"]
 
 SIZES = pa.list_(pa.list_(pa.int64()))
 DTYPES = pa.list_(pa.string())
@@ -75,31 +75,6 @@ ENTRIES = pa.schema(
         pa.field("input_split_sizes", SPLITS_DICT),
         pa.field("output_split_sizes", SPLITS_DICT),
     ]
-)
-
-# What the cross-rank analysis reads only for the entries a finding cites (and ``show`` and
-# ``export`` for the rows they print or write): for a large set these columns are kept on disk,
-# memory-mapped (``frtrace.load.spill``); the others are scanned for every entry.
-DETAIL = frozenset(
-    {
-        "entry_index",
-        "record_id",
-        "pg_id",
-        "op_id",
-        "profiling_name",
-        "p2p_src_local",
-        "p2p_dst_local",
-        "input_sizes",
-        "output_sizes",
-        "input_dtypes",
-        "output_dtypes",
-        "time_discovered_started_ns",
-        "thread_id",
-        "thread_name",
-        "stack_id",
-        "input_split_sizes",
-        "output_split_sizes",
-    }
 )
 
 FRAME = pa.struct(

@@ -1,16 +1,18 @@
-"""Detail columns on disk, memory-mapped: what a finding fetches for the few entries it cites.
+"""Entry columns on disk, memory-mapped: the page cache, not the process, holds a large set.
 
-The cross-rank analysis scans a few columns of every entry (rank, group, seq, op, state, times,
-fingerprints); the others (sizes, dtypes, thread, stack, ids, p2p peers, split sizes: see
-``schema.DETAIL``) it reads only for the entries a finding cites, and ``show`` and ``export``
-for the rows they print or write. For a large set, those columns are appended file by file, as
-each result arrives, to one flat file per column, and memory-mapped back as the table's
-columns: the coordinator's memory holds the summary columns, not the detail, and the pages of
-the detail are read only where something looks. The files are unlinked as soon as they are
-mapped (the mapping keeps them until the table is gone), so nothing is left behind.
+For a large set, every fixed-width entry column (all but the booleans, a bit per entry: the
+codes of the dictionary columns, ids, seqs, times, fingerprints) is appended file by file, as
+each result arrives, to one flat file, and memory-mapped back as the table's column. The
+analysis scans a dozen columns of every entry once, while matching, and then reads the rows a
+finding cites; ``show`` and ``export`` read the rows they print or write. Pages read are
+dropped from the process afterwards (``release_pages``, from
+``frtrace.load.tables.give_back_memory``): the process holds what it is working on (the
+matched ops), not the table, and the kernel keeps the pages in its cache while memory allows.
+The files are unlinked as soon as they are mapped (the mapping keeps them until the table is
+gone), so nothing is left behind.
 
 Where: ``$XDG_CACHE_HOME/frtrace/spill`` (else the temporary directory), which should be a disk:
-on a tmpfs the detail is in memory all the same. Any failure to write keeps the column in
+on a tmpfs the columns are in memory all the same. Any failure to write keeps the column in
 memory, as for small sets (below ``SPILL_MIN_BYTES`` of dumps, or ``FRTRACE_SPILL_MIN_BYTES``),
 so spilling never changes a result.
 """
@@ -18,10 +20,12 @@ so spilling never changes a result.
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import secrets
 import shutil
 import tempfile
+import weakref
 from pathlib import Path
 from typing import BinaryIO
 
@@ -30,12 +34,38 @@ import pyarrow as pa
 
 from frtrace.errors import InputError
 
-__all__ = ["SPILL_MIN_BYTES", "SpilledColumn", "spill_directory", "spill_min_bytes"]
+__all__ = [
+    "SPILL_MIN_BYTES",
+    "SpilledColumn",
+    "release_pages",
+    "spill_directory",
+    "spill_min_bytes",
+]
 
 # Below this many bytes of dumps (~600 ranks of 2,000 entries) every column stays in memory:
 # the detail of a small set is a few MB, and a file per column would cost more than it saves.
 # ``FRTRACE_SPILL_MIN_BYTES`` sets another threshold (0: always; the tests use it).
 SPILL_MIN_BYTES = 256 << 20
+
+
+# Every mapping a column lives in, to drop its pages from this process once they are read.
+_MAPPED: weakref.WeakSet[mmap.mmap] = weakref.WeakSet()
+
+
+def release_pages() -> None:
+    """Drop the resident pages of every mapped column from this process.
+
+    A scan of a mapped column (matching reads a dozen columns of every entry) leaves its pages
+    in the process's resident set, where they would count as much as the columns held in
+    memory. They are clean copies of the file: dropped, they are read again from the page
+    cache (or the disk, if the kernel reclaimed them) where something looks again.
+    """
+    advice = getattr(mmap, "MADV_DONTNEED", None)
+    if advice is None:  # (no madvise here: the kernel reclaims the pages under pressure)
+        return
+    for mapped in list(_MAPPED):
+        with contextlib.suppress(OSError, ValueError):
+            mapped.madvise(advice)
 
 
 def spill_min_bytes() -> int:
@@ -142,10 +172,11 @@ class SpilledColumn:
                 self.out.close()
                 if self.rows == 0:
                     raise OSError("empty")  # (a zero-length file cannot be mapped)
-                mapped = pa.memory_map(str(self.path), "r")
-                buffer = mapped.read_buffer(self.rows * self.dtype.itemsize)
+                with open(self.path, "rb") as f:
+                    mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
                 self.path.unlink()  # the mapping keeps the data while the column lives
-                return buffer
+                _MAPPED.add(mapped)
+                return pa.py_buffer(mapped)  # (the buffer keeps the mapping open)
             except OSError:
                 self._to_memory(self.rows)
         assert self.memory is not None

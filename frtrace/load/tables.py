@@ -181,6 +181,7 @@ def give_back_memory() -> None:
     ~90 bytes per entry after matching)."""
     with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to do
         ctypes.CDLL("libc.so.6").malloc_trim(0)
+    spill.release_pages()
 
 
 def build_dump_set(
@@ -218,13 +219,14 @@ class _Assembler:
         self.members = MemberLists()
         self.loaded = 0
         fields = list(schema.ENTRIES)
-        # A large set's detail columns go to disk as they arrive (frtrace.load.spill)
+        # A large set's columns go to disk as they arrive (frtrace.load.spill); booleans, a
+        # bit per entry, stay in memory
         total = sum(c.size_bytes for c in candidates)
         where = spill_directory(cache_root()) if total >= spill.spill_min_bytes() else None
         self.spill_dir = where
 
         def spilled(f: pa.Field) -> SpilledColumn | None:
-            if where is None or f.name not in schema.DETAIL:
+            if where is None or pa.types.is_boolean(f.type):
                 return None
             type_ = f.type.index_type if pa.types.is_dictionary(f.type) else f.type
             return SpilledColumn(where, f.name, np.dtype(type_.to_pandas_dtype()))

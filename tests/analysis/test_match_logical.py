@@ -47,7 +47,8 @@ def _reference(coll: pd.DataFrame) -> pd.DataFrame:
         folded["sig"] = folded["sig"].to_numpy().astype(np.uint64).view(np.int64)
         out = pd.concat([out, folded], ignore_index=True)
     cols = coalesce._LOGICAL_COLUMNS
-    out = out.astype({"n_entries": np.int32})  # (a run has at most a buffer's entries)
+    # (a run has at most a buffer's entries; a collective always has a seq)
+    out = out.astype({"n_entries": np.int32, "seq": np.int64})
     return out[cols].sort_values(["gid", "seq", "rank"], kind="stable").reset_index(drop=True)
 
 
@@ -90,6 +91,33 @@ def test_segments_equal_group_by(
     if name != "collectives only":
         assert (got["n_entries"] > 1).any()  # runs were folded
     pd.testing.assert_frame_equal(got, expected, check_categorical=True)
+
+
+@pytest.mark.parametrize("name", ["3d coalesced and p2p", "collectives only"])
+def test_ranks_in_any_order_give_the_same_ops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """Rows usually come one rank after another (one sort key then suffices); ranks loaded in
+    another order take the four-key sort, with the same result."""
+    write_dumps(simulate(JOBS[name]), tmp_path / "d")
+    dumps = load_dumps(tmp_path / "d")
+    frames: list[pd.DataFrame] = []
+    real = coalesce.logical_collectives
+
+    def keep(coll: pd.DataFrame) -> pd.DataFrame:
+        frames.append(coll.copy())
+        return real(coll)
+
+    monkeypatch.setattr(match_module, "logical_collectives", keep)
+    match_module.match(dumps, resolve_groups(dumps))
+    (coll,) = frames
+    shuffled = coll.sort_values(["rank", "row"], ascending=[False, True])
+    assert not (np.diff(shuffled["rank"].to_numpy()) >= 0).all()
+    expected = _reference(coll.copy())
+    got = coalesce.logical_collectives(shuffled.copy())
+    pd.testing.assert_frame_equal(got, expected, check_categorical=True)
+    in_order = coalesce.logical_collectives(coll.copy())
+    pd.testing.assert_frame_equal(in_order, expected, check_categorical=True)
 
 
 def test_first_valid_skips_nulls_like_pandas_first() -> None:

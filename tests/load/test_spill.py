@@ -1,6 +1,6 @@
-"""Detail columns on disk (frtrace.load.spill): the same tables and verdicts as in memory.
+"""Entry columns on disk (frtrace.load.spill): the same tables and verdicts as in memory.
 
-A large set's ``schema.DETAIL`` columns are written to disk as results arrive and
+A large set's entry columns (all but the booleans) are written to disk as results arrive and
 memory-mapped back. These tests force that path on every committed fixture set and compare
 with the in-memory path, write through a disk that fills up, and check nothing is left behind.
 """
@@ -45,7 +45,7 @@ def test_spilled_tables_and_reports_equal_the_in_memory_ones(
     assert render_json(analyze_dumps(spilled)) == render_json(analyze_dumps(kept))
 
 
-def test_detail_columns_are_memory_mapped_and_the_files_are_gone(
+def test_entry_columns_are_memory_mapped_and_the_files_are_gone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -53,9 +53,20 @@ def test_detail_columns_are_memory_mapped_and_the_files_are_gone(
     dumps = _load(directory, spilled=True, monkeypatch=monkeypatch)
     maps = Path("/proc/self/maps").read_text()
     mapped = set(re.findall(r"/spill/[^/\s]+/(\w+)\.values", maps))
-    assert mapped == set(schema.DETAIL) and "(deleted)" in maps
+    fixed_width = {f.name for f in schema.ENTRIES if not pa.types.is_boolean(f.type)}
+    assert mapped == fixed_width and "(deleted)" in maps
     assert not any((tmp_path / "cache" / "frtrace" / "spill").iterdir())  # nothing left
     del dumps
+
+
+def test_released_pages_are_read_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dropping the mapped columns' pages from memory (after matching) loses no value."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    directory = next(d for d in SCENARIOS if "nccl" in str(d))
+    dumps = _load(directory, spilled=True, monkeypatch=monkeypatch)
+    before = dumps.entries.to_pylist()
+    spill.release_pages()
+    assert dumps.entries.to_pylist() == before
 
 
 class _FullDisk:
