@@ -117,7 +117,10 @@ class SpilledColumn:
         self.path = directory / f"{name}.values"
         self.rows = 0
         self.memory: list[np.ndarray] | None = None  # the fallback
-        self.valid: list[np.ndarray] = []  # bool per row, packed at the end (1 bit per entry)
+        # per chunk: its row count and where it is valid (True: everywhere, as in most chunks;
+        # False: nowhere, as for a column the file does not record; else a bool per row),
+        # packed at the end
+        self.valid: list[tuple[int, np.ndarray | bool]] = []
         self.out: BinaryIO | None = None
         try:
             self.out = open(self.path, "wb")  # noqa: SIM115 (closed in finish)
@@ -127,7 +130,12 @@ class SpilledColumn:
     def append(self, values: np.ndarray, valid: np.ndarray | None) -> None:
         values = np.ascontiguousarray(values, dtype=self.dtype)
         count = len(values)
-        self.valid.append(np.ones(count, dtype=bool) if valid is None else valid.astype(bool))
+        if valid is None or valid.all():
+            self.valid.append((count, True))
+        elif not valid.any():
+            self.valid.append((count, False))
+        else:
+            self.valid.append((count, valid.astype(bool)))
         self.rows += count
         if self.memory is not None:
             self.memory.append(values)
@@ -158,11 +166,19 @@ class SpilledColumn:
 
     def finish(self, type_: pa.DataType) -> pa.Array:
         """The column as an Arrow array of ``type_`` (fixed width, as ``dtype``)."""
-        valid = np.concatenate(self.valid) if self.valid else np.zeros(0, dtype=bool)
+        bitmap = None
+        nulls = 0
+        if any(v is not True for _, v in self.valid):
+            valid = np.concatenate(
+                [
+                    np.full(count, v, dtype=bool) if isinstance(v, bool) else v
+                    for count, v in self.valid
+                ]
+            )
+            nulls = int(self.rows - valid.sum())
+            bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
+            del valid
         self.valid = []
-        nulls = int(self.rows - valid.sum())
-        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
-        del valid
         values = self._values()
         return pa.Array.from_buffers(type_, self.rows, [bitmap, values], null_count=nulls)
 
