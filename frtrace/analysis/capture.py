@@ -23,8 +23,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
-import pyarrow as pa
 
 from frtrace.analysis.ops import codes
 from frtrace.load.tables import DumpSet
@@ -99,10 +97,13 @@ def dump_times_from_entries(dumps: DumpSet) -> dict[int, int]:
     entries = dumps.entries
     retired = entries.column("retired").fill_null(True).to_numpy(zero_copy_only=False)
     open_ = ~retired.astype(bool)
+    del retired
     if not open_.any():
         return {}
     state, names = codes(entries.column("state"))
     rank = entries.column("rank").to_numpy()
+    # each rank's entries are one run of rows (or a few, if the files came in another order)
+    runs = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
     out: dict[int, int] = {}
     for column, wanted in (
         ("time_discovered_started_ns", "started"),
@@ -110,15 +111,18 @@ def dump_times_from_entries(dumps: DumpSet) -> dict[int, int]:
     ):
         if wanted not in names:
             continue
-        rows = np.flatnonzero(open_ & (state == names.index(wanted)))
-        if not len(rows):
+        mask = open_ & (state == names.index(wanted))
+        times = entries.column(column)
+        if times.null_count:
+            mask &= times.is_valid().to_numpy(zero_copy_only=False)
+            times = times.fill_null(0)
+        if not mask.any():
             continue
-        # only these rows' times are read (the start times are detail: kept on disk)
-        times = entries.column(column).take(pa.array(rows))
-        known = ~times.is_null().to_numpy(zero_copy_only=False)
-        values = times.fill_null(0).to_numpy(zero_copy_only=False)[known].astype(np.int64)
-        # per rank, the latest (one group-by: millions of rows at 4,096 ranks)
-        latest = pd.Series(values).groupby(rank[rows[known]]).max()
-        for r, t in zip(latest.index.tolist(), latest.tolist(), strict=True):
+        # per run, the latest: one segment reduction (millions of rows at 4,096 ranks)
+        masked = np.where(mask, times.to_numpy(), np.iinfo(np.int64).min)
+        latest = np.maximum.reduceat(masked, runs)
+        found = np.logical_or.reduceat(mask, runs)
+        del masked, mask
+        for r, t in zip(rank[runs][found].tolist(), latest[found].tolist(), strict=True):
             out[r] = max(out.get(r, 0), int(t))
     return out

@@ -42,6 +42,7 @@ from frtrace.analysis.pending import (
     settle_completion,
 )
 from frtrace.analysis.segments import rank_group_spans
+from frtrace.load.spill import release_pages
 from frtrace.load.tables import DumpSet, give_back_memory
 
 __all__ = ["match"]
@@ -149,42 +150,64 @@ def _sig_columns(entries: pa.Table, op: np.ndarray, ops: list[str | None]) -> np
     return out
 
 
+def _nullable_int64(column: pa.ChunkedArray) -> pd.Series:
+    """An int64 column as pandas' Int64 (values and a mask: no float64 on the way)."""
+    if column.null_count:
+        values = column.fill_null(0).to_numpy()
+        mask = column.is_null().to_numpy(zero_copy_only=False)
+    else:
+        values = column.to_numpy()
+        mask = np.zeros(len(values), dtype=bool)
+    return pd.Series(pd.arrays.IntegerArray(np.array(values, dtype=np.int64), mask))
+
+
 def match(dumps: DumpSet, membership: Membership) -> MatchResult:
     """Line up the entries of ``dumps`` by (group, seq); see the module docstring."""
     entries = dumps.entries
     n = entries.num_rows
+    # Each step reads a few columns of every entry; where the table is mapped from disk
+    # (``frtrace.load.spill``) their pages are dropped from memory after each step, so that
+    # the table never sits in memory whole beside the frame built from it.
     op_codes, ops = codes(entries.column("op"))
     state_rank = _state_rank(entries)
     done = _done_column(dumps, state_rank)
+    release_pages()
     sig = _sig_columns(entries, op_codes, ops)
+    release_pages()
     names = [*(v if v is not None else "?" for v in ops), "?"]  # the last one: null op
     distinct = list(dict.fromkeys(names))
     remap = np.array([distinct.index(name) for name in names], dtype=np.int32)
     op_index = remap[np.where(op_codes < 0, len(ops), op_codes)]
     op_cat = pd.Categorical.from_codes(op_index, dtype=pd.CategoricalDtype(distinct))
+    gid = _gid_column(entries, membership)
+    release_pages()
+    seq = _nullable_int64(entries.column("collective_seq"))
+    created = _nullable_int64(entries.column("time_created_ns"))
+    release_pages()
     frame = pd.DataFrame(
         {
             "row": np.arange(n, dtype=np.int32),
             "rank": entries.column("rank").to_numpy().astype(np.int32),
-            "gid": _gid_column(entries, membership),
-            "seq": entries.column("collective_seq").to_pandas().astype("Int64"),
+            "gid": gid,
+            "seq": seq,
             "is_p2p": entries.column("is_p2p").fill_null(False).to_numpy(zero_copy_only=False),
             "op": op_cat,
             "op_code": op_index,
             "sig": sig,
             "done": done,
             "state_rank": state_rank,
-            "created_ns": entries.column("time_created_ns").to_pandas().astype("Int64"),
+            "created_ns": created,
         },
         copy=False,  # fresh arrays: not copied into one block per dtype (55 bytes per entry)
     )
+    del gid, seq, created
     del op_codes, state_rank, done, sig, op_index, op_cat  # (the frame holds them now)
     frame["is_p2p"] = frame["is_p2p"].astype(bool) | frame["op"].isin(["send", "recv"])
     # p2p_seq is read for p2p ops and the ``coalesced`` entries that may close a batch of
     # them: a job without either (most) does without the column (9 bytes per entry)
     has_p2p_seq = bool((frame["is_p2p"] | frame["op"].eq("coalesced")).any())
     if has_p2p_seq:
-        frame["p2p_seq"] = entries.column("p2p_seq").to_pandas().astype("Int64")
+        frame["p2p_seq"] = _nullable_int64(entries.column("p2p_seq"))
     give_back_memory()  # (the pages of the table's columns, read above, where they are mapped)
     mark_p2p_batches(frame)
 
