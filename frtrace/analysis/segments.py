@@ -10,12 +10,16 @@ row (3 GB at 32,768 ranks), and no sort.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["locate_ops", "op_starts", "per_row", "rank_group_spans"]
+__all__ = ["locate_ops", "op_blocks", "op_starts", "per_row", "rank_group_spans"]
+
+# Rows per block where a step works block by block (``op_blocks``): its temporaries stay a few
+# tens of MB whatever the size of the job.
+BLOCK_ROWS = 1 << 22
 
 
 def op_starts(gid: np.ndarray, seq: np.ndarray) -> np.ndarray:
@@ -29,6 +33,19 @@ def op_starts(gid: np.ndarray, seq: np.ndarray) -> np.ndarray:
     change[1:] |= seq[1:] != seq[:-1]
     starts: np.ndarray = np.flatnonzero(change)
     return starts
+
+
+def op_blocks(starts: np.ndarray, n_rows: int) -> Iterator[tuple[int, int, int, int]]:
+    """Whole ops in blocks of about ``BLOCK_ROWS`` rows: (first op, end op, first row, end
+    row)."""
+    bounds = np.append(starts, n_rows)  # op i is rows [bounds[i], bounds[i + 1])
+    first = 0
+    while first < len(starts):
+        row = int(bounds[first])
+        end = int(np.searchsorted(bounds, row + BLOCK_ROWS, side="right")) - 1
+        end = max(first + 1, end)  # (an op larger than a block is a block of its own)
+        yield first, end, row, int(bounds[end])
+        first = end
 
 
 def per_row(per_op: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -22,7 +22,7 @@ import pandas as pd
 from frtrace.analysis.findings import Straggler
 from frtrace.analysis.groups import Membership
 from frtrace.analysis.ops import MatchResult
-from frtrace.analysis.segments import per_row
+from frtrace.analysis.segments import op_blocks, per_row
 from frtrace.load.tables import DumpSet
 
 __all__ = ["find_stragglers"]
@@ -60,42 +60,54 @@ def find_stragglers(
     full = ops["finished"].to_numpy(dtype=bool) & (counts == members) & (members >= 2)
     if not full.any():
         return ()
-    # Per op (its members' rows are side by side: ``segments``), plain numpy, one array at a
-    # time: at 32,768 ranks these are 65M rows. Times relative to the earliest: ns since the
-    # epoch are ~1.8e18, past float64's 2^53, so absolute times in float64 would round ops
-    # 100 ns apart to the same instant.
-    created_ns = coll["created_ns"]
-    base = created_ns.min()
-    t = (created_ns - (0 if pd.isna(base) else base)).to_numpy(dtype=np.float64, na_value=np.nan)
-    eligible = per_row(full, counts) & ~np.isnan(t)
-    t[~eligible] = -np.inf
-    arrived = np.add.reduceat(eligible, starts)  # members with a known arrival
-    last_t = np.maximum.reduceat(t, starts)
-    is_last = t == per_row(last_t, counts)
-    t[is_last] = -np.inf
-    before_t = np.maximum.reduceat(t, starts)  # the second-to-last arrival
-    del t
-    alone = np.add.reduceat(is_last, starts) == 1  # (a tie for last is no clear last)
+    # Per op (its members' rows are side by side: ``segments``), block by block: at 32,768
+    # ranks there are 65M rows. Times relative to the earliest: ns since the epoch are
+    # ~1.8e18, past float64's 2^53, so absolute times in float64 would round ops 100 ns apart
+    # to the same instant.
+    created = coll["created_ns"]
+    lowest = created.min()
+    base = 0 if pd.isna(lowest) else int(lowest)
+    row_rank = coll["rank"].to_numpy()
+    n_ops = len(ops)
+    arrived = np.zeros(n_ops, dtype=np.int64)  # members with a known arrival
+    last_t = np.zeros(n_ops)
+    before_t = np.zeros(n_ops)  # the second-to-last arrival
+    alone = np.zeros(n_ops, dtype=bool)  # one member arrived last (a tie is no clear last)
+    last_row = np.zeros(n_ops, dtype=np.int64)
+    done_per_rank = np.zeros(int(row_rank.max()) + 1, dtype=np.int64)  # finished ops
+    for first, end, row, end_row in op_blocks(starts, len(coll)):
+        offsets = starts[first:end] - row
+        sizes = counts[first:end]
+        block = created.iloc[row:end_row]
+        t = (block.to_numpy(dtype=np.int64, na_value=base) - base).astype(np.float64)
+        eligible = per_row(full[first:end], sizes) & block.notna().to_numpy()
+        t[~eligible] = -np.inf
+        arrived[first:end] = np.add.reduceat(eligible, offsets)
+        latest = np.maximum.reduceat(t, offsets)
+        is_last = t == per_row(latest, sizes)
+        t[is_last] = -np.inf
+        before_t[first:end] = np.maximum.reduceat(t, offsets)
+        last_t[first:end] = latest
+        alone[first:end] = np.add.reduceat(is_last, offsets) == 1
+        rows_last = np.flatnonzero(is_last)  # (where ops tie, one of them: not used)
+        last_row[first + np.searchsorted(offsets, rows_last, side="right") - 1] = rows_last + row
+        done_per_rank += np.bincount(row_rank[row:end_row][eligible], minlength=len(done_per_rank))
+        del t, eligible, is_last, rows_last
     clear = full & (arrived >= 2) & alone
     margin_ms = np.where(clear, (last_t - np.where(clear, before_t, 0.0)) / 1e6, 0.0)
     hit = margin_ms >= MIN_MARGIN_MS
     if not hit.any():
         return ()
-    row_rank = coll["rank"].to_numpy()
-    at = np.flatnonzero(is_last & per_row(hit, counts))  # one row per hit op, in op order
-    del is_last
     events = pd.DataFrame(
         {
             "gid": op_gid[hit],
             "seq": ops["seq"].to_numpy(dtype=np.int64)[hit],
-            "rank": row_rank[at],
+            "rank": row_rank[last_row[hit]],
             "t": last_t[hit],
             "margin_ms": margin_ms[hit],
         }
     )
     per_rank = events.groupby("rank").agg(n=("seq", "size"), late_ms=("margin_ms", "median"))
-    done_per_rank = pd.Series(np.bincount(row_rank[eligible]))  # finished ops, per rank
-    del eligible
     in_events = coll[per_row(hit, counts)]
     local = _local_wait_ms(dumps, in_events)
     out: list[Straggler] = []
@@ -119,8 +131,8 @@ def find_stragglers(
         out.append(
             Straggler(
                 rank=int(rank),
-                collectives=int(done_per_rank.get(rank, n)),
-                last_share=round(float(n) / float(done_per_rank.get(rank, n)), 3),
+                collectives=int(done_per_rank[rank]),
+                last_share=round(float(n) / float(done_per_rank[rank]), 3),
                 median_late_ms=round(float(late_ms), 3),
                 groups=tuple(late_groups),
                 corroborated=corroborated,
