@@ -11,9 +11,10 @@ matched ops), not the table, and the kernel keeps the pages in its cache while m
 The files are unlinked as soon as they are mapped (the mapping keeps them until the table is
 gone), so nothing is left behind.
 
-Where: ``$XDG_CACHE_HOME/frtrace/spill`` (else the temporary directory), which should be a disk:
-on a tmpfs the columns are in memory all the same. Any failure to write keeps the column in
-memory, as for small sets (below ``SPILL_MIN_BYTES`` of dumps, or ``FRTRACE_SPILL_MIN_BYTES``),
+Where: ``$XDG_CACHE_HOME/frtrace/spill``, else ``/var/tmp`` or the temporary directory: the
+first on a disk (on a tmpfs the columns would be memory all the same; where every candidate is
+one, the columns stay in memory). Any failure to write keeps the column in memory, as for
+small sets (below ``SPILL_MIN_BYTES`` of dumps, or ``FRTRACE_SPILL_MIN_BYTES``),
 so spilling never changes a result.
 """
 
@@ -77,15 +78,26 @@ def spill_min_bytes() -> int:
         return SPILL_MIN_BYTES
 
 
+# Where spill files go when the cache directory cannot take them (or is a tmpfs).
+FALLBACK_BASES = (Path("/var/tmp"), Path(tempfile.gettempdir()))
+# Where the kernel says what each mount is (Linux); filesystems whose files are memory.
+MOUNTS = Path("/proc/self/mounts")
+_MEMORY_FILESYSTEMS = frozenset({"tmpfs", "ramfs"})
+
+
 def spill_directory(cache_root: Path) -> Path | None:
     """A new private directory for this load's column files, or None where none can be made.
 
-    ``cache_root`` is the table cache's root; spill files go beside it. Directories of
-    processes that are gone (killed mid-load) are removed first.
+    ``cache_root`` is the table cache's root; spill files go beside it, else under /var/tmp or
+    the temporary directory: the first of those on a disk (columns on a tmpfs are memory all
+    the same, so none there). Directories of processes that are gone (killed mid-load) are
+    removed first.
     """
-    for base in (cache_root.parent / "spill", Path(tempfile.gettempdir()) / "frtrace-spill"):
+    for base in (cache_root.parent / "spill", *(b / "frtrace-spill" for b in FALLBACK_BASES)):
         try:
             base.mkdir(parents=True, exist_ok=True)
+            if _in_memory(base):
+                continue
             _remove_orphans(base)
             path = base / f"{os.getpid()}-{secrets.token_hex(4)}"
             path.mkdir()
@@ -93,6 +105,25 @@ def spill_directory(cache_root: Path) -> Path | None:
             continue
         return path
     return None
+
+
+def _in_memory(path: Path) -> bool:
+    """Is ``path`` on a filesystem held in memory (tmpfs, ramfs)? False where unknown."""
+    try:
+        mounts = MOUNTS.read_text(errors="replace").splitlines()
+        target = str(path.resolve())
+    except OSError:
+        return False
+    best, kind = "", ""
+    for line in mounts:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        mount = fields[1].replace("\\040", " ")
+        inside = target == mount or target.startswith(mount.rstrip("/") + "/")
+        if inside and len(mount) >= len(best):
+            best, kind = mount, fields[2]
+    return kind in _MEMORY_FILESYSTEMS
 
 
 def _remove_orphans(base: Path) -> None:

@@ -162,3 +162,22 @@ def test_the_threshold_comes_from_the_environment(monkeypatch: pytest.MonkeyPatc
     assert spill.spill_min_bytes() == spill.SPILL_MIN_BYTES
     monkeypatch.delenv("FRTRACE_SPILL_MIN_BYTES")
     assert spill.spill_min_bytes() == spill.SPILL_MIN_BYTES
+
+
+def test_a_memory_filesystem_is_passed_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Columns spilled to a tmpfs would be memory all the same: the next candidate on a disk
+    takes them, and where every candidate is in memory they stay in the process."""
+    cache, disk = tmp_path / "cache", tmp_path / "disk"
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"/dev/vda / ext4 rw 0 0\ntmpfs {cache} tmpfs rw,nosuid 0 0\n")
+    monkeypatch.setattr(spill, "MOUNTS", mounts)
+    monkeypatch.setattr(spill, "FALLBACK_BASES", (disk,))
+    where = spill.spill_directory(cache / "frtrace")
+    assert where is not None and where.parent == disk / "frtrace-spill"
+    mounts.write_text("tmpfs / tmpfs rw 0 0\n")
+    assert spill.spill_directory(cache / "frtrace") is None
+    mounts.write_text("/dev/vda / ext4 rw 0 0\n")
+    where = spill.spill_directory(cache / "frtrace")
+    assert where is not None and where.parent == cache / "spill"
