@@ -30,14 +30,21 @@ def mark_p2p_batches(frame: pd.DataFrame) -> None:
         return
     prev_p2p = frame["is_p2p"].shift(1, fill_value=False) & frame["rank"].eq(frame["rank"].shift(1))
     frame.loc[is_marker & prev_p2p, "is_p2p"] = True
+    # Everything below is about p2p rows (batch markers included): those alone, not a copy
+    # of every row of the frame.
+    p2p = frame.loc[
+        frame["is_p2p"].to_numpy(dtype=bool),
+        ["rank", "gid", "p2p_seq", "seq", "op", "done", "state_rank"],
+    ]
     # the batch's key: p2p_seq (torch 2.4+); before that one seq_id counted both kinds of op
-    batch = frame["p2p_seq"].fillna(frame["seq"])
-    framed = frame.assign(batch=batch)
-    markers = framed[is_marker & framed["is_p2p"] & framed["batch"].notna()]
+    framed = p2p.assign(batch=p2p["p2p_seq"].fillna(p2p["seq"]))
+    del p2p
+    is_marker = framed["op"].eq("coalesced")
+    markers = framed[is_marker & framed["batch"].notna()]
     if markers.empty:
         return
     batch_state = markers.groupby(["rank", "gid", "batch"])[["done", "state_rank"]].max()
-    ops = framed[framed["is_p2p"] & ~is_marker & framed["batch"].notna()]
+    ops = framed[~is_marker & framed["batch"].notna()]
     joined = (
         ops.reset_index()
         .merge(
@@ -54,9 +61,11 @@ def mark_p2p_batches(frame: pd.DataFrame) -> None:
     frame.loc[idx, "state_rank"] = joined.loc[has_batch, "state_rank_batch"].astype(np.int8)
 
 
-def logical_collectives(coll: pd.DataFrame) -> pd.DataFrame:
-    """One row per (rank, gid, seq), in (gid, seq, rank) order; coalesced runs folded into
-    one signature. Consumes ``coll`` (its columns are taken out one by one).
+def logical_collectives(frame: pd.DataFrame, keep: np.ndarray | None = None) -> pd.DataFrame:
+    """One row per (rank, gid, seq) of the collectives in ``frame`` (its rows where ``keep``,
+    else all), in (gid, seq, rank) order; coalesced runs folded into one signature. Consumes
+    ``frame`` (its columns are taken out one by one, each filtered alone: never a copy of the
+    whole frame).
 
     One sort of the rows by (gid, seq, rank, row) puts each run's entries side by side; every
     logical op is then a segment of that order (one row, or a run), and each output column is
@@ -64,10 +73,15 @@ def logical_collectives(coll: pd.DataFrame) -> pd.DataFrame:
     """
     # Each input column is taken out of ``coll`` at its last use and freed there: at 32,768
     # ranks every column is 65M rows, and the frame and the output never coexist whole.
-    gid = coll.pop("gid").to_numpy()
-    seq = coll.pop("seq").to_numpy(dtype=np.int64)  # (no nulls: coll holds collectives only)
-    rank = coll.pop("rank").to_numpy()
-    row = coll.pop("row").to_numpy()
+
+    def take(name: str) -> pd.Series:
+        column = frame.pop(name)
+        return column if keep is None else column[keep].reset_index(drop=True)
+
+    gid = take("gid").to_numpy()
+    seq = take("seq").to_numpy(dtype=np.int64)  # (no nulls: the collectives have a seq)
+    rank = take("rank").to_numpy()
+    row = take("row").to_numpy()
     order = _op_order(gid, seq, rank, row)
     n = len(order)
     start = np.zeros(n, dtype=bool)  # the first row of each logical op, in sorted order
@@ -93,41 +107,46 @@ def logical_collectives(coll: pd.DataFrame) -> pd.DataFrame:
     out["row"] = row[at_first]
     out["last_row"] = row[at_last] if runs else out["row"]
     del row
-    out["op"] = coll.pop("op").take(at_last).reset_index(drop=True)  # a run's closing entry
-    op_code = coll.pop("op_code").to_numpy()
+    out["op"] = take("op").take(at_last).reset_index(drop=True)  # a run's closing entry
+    op_code = take("op_code").to_numpy()
     out["op_code"] = op_code[at_last]
-    sig_all = coll.pop("sig").to_numpy()
+    sig_all = take("sig").to_numpy()
     sig = sig_all[at_first]
     if runs:
         # the run's signature: every member entry's op and sizes, in order (position-weighted
-        # so that two runs with the same entries in another order differ)
-        segment = np.repeat(np.arange(len(first)), last - first + 1)
-        position = (np.arange(n) - first[segment]).astype(np.uint64)
+        # so that two runs with the same entries in another order differ); worked out for
+        # the entries of runs only
+        multi = np.flatnonzero(last > first)
+        lengths = (last - first + 1)[multi]
+        offsets = np.cumsum(lengths) - lengths  # each run's first place among run entries
+        run = np.repeat(np.arange(len(multi)), lengths)
+        position = np.arange(int(lengths.sum())) - offsets[run]
+        rows = order[first[multi][run] + position]
+        del run
         with np.errstate(over="ignore"):
             part = (
-                sig_all[order].view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-                + op_code[order].astype(np.uint64) * np.uint64(0x632BE59BD9B4E019)
-            ) * (position * np.uint64(2) + np.uint64(1))
-        folded = np.add.reduceat(part, first).view(np.int64)
-        sig = np.where(last > first, folded, sig)
-        del segment, position, part, folded
+                sig_all[rows].view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+                + op_code[rows].astype(np.uint64) * np.uint64(0x632BE59BD9B4E019)
+            ) * (position.astype(np.uint64) * np.uint64(2) + np.uint64(1))
+        sig[multi] = np.add.reduceat(part, offsets).view(np.int64)
+        del multi, lengths, offsets, position, rows, part
     del sig_all, op_code
     out["sig"] = sig
-    done = coll.pop("done").to_numpy(dtype=bool)[order]
+    done = take("done").to_numpy(dtype=bool)[order]
     out["done"] = np.logical_or.reduceat(done, first) if runs else done
     del done
-    state = coll.pop("state_rank").to_numpy()[order]
+    state = take("state_rank").to_numpy()[order]
     out["state_rank"] = np.maximum.reduceat(state, first) if runs else state
     del state
     if runs:
-        out["created_ns"] = _first_valid(coll.pop("created_ns"), order, first, last)
+        out["created_ns"] = _first_valid(take("created_ns"), order, first, last)
         out["n_entries"] = (last - first + 1).astype(np.int32)
     else:
-        out["created_ns"] = coll.pop("created_ns").take(order).reset_index(drop=True)
+        out["created_ns"] = take("created_ns").take(order).reset_index(drop=True)
         out["n_entries"] = np.ones(n, dtype=np.int32)
     del order, first, last, at_first, at_last
-    for name in list(coll.columns):  # consumed
-        del coll[name]
+    for name in list(frame.columns):  # consumed
+        del frame[name]
     # (copy=False: the columns are fresh arrays; pandas would otherwise copy them into one
     # block per dtype, twice the frame for a moment)
     return pd.DataFrame({name: out[name] for name in _LOGICAL_COLUMNS}, copy=False)

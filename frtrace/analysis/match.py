@@ -215,13 +215,13 @@ def match(dumps: DumpSet, membership: Membership) -> MatchResult:
     if not has_p2p_seq:  # (no p2p op: an empty frame, with every column p2p_ops reads)
         p2p_rows = p2p_rows.assign(p2p_seq=pd.Series([], dtype="Int64"))
     first_row = pd.Series(frame["row"].to_numpy()).groupby(frame["rank"].to_numpy()).min()
-    is_coll = ~frame["is_p2p"] & frame["seq"].notna() & (frame["gid"] >= 0)
-    # The frame (~60 bytes x 8M entries) is handed over, not copied, when every row is a
-    # collective: logical_collectives consumes it column by column.
-    coll = frame if is_coll.all() else frame[is_coll]
-    del frame, is_coll
-    collectives = drop_truncated_runs(dumps, first_row, logical_collectives(coll))
-    del coll
+    is_coll = (~frame["is_p2p"] & frame["seq"].notna() & (frame["gid"] >= 0)).to_numpy()
+    # The frame (~60 bytes x 8M entries) is handed over, never copied whole: logical_collectives
+    # consumes it column by column, keeping the collectives' rows of each.
+    keep = None if is_coll.all() else is_coll
+    del is_coll
+    collectives = drop_truncated_runs(dumps, first_row, logical_collectives(frame, keep))
+    del frame, keep
     # The per-entry columns are gone: hand their memory back, or it stays in the process
     # (glibc keeps freed numpy/pandas buffers: ~90 bytes per entry, 6 GB at 32,768 ranks)
     give_back_memory()

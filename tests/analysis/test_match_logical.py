@@ -78,9 +78,10 @@ def test_segments_equal_group_by(
     seen: list[tuple[pd.DataFrame, pd.DataFrame]] = []
     real = coalesce.logical_collectives
 
-    def both(coll: pd.DataFrame) -> pd.DataFrame:
-        expected = _reference(coll.copy())
-        got = real(coll)
+    def both(frame: pd.DataFrame, keep: np.ndarray | None = None) -> pd.DataFrame:
+        coll = frame if keep is None else frame[keep]
+        expected = _reference(coll.reset_index(drop=True))
+        got = real(frame, keep)
         seen.append((got.copy(), expected))  # (matching adds columns to it later)
         return got
 
@@ -104,11 +105,11 @@ def test_ranks_in_any_order_give_the_same_ops(
     frames: list[pd.DataFrame] = []
     real = coalesce.logical_collectives
 
-    def keep(coll: pd.DataFrame) -> pd.DataFrame:
-        frames.append(coll.copy())
-        return real(coll)
+    def kept(frame: pd.DataFrame, keep: np.ndarray | None = None) -> pd.DataFrame:
+        frames.append((frame if keep is None else frame[keep]).reset_index(drop=True))
+        return real(frame, keep)
 
-    monkeypatch.setattr(match_module, "logical_collectives", keep)
+    monkeypatch.setattr(match_module, "logical_collectives", kept)
     match_module.match(dumps, resolve_groups(dumps))
     (coll,) = frames
     shuffled = coll.sort_values(["rank", "row"], ascending=[False, True])
