@@ -16,11 +16,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from frtrace.errors import InputError
+from frtrace.load.spill import release_pages
 from frtrace.load.tables import DumpSet
 
 __all__ = ["TABLES", "export_parquet", "parquet_schema"]
 
 TABLES = ("entries", "stacks", "groups", "pg_status", "files")
+# Rows written at a time (Parquet's row group; pyarrow's default size for one)
+ROWS_PER_GROUP = 1 << 20
 
 
 def parquet_schema(schema: pa.Schema) -> pa.Schema:
@@ -55,9 +58,9 @@ def export_parquet(dumps: DumpSet, out: Path) -> list[tuple[Path, int]]:
             "you can write to."
         ) from exc
     tables = {
-        "entries": _decode_list_dictionaries(dumps.entries),
+        "entries": dumps.entries,
         "stacks": dumps.stacks,
-        "groups": _decode_list_dictionaries(dumps.groups),
+        "groups": dumps.groups,
         "pg_status": dumps.pg_status,
         "files": dumps.files,
     }
@@ -66,8 +69,17 @@ def export_parquet(dumps: DumpSet, out: Path) -> list[tuple[Path, int]]:
         table = tables[name]
         path = out / f"{name}.parquet"
         try:
-            pq.write_table(table, path)
+            _write(table, path)
         except OSError as exc:
             raise InputError(f"{path}: cannot write ({exc}).") from exc
         written.append((path, table.num_rows))
     return written
+
+
+def _write(table: pa.Table, path: Path) -> None:
+    """One row group at a time: the sizes of 65M entries, decoded from their dictionaries at
+    once, would take tens of GB; a large set's mapped pages are dropped after each group."""
+    with pq.ParquetWriter(path, parquet_schema(table.schema)) as writer:
+        for start in range(0, max(table.num_rows, 1), ROWS_PER_GROUP):
+            writer.write_table(_decode_list_dictionaries(table.slice(start, ROWS_PER_GROUP)))
+            release_pages()

@@ -7,7 +7,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from frtrace.load import schema
+from frtrace.load import export, schema
 from frtrace.load.export import TABLES, export_parquet, parquet_schema
 from frtrace.load.tables import DumpSet, load_dumps
 from tests.conftest import FIXTURES, GLOO, GLOO_JSON
@@ -107,3 +107,20 @@ def test_unwritable_output_is_a_one_line_input_error(tmp_path: Path) -> None:
     dumps = load_dumps(GLOO / "never_joins", jobs=1)
     with pytest.raises(InputError, match="cannot create the output directory"):
         export_parquet(dumps, blocker / "out")
+
+
+def test_row_groups_of_any_size_write_the_same_tables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tables are written a row group at a time (a large set's sizes, decoded at once, would
+    not fit in memory): groups of 7 rows read back as the whole tables do."""
+    dumps = load_dumps(SETS["nccl_2.10"], jobs=1)
+    export_parquet(dumps, tmp_path / "whole")
+    monkeypatch.setattr(export, "ROWS_PER_GROUP", 7)
+    export_parquet(dumps, tmp_path / "groups")
+    for name in TABLES:
+        whole = pq.read_table(tmp_path / "whole" / f"{name}.parquet")
+        grouped = pq.ParquetFile(tmp_path / "groups" / f"{name}.parquet")
+        if getattr(dumps, name).num_rows > 7:
+            assert grouped.metadata.num_row_groups > 1, name
+        assert grouped.read().equals(whole), name
