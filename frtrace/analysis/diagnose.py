@@ -17,9 +17,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-import numpy as np
-import pandas as pd
-
 from frtrace.analysis.alltoall import split_mismatches
 from frtrace.analysis.capture import dump_moments
 from frtrace.analysis.deadlock import find_deadlocks
@@ -37,7 +34,7 @@ from frtrace.analysis.match import match
 from frtrace.analysis.mismatch import find_mismatches
 from frtrace.analysis.notes import data_notes, unexplained_ranks
 from frtrace.analysis.ops import MatchResult
-from frtrace.analysis.segments import op_blocks
+from frtrace.analysis.segments import rank_group_spans
 from frtrace.analysis.stragglers import find_stragglers
 from frtrace.analysis.stuck import in_flight_findings, stuck_findings
 from frtrace.analysis.unrecorded import unrecorded_finding, unrecorded_ops
@@ -195,24 +192,15 @@ def _explain_missing(
 def _progress(membership: Membership, matched: MatchResult) -> tuple[GroupProgress, ...]:
     """Per group and member: highest seq entered and highest seq finished (by anyone)."""
     coll = matched.collectives
-    done = coll["done"].to_numpy(dtype=bool)
-    ranks = coll["rank"].to_numpy()
-    gids = coll["gid"].to_numpy()
-    seqs = coll["seq"].to_numpy(dtype=np.int64)
-    width = len(membership.groups) + 1
-    finished: dict[tuple[int, int], int] = {}
-    # Block by block, in (gid, seq) order: a member's ops in a group come in ascending seq
-    # (``segments``), so its last done one, in the last block that has one, is the highest.
-    # One int64 key per (rank, gid): a group-by on two columns would hash both (70 bytes/row).
-    starts = matched.consensus["start"].to_numpy()
-    for _, _, row, end_row in op_blocks(starts, len(coll)):
-        mine = np.flatnonzero(done[row:end_row]) + row
-        key = ranks[mine].astype(np.int64)
-        key *= width
-        key += gids[mine]
-        at = np.flatnonzero(~pd.Series(key).duplicated(keep="last").to_numpy())
-        for k, top in zip(key[at].tolist(), seqs[mine[at]].tolist(), strict=True):
-            finished[(k // width, k % width)] = top
+    done = rank_group_spans(
+        coll, matched.consensus["start"].to_numpy(), where=coll["done"].to_numpy(dtype=bool)
+    )
+    finished = {
+        (r, g): top
+        for r, g, top in zip(
+            done["rank"].tolist(), done["gid"].tolist(), done["max"].tolist(), strict=True
+        )
+    }
     out = []
     for gid, group in enumerate(membership.groups):
         out.append(

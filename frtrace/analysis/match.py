@@ -226,7 +226,7 @@ def match(dumps: DumpSet, membership: Membership) -> MatchResult:
     # (glibc keeps freed numpy/pandas buffers: ~90 bytes per entry, 6 GB at 32,768 ranks)
     give_back_memory()
     consensus = consensus_of(collectives)
-    spans = rank_group_spans(collectives)
+    spans = rank_group_spans(collectives, consensus["start"].to_numpy())
     collectives, consensus, failed = settle_completion(
         dumps, membership, collectives, consensus, spans
     )

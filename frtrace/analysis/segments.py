@@ -77,23 +77,45 @@ def locate_ops(gid: np.ndarray, seq: np.ndarray, keys: Iterable[tuple[int, int]]
     return np.unique(np.array(found, dtype=np.int64))
 
 
-def rank_group_spans(collectives: pd.DataFrame) -> pd.DataFrame:
-    """Per (rank, gid): the lowest and highest seq of its logical collectives (columns rank,
-    gid, min, max; sorted by rank, gid). One int64 key per row: a group-by on two columns
-    builds a MultiIndex over every row."""
-    if collectives.empty:
-        return pd.DataFrame({"rank": [], "gid": [], "min": [], "max": []}, dtype=np.int64)
-    gid = collectives["gid"].to_numpy()
-    width = int(gid.max()) + 1
-    key = collectives["rank"].to_numpy().astype(np.int64) * width + gid
-    spans = pd.Series(collectives["seq"].to_numpy(dtype=np.int64)).groupby(key).agg(["min", "max"])
-    del key
-    keys = spans.index.to_numpy(dtype=np.int64)
+def rank_group_spans(
+    collectives: pd.DataFrame, starts: np.ndarray, where: np.ndarray | None = None
+) -> pd.DataFrame:
+    """Per (rank, gid): the lowest and highest seq of its logical collectives (only the rows
+    ``where`` is true, if given); columns rank, gid, min, max, sorted by rank, gid.
+    ``starts``: each op's first row (``consensus["start"]``).
+
+    Block by block, in (gid, seq) order: a member's rows in a group come in ascending seq, so
+    its first row is its lowest and its last its highest. One int64 key per (rank, gid): a
+    group-by on two columns builds a MultiIndex over every row.
+    """
+    low: dict[int, int] = {}
+    high: dict[int, int] = {}
+    if not collectives.empty:
+        ranks = collectives["rank"].to_numpy()
+        gids = collectives["gid"].to_numpy()
+        seqs = collectives["seq"].to_numpy(dtype=np.int64)
+        width = int(gids.max()) + 1
+        for _, _, row, end_row in op_blocks(starts, len(collectives)):
+            if where is None:
+                rows = np.arange(row, end_row)
+            else:
+                rows = np.flatnonzero(where[row:end_row]) + row
+            key = ranks[rows].astype(np.int64)
+            key *= width
+            key += gids[rows]
+            seen = pd.Series(key)
+            first = np.flatnonzero(~seen.duplicated(keep="first").to_numpy())
+            last = np.flatnonzero(~seen.duplicated(keep="last").to_numpy())
+            for k, lo in zip(key[first].tolist(), seqs[rows[first]].tolist(), strict=True):
+                low.setdefault(k, lo)
+            high.update(zip(key[last].tolist(), seqs[rows[last]].tolist(), strict=True))
+    keys = np.array(sorted(high), dtype=np.int64)
+    width = int(collectives["gid"].max()) + 1 if len(keys) else 1
     return pd.DataFrame(
         {
             "rank": keys // width,
             "gid": keys % width,
-            "min": spans["min"].to_numpy(dtype=np.int64),
-            "max": spans["max"].to_numpy(dtype=np.int64),
+            "min": np.array([low[k] for k in keys.tolist()], dtype=np.int64),
+            "max": np.array([high[k] for k in keys.tolist()], dtype=np.int64),
         }
     )

@@ -56,7 +56,7 @@ def test_op_blocks_cover_every_op_once_in_whole_ops(monkeypatch: pytest.MonkeyPa
         assert row == starts[first] and end_row - row <= max(20, int(counts[first]))
 
 
-def test_rank_group_spans_equal_the_group_by() -> None:
+def test_rank_group_spans_equal_the_group_by(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(3)
     frame = pd.DataFrame(
         {
@@ -65,7 +65,10 @@ def test_rank_group_spans_equal_the_group_by() -> None:
             "seq": rng.integers(0, 10_000, size=2000),
         }
     )
-    got = segments.rank_group_spans(frame)
+    frame = frame.sort_values(["gid", "seq", "rank"], kind="stable").reset_index(drop=True)
+    starts = segments.op_starts(frame["gid"].to_numpy(), frame["seq"].to_numpy())
+    monkeypatch.setattr(segments, "BLOCK_ROWS", 50)  # (a member's rows across many blocks)
+    got = segments.rank_group_spans(frame, starts)
     expected = frame.groupby(["rank", "gid"], sort=True)["seq"].agg(["min", "max"])
     assert list(zip(got["rank"], got["gid"], got["min"], got["max"], strict=True)) == [
         (r, g, lo, hi)
