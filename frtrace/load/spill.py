@@ -44,7 +44,8 @@ __all__ = [
 ]
 
 # Below this many bytes of dumps (~600 ranks of 2,000 entries) every column stays in memory:
-# the detail of a small set is a few MB, and a file per column would cost more than it saves.
+# the columns of a small set are a few tens of MB, and a file per column would cost more than
+# it saves.
 # ``FRTRACE_SPILL_MIN_BYTES`` sets another threshold (0: always; the tests use it).
 SPILL_MIN_BYTES = 256 << 20
 
