@@ -8,8 +8,9 @@ Sizes and dtypes, which repeat, are converted once per distinct value and dictio
 from __future__ import annotations
 
 import contextlib
+import marshal
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from itertools import chain
 from operator import itemgetter
 from pathlib import Path
@@ -49,9 +50,26 @@ class Columns:
         self.rank = rank
         self.entries = entries
         self.problems: list[str] = []
+        self.fetched: dict[str, Sequence[Any]] = {}
 
-    def values(self, key: str, alt: str | None = None) -> list[Any]:
+    def prefetch(self, keys: Sequence[str]) -> None:
+        """Read ``keys`` (those the first entry has) from every entry in one C-level pass,
+        and turn the rows into columns in another; nothing when an entry lacks one of them
+        (each column is then read on its own, as ``values`` does)."""
+        present = [k for k in keys if k in self.entries[0]] if self.entries else []
+        if len(present) < 2:  # (itemgetter of one key gives the value, not a row)
+            return
+        try:
+            rows = list(map(itemgetter(*present), self.entries))
+        except KeyError:
+            return
+        self.fetched = dict(zip(present, zip(*rows, strict=True), strict=True))
+
+    def values(self, key: str, alt: str | None = None) -> Sequence[Any]:
         """Every entry's ``key`` (else its ``alt``, else None)."""
+        fetched = self.fetched.get(key)
+        if fetched is not None:
+            return fetched
         try:  # every entry has the key (the usual case): one C-level pass
             return list(map(itemgetter(key), self.entries))
         except KeyError:
@@ -62,7 +80,7 @@ class Columns:
         """Column ``key`` (or ``alt`` where ``key`` is absent), validated by Arrow."""
         return self.convert(key, self.values(key, alt), type_)
 
-    def convert(self, key: str, values: list[Any], type_: pa.DataType) -> pa.Array:
+    def convert(self, key: str, values: Sequence[Any], type_: pa.DataType) -> pa.Array:
         fast = _NUMPY_TYPES.get(type_)
         # the common case: every value present and a number (numpy reads None as NaN: skip)
         if fast is not None and None not in values:
@@ -86,7 +104,7 @@ class Columns:
         return self.convert_repeated(key, [e.get(key) for e in self.entries], type_)
 
     def convert_repeated(
-        self, key: str, values: list[Any], type_: pa.DataType
+        self, key: str, values: Sequence[Any], type_: pa.DataType
     ) -> tuple[pa.Array, np.ndarray]:
         """Sizes and dtypes repeat a lot: convert each distinct value once, then gather.
 
@@ -114,38 +132,38 @@ class Columns:
     def shape_columns(self) -> list[tuple[pa.Array, np.ndarray]]:
         """input_sizes, output_sizes, input_dtypes, output_dtypes with their fingerprints.
 
-        The four at once when every entry has them as lists: one hashable key per entry (an
-        op's sizes and dtypes repeat together); otherwise column by column, as
-        ``take_repeated``, with the same result.
+        The four at once when every entry has them as well-formed lists: one key per entry
+        (an op's sizes and dtypes repeat together), the ``marshal`` bytes of the four values,
+        made in C; each distinct key is decoded and checked once. Otherwise column by
+        column, as ``take_repeated``, with the same result.
         """
-        try:
-            rows = list(map(_SHAPE_FIELDS, self.entries))
-            if not _LISTS.issuperset(map(type, chain.from_iterable(rows))):
-                raise TypeError("not lists")  # (tuple("Float") would be 5 dtypes)
-            index: dict[Any, int] = {}
-            codes = np.array(
-                [
-                    index.setdefault(
-                        (tuple(map(tuple, a)), tuple(map(tuple, b)), tuple(c), tuple(d)),
-                        len(index),
-                    )
-                    for a, b, c, d in rows
-                ],
-                dtype=np.int32,
-            )
-            combos = list(index)
-            out = []
-            for part, type_ in enumerate(_SHAPE_TYPES):
-                inner: dict[Any, int] = {}
-                picks = np.array([inner.setdefault(c[part], len(inner)) for c in combos])
-                out.append(_repeated_array(picks[codes].astype(np.int32), list(inner), type_))
-            return out
-        except (KeyError, pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
-            pairs = zip(_SHAPE_KEYS, _SHAPE_TYPES, strict=True)
-            return [self.take_repeated(key, type_) for key, type_ in pairs]
+        try:  # (marshal writes a value shared through the pickle's memo once, by reference)
+            keys = list(map(marshal.dumps, map(_SHAPE_FIELDS, self.entries)))
+        except (KeyError, TypeError, ValueError):  # a field missing; nested past marshal's limit
+            return self.shapes_one_by_one()
+        # equal values can encode differently (marshal marks objects referenced more than
+        # once), so the decoded values are what is compared
+        distinct: dict[bytes, int] = dict.fromkeys(keys, 0)
+        combos: dict[tuple[Any, ...], int] = {}
+        for key in distinct:
+            combo = _shape_combo(marshal.loads(key))
+            if combo is None:
+                return self.shapes_one_by_one()
+            distinct[key] = combos.setdefault(combo, len(combos))
+        codes = np.fromiter(map(distinct.__getitem__, keys), dtype=np.int32, count=len(keys))
+        out = []
+        for part, type_ in enumerate(_SHAPE_TYPES):
+            inner: dict[Any, int] = {}
+            picks = np.array([inner.setdefault(c[part], len(inner)) for c in combos], np.int32)
+            out.append(_repeated_array(picks[codes], list(inner), type_))
+        return out
+
+    def shapes_one_by_one(self) -> list[tuple[pa.Array, np.ndarray]]:
+        pairs = zip(_SHAPE_KEYS, _SHAPE_TYPES, strict=True)
+        return [self.take_repeated(key, type_) for key, type_ in pairs]
 
     def repeated_slowly(
-        self, key: str, values: list[Any], nested: bool
+        self, key: str, values: Sequence[Any], nested: bool
     ) -> tuple[np.ndarray, list[Any]]:
         """Codes and distinct twins (None first) of a sizes/dtypes column, each value checked
         alone."""
@@ -178,7 +196,7 @@ class Columns:
             self.report(key, values, bad)
         return codes, list(index)
 
-    def convert_slowly(self, key: str, values: list[Any], type_: pa.DataType) -> pa.Array:
+    def convert_slowly(self, key: str, values: Sequence[Any], type_: pa.DataType) -> pa.Array:
         """Value by value: the bad ones become null and are reported."""
         fits = _FITS.get(type_)
         fixed = list(values)
@@ -197,7 +215,7 @@ class Columns:
             self.report(key, values, bad)
         return pa.array(fixed, type=type_)
 
-    def report(self, key: str, values: list[Any], bad: list[int]) -> None:
+    def report(self, key: str, values: Sequence[Any], bad: list[int]) -> None:
         shown = ", ".join(f"#{i} ({type(values[i]).__name__})" for i in bad[:_MAX_DETAILS])
         more = f" and {len(bad) - _MAX_DETAILS} more" if len(bad) > _MAX_DETAILS else ""
         self.problems.append(
@@ -237,7 +255,18 @@ def _repeated_array(
 _SHAPE_KEYS = ("input_sizes", "output_sizes", "input_dtypes", "output_dtypes")
 _SHAPE_FIELDS = itemgetter(*_SHAPE_KEYS)
 _SHAPE_TYPES = (schema.SIZES, schema.SIZES, schema.DTYPES, schema.DTYPES)
-_LISTS = frozenset((list, tuple))
+_SHAPE_NESTED = (True, True, False, False)
+
+
+def _shape_combo(values: Any) -> tuple[Any, ...] | None:
+    """The four twins of one entry's sizes and dtypes, or None unless each is well formed
+    and stored as it is (no text to clean): what the column-by-column path then agrees with."""
+    twins = tuple(map(_checked_twin, values, _SHAPE_NESTED))
+    if _BAD in twins:
+        return None
+    if twins[2] != tuple(values[2]) or twins[3] != tuple(values[3]):
+        return None  # a lone surrogate in a dtype: the careful path spells it out
+    return twins
 
 
 def _checked_twin(value: Any, nested: bool) -> Any:
@@ -286,7 +315,7 @@ _FITS: dict[pa.DataType, Callable[[Any], bool]] = {
 }
 
 
-def text_column(key: str, values: list[Any], cols: Columns | None = None) -> pa.Array:
+def text_column(key: str, values: Sequence[Any], cols: Columns | None = None) -> pa.Array:
     """A dictionary-encoded string column: each distinct string converted once."""
     try:  # all strings or None (the usual case): Arrow converts and encodes in C
         encoded: pa.Array = strings(values).dictionary_encode()

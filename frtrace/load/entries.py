@@ -7,6 +7,8 @@ and ``process_group`` into columns.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from operator import methodcaller
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +26,34 @@ __all__ = ["entries_batch"]
 _ONLY_STR = frozenset((str,))
 _ONLY_BOOL = frozenset((bool,))
 _ONLY_TUPLE = frozenset((tuple,))
+# Fields every entry of a 2.x dump has, read from all entries at once (``duration_ms`` is left
+# out: torch writes it only where the op's time was measured)
+_PREFETCH = (
+    "record_id",
+    "pg_id",
+    "process_group",
+    "collective_seq_id",
+    "p2p_seq_id",
+    "op_id",
+    "profiling_name",
+    "is_p2p",
+    "time_created_ns",
+    "time_discovered_started_ns",
+    "time_discovered_completed_ns",
+    "state",
+    "retired",
+    "timeout_ms",
+    "thread_id",
+    "thread_name",
+    "frames",
+)
 
 
 def entries_batch(
     path: Path, rank: int, entries: list[dict[str, Any]], from_json: bool
 ) -> tuple[pa.RecordBatch, tuple[Stack, ...], list[str]]:
     cols = Columns(path, rank, entries)
+    cols.prefetch(_PREFETCH)
     n = len(entries)
 
     names = cols.values("profiling_name")
@@ -61,6 +85,7 @@ def entries_batch(
             dtype=bool,
         )
 
+    created: Sequence[Any]
     if n and "time_created_ns" not in entries[0] and "time_created_us" in entries[0]:
         created = [_us_to_ns(e.get("time_created_us")) for e in entries]
     else:
@@ -72,7 +97,7 @@ def entries_batch(
         started = [None if v == 0 else v for v in started]
         completed = [None if v == 0 else v for v in completed]
 
-    stack_ids, stacks = intern_stacks(entries, cols.problems)
+    stack_ids, stacks = intern_stacks(cols.values("frames"), cols.problems)
     shapes = cols.shape_columns()
     (in_sizes, in_sig), (out_sizes, out_sig) = shapes[0], shapes[1]
     (in_dtypes, in_dt_sig), (out_dtypes, out_dt_sig) = shapes[2], shapes[3]
@@ -124,12 +149,14 @@ _MAX_SPLITS = 1 << 20
 
 def _splits(cols: Columns, key: str) -> pa.Array:
     """FR 2.11's per-peer split sizes (read by presence): a list of ints, else null."""
-    values = [e.get(key) for e in cols.entries]
+    values = list(map(methodcaller("get", key), cols.entries))
     index: dict[Any, int] = {None: 0}
     codes = np.zeros(len(values), dtype=np.int32)
+    # (not recorded before 2.11, nor for ops other than all_to_all: all None, nothing to do)
+    recorded = values if values.count(None) < len(values) else []
     checked: dict[int, Any] = {}  # id(value) -> tuple or None: a shared value checked once
     bad = []
-    for i, value in enumerate(values):
+    for i, value in enumerate(recorded):
         if value is None:
             continue
         twin = checked.get(id(value), False)
@@ -150,7 +177,7 @@ def _splits(cols: Columns, key: str) -> pa.Array:
     )
 
 
-def _encode(values: list[str | None]) -> tuple[np.ndarray, list[str]]:
+def _encode(values: Sequence[str | None]) -> tuple[np.ndarray, list[str]]:
     """(int32 codes with -1 for None, distinct strings) of a string list."""
     index: dict[str | None, int] = {}
     codes = np.array([index.setdefault(v, len(index)) for v in values], dtype=np.int32)
@@ -183,7 +210,7 @@ def _gather_ints(codes: np.ndarray, values: list[int | None]) -> pa.Array:
 
 
 def _group_columns(
-    groups: list[Any], pg_id_column: pa.Array, problems: list[str]
+    groups: Sequence[Any], pg_id_column: pa.Array, problems: list[str]
 ) -> tuple[pa.Array, pa.Array]:
     """group_name, group_desc from ``process_group`` (2.x), else ``str(pg_id)`` (1.x, 2.2)."""
     if _ONLY_TUPLE.issuperset(map(type, groups)):  # a pickle's (name, desc) pairs

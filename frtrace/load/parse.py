@@ -34,6 +34,7 @@ from frtrace.load.formats import group_rows, parse_version, pg_status_rows
 from frtrace.load.stacks import Stack
 from frtrace.load.unpickle import read_payload
 from frtrace.load.values import label, short_message
+from frtrace.load.wire import Wire, batch_from_wire, batch_to_wire
 
 __all__ = [
     "MAX_ENTRIES",
@@ -79,6 +80,23 @@ class ParsedDump:
     stacks: tuple[Stack, ...]  # local stack id -> frames
     groups: tuple[dict[str, Any], ...]  # rows of schema.GROUPS
     pg_status: tuple[dict[str, Any], ...]  # rows of schema.PG_STATUS
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (from a worker to the parent) with its batch as plain buffers."""
+        wire = batch_to_wire(self.entries)
+        return (_from_wire, (self.meta, *wire, self.stacks, self.groups, self.pg_status))
+
+
+def _from_wire(
+    meta: DumpMeta,
+    schema: pa.Schema,
+    columns: list[Wire],
+    stacks: tuple[Stack, ...],
+    groups: tuple[dict[str, Any], ...],
+    pg_status: tuple[dict[str, Any], ...],
+) -> ParsedDump:
+    entries = batch_from_wire(schema, columns)
+    return ParsedDump(meta=meta, entries=entries, stacks=stacks, groups=groups, pg_status=pg_status)
 
 
 def parse_dump(cand: Candidate) -> ParsedDump:

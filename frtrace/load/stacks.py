@@ -6,6 +6,7 @@ that repeats one long list is handled by list identity and a frame limit.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -20,10 +21,10 @@ MAX_FRAMES = 1 << 11
 
 
 def intern_stacks(
-    entries: list[dict[str, Any]], problems: list[str]
+    lists: Sequence[Any], problems: list[str]
 ) -> tuple[list[int | None], tuple[Stack, ...]]:
-    """Local stack id per entry; each distinct stack is converted and stored once."""
-    lists = [e.get("frames") for e in entries]
+    """Local stack id per entry from each entry's ``frames`` (None where it has none); each
+    distinct stack is converted and stored once."""
     interner = StackInterner()
     try:  # counted in C: real dumps hold tens of frames per entry
         careful = sum(map(len, filter(None, lists))) > MAX_LEAVES
@@ -43,7 +44,7 @@ class StackInterner:
         self.seen: dict[Any, int | None] = {}
         self.stacks: list[Stack] = []
 
-    def by_identity(self, lists: list[Any]) -> list[int | None]:
+    def by_identity(self, lists: Sequence[Any]) -> list[int | None]:
         """torch's pickler writes a frame shared by many entries once (memoized by pointer),
         so a dump decodes to a few hundred frame dicts referenced ~10^5 times: entries whose
         frames are the same objects get their id from one look at the content."""
@@ -54,7 +55,7 @@ class StackInterner:
         ids[None] = None
         return list(map(ids.__getitem__, keys))
 
-    def by_list(self, lists: list[Any]) -> list[int | None]:
+    def by_list(self, lists: Sequence[Any]) -> list[int | None]:
         """A pickle can give every entry the same long frames list (a memo reference): each
         list's stack id is worked out once, from its innermost MAX_FRAMES frames, so the work
         stays proportional to the file, not to entries x frames."""

@@ -6,6 +6,7 @@ A pickle can hold any plain value where a field should be: these never ``str()``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -74,7 +75,7 @@ def clean(text: str) -> str:
     return text
 
 
-def strings(values: list[Any]) -> pa.Array:
+def strings(values: Sequence[Any]) -> pa.Array:
     """pa.array(values, string), lone surrogates spelled out (see clean)."""
     try:
         return pa.array(values, type=pa.string())

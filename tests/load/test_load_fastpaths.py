@@ -18,8 +18,10 @@ import pyarrow as pa
 import pytest
 
 from frtrace.load import columns as load
+from frtrace.load import entries as load_entries
 from frtrace.load import schema
 from frtrace.load.columns import Columns
+from frtrace.load.entries import entries_batch
 from frtrace.load.stacks import StackInterner, intern_stacks
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -87,6 +89,15 @@ def _entry(**kw: Any) -> dict[str, Any]:
     return e
 
 
+def _deep(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+_SHARED = [4, 8]  # one list object in two places, as the pickle memo makes it
+
 ODD = {
     "dtype as a string": _entry(input_dtypes="Float"),
     "sizes missing": {"input_dtypes": ["Float"], "output_dtypes": ["Float"]},
@@ -103,6 +114,10 @@ ODD = {
     "empty lists": _entry(input_sizes=[], output_sizes=[], input_dtypes=[], output_dtypes=[]),
     "too many tensors": _entry(input_sizes=[[1]] * (load._MAX_TENSORS + 1)),
     "too many dimensions": _entry(input_sizes=[[1] * (load._MAX_DIMS + 1)]),
+    "a set of dimensions": _entry(input_sizes=[{4, 8}]),
+    "a dict of dimensions": _entry(input_sizes=[{4: 8}]),
+    "bytes for a shape": _entry(input_sizes=[b"\x04\x08"]),
+    "a shape shared with the next field": _entry(input_sizes=[_SHARED], output_sizes=[_SHARED]),
 }
 
 
@@ -110,6 +125,28 @@ ODD = {
 def test_shapes_fast_equals_careful_on_odd_values(odd: str) -> None:
     entries = [_entry(), ODD[odd], _entry(input_sizes=[[2]]), _entry()]
     _same(_fast_shapes(copy.deepcopy(entries)), _careful_shapes(copy.deepcopy(entries)))
+
+
+def test_sizes_nested_past_marshals_depth_take_the_careful_path() -> None:
+    entries = [_entry(), _entry(input_sizes=[_deep(3000)]), _entry()]  # (marshal stops at 2,000)
+    _same(_fast_shapes(entries), _careful_shapes(entries))
+
+
+def test_values_equal_across_types_give_what_the_careful_path_gives() -> None:
+    """1 == True == 1.0 as dict keys: the combined key must not decide alone."""
+    for odd in ([[True]], [[1.0]]):
+        entries = [_entry(input_sizes=[[1]]), _entry(input_sizes=odd), _entry()]
+        _same(_fast_shapes(copy.deepcopy(entries)), _careful_shapes(copy.deepcopy(entries)))
+
+
+def test_equal_values_shared_or_not_are_one_value() -> None:
+    """The same sizes as one shared object and as equal copies: one dictionary value."""
+    shared = [[4, 8]]
+    entries = [_entry(input_sizes=shared), _entry(input_sizes=[[4, 8]]), _entry(input_sizes=shared)]
+    (sizes, sigs), *_ = _fast_shapes(entries)
+    assert len(sizes.dictionary) == 1
+    assert len(set(sigs)) == 1
+    _same(_fast_shapes(entries), _careful_shapes(entries))
 
 
 def _with_shared_frames(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -154,7 +191,38 @@ def test_stacks_odd_frames_are_reported_per_entry() -> None:
         {"frames": [good[0], good[0]]},
     ]
     problems: list[str] = []
-    ids, stacks = intern_stacks(entries, problems)
+    ids, stacks = intern_stacks([e.get("frames") for e in entries], problems)
     assert ids == [0, None, None, None, None, None, 1]
     assert stacks == ((("f", "a.py", 1),), (("f", "a.py", 1), ("f", "a.py", 1)))
     assert problems == ["3 entries have malformed stack frames; stacks not shown"]
+
+
+def _batch(entries: list[dict[str, Any]]) -> tuple[pa.RecordBatch, Any, list[str]]:
+    return entries_batch(Path("x"), 0, entries, False)
+
+
+def _variants(entries: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The entries, and with a prefetched field missing from, or odd in, one entry."""
+    out = [entries]
+    if len(entries) >= 2:
+        for key in ("state", "collective_seq_id", "frames"):
+            if key in entries[0]:
+                dropped = [dict(e) for e in entries]
+                dropped[-1].pop(key, None)
+                odd = [dict(e) for e in entries]
+                odd[1][key] = [key]
+                out += [dropped, odd]
+    return out
+
+
+@pytest.mark.parametrize(("name", "entries"), FIXTURE_ENTRIES, ids=[n for n, _ in FIXTURE_ENTRIES])
+def test_fields_read_at_once_equal_fields_read_one_by_one(
+    name: str, entries: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for variant in _variants(entries):
+        at_once = _batch(variant)
+        with monkeypatch.context() as m:
+            m.setattr(load_entries, "_PREFETCH", ())
+            one_by_one = _batch(variant)
+        assert at_once[0].equals(one_by_one[0])
+        assert at_once[1:] == one_by_one[1:]

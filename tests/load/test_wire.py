@@ -1,0 +1,61 @@
+"""A parsed file crosses from a worker to the parent unchanged (frtrace.load.wire)."""
+
+from __future__ import annotations
+
+import pickle
+from multiprocessing.reduction import ForkingPickler
+from pathlib import Path
+
+import pytest
+
+from frtrace.errors import FrtraceError
+from frtrace.load.discover import discover
+from frtrace.load.parse import ParsedDump, try_parse
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+SETS = sorted(
+    p for p in FIXTURES.iterdir() if p.is_dir() and p.name not in ("golden", "pystack", "stacks")
+)
+
+
+def _parsed(directory: Path) -> list[ParsedDump]:
+    out = []
+    for sub in sorted({p.parent for p in directory.rglob("*") if p.is_file()}):
+        try:
+            candidates = discover(sub).candidates
+        except FrtraceError:  # (a folder of notes, or of several sets: its sub-folders count)
+            continue
+        for cand in candidates:
+            result = try_parse(cand)
+            if isinstance(result, ParsedDump):
+                out.append(result)
+    return out
+
+
+@pytest.mark.parametrize("directory", SETS, ids=[p.name for p in SETS])
+def test_every_fixture_file_arrives_as_it_left(directory: Path) -> None:
+    parsed = _parsed(directory)
+    assert parsed
+    for before in parsed:
+        after = pickle.loads(bytes(ForkingPickler.dumps(before)))
+        assert after.entries.schema == before.entries.schema
+        assert after.entries.equals(before.entries)
+        for a, b in zip(after.entries.columns, before.entries.columns, strict=True):
+            assert a.null_count == b.null_count
+            if hasattr(a, "dictionary"):
+                assert a.dictionary.equals(b.dictionary)  # the same codes, not just values
+        assert (after.meta, after.stacks) == (before.meta, before.stacks)
+        assert repr((after.groups, after.pg_status)) == repr((before.groups, before.pg_status))
+
+
+def test_a_sliced_batch_arrives_as_it_left() -> None:
+    before = _parsed(FIXTURES / "nccl")[0]
+    sliced = ParsedDump(
+        meta=before.meta,
+        entries=before.entries.slice(1, max(1, before.entries.num_rows - 2)),
+        stacks=before.stacks,
+        groups=before.groups,
+        pg_status=before.pg_status,
+    )
+    after = pickle.loads(pickle.dumps(sliced))
+    assert after.entries.equals(sliced.entries)
