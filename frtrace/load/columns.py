@@ -152,10 +152,13 @@ class Columns:
             distinct[key] = combos.setdefault(combo, len(combos))
         codes = np.fromiter(map(distinct.__getitem__, keys), dtype=np.int32, count=len(keys))
         out = []
-        for part, type_ in enumerate(_SHAPE_TYPES):
-            inner: dict[Any, int] = {}
-            picks = np.array([inner.setdefault(c[part], len(inner)) for c in combos], np.int32)
-            out.append(_repeated_array(picks[codes], list(inner), type_))
+        try:
+            for part, type_ in enumerate(_SHAPE_TYPES):
+                inner: dict[Any, int] = {}
+                picks = [inner.setdefault(c[part], len(inner)) for c in combos]
+                out.append(_repeated_array(np.array(picks, np.int32)[codes], list(inner), type_))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+            return self.shapes_one_by_one()  # (the checks above leave Arrow nothing to refuse)
         return out
 
     def shapes_one_by_one(self) -> list[tuple[pa.Array, np.ndarray]]:

@@ -212,6 +212,7 @@ class _WatchedPool:
         # every worker does on its first file: done once here, the workers inherit it
         # (~150 ms of CPU each; the analysis imports it anyway)
         import pandas  # noqa: F401
+
         methods = multiprocessing.get_all_start_methods()
         # fork: workers inherit the imported modules and the candidates, starting in ms
         self.ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
