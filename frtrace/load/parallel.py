@@ -302,15 +302,13 @@ class _WatchedPool:
         if not self.todo:
             self.stop(worker, politely=True)
             return
-        worker.index = self.todo.popleft()
-        worker.started = time.monotonic()
-        try:
-            worker.conn.send(worker.index)
-        except OSError:  # it died between two files (after a MemoryError, say): restart it
-            self.todo.appendleft(worker.index)
+        index = self.todo.popleft()
+        if not self.send(worker, index):  # it died between two files: restart it
+            self.todo.appendleft(index)
             self.stop(worker)
             self.replace(busy)
             return
+        worker.index, worker.started = index, time.monotonic()
         busy[worker.conn] = worker
 
     def replace(self, busy: dict[Connection, _Worker]) -> None:
@@ -326,22 +324,37 @@ class _WatchedPool:
         self.assign(worker, busy)
 
     def collect(self, worker: _Worker, busy: dict[Connection, _Worker]) -> None:
-        """Take the worker's result (or note that it died), then give it the next file."""
-        assert worker.index is not None
+        """Give the worker whose result is ready its next file, then take the result (or
+        note that it died) and merge it: the worker reads on while the result is merged."""
+        index = worker.index
+        assert index is not None
+        worker.index = None
+        following = self.todo.popleft() if self.todo else None
+        sent = following is not None and self.send(worker, following)
+        result: ParsedDump | DumpFormatError | None
         try:
             result = worker.conn.recv()
         except Exception:  # EOF: it died (a half-sent result fails to unpickle the same way)
+            result = None
+        goes_on = result is not None and not isinstance(result, DumpTooLargeError)  # see _serve
+        if goes_on and sent and following is not None:
+            worker.index, worker.started = following, time.monotonic()
+            busy[worker.conn] = worker
+        elif goes_on and following is None:
+            self.stop(worker, politely=True)
+        else:  # it is gone, or going: the file it was sent goes back first in line
+            if following is not None:
+                self.todo.appendleft(following)
             self.stop(worker)
-            self.finish(worker.index, self.crashed(worker))
             self.replace(busy)
-            return
-        self.finish(worker.index, result)
-        worker.index = None
-        if isinstance(result, DumpTooLargeError):  # it exits: see _serve
-            self.stop(worker)
-            self.replace(busy)
-            return
-        self.assign(worker, busy)
+        self.finish(index, self.crashed(worker, index) if result is None else result)
+
+    def send(self, worker: _Worker, index: int) -> bool:
+        try:
+            worker.conn.send(index)
+        except OSError:  # it died between two files (after a MemoryError, say)
+            return False
+        return True
 
     def finish(self, index: int, result: ParsedDump | DumpFormatError) -> None:
         self.results[index] = result
@@ -363,9 +376,8 @@ class _WatchedPool:
         worker.process.join()
         worker.conn.close()
 
-    def crashed(self, worker: _Worker) -> ReaderFailedError:
-        assert worker.index is not None
-        path = self.candidates[worker.index].path
+    def crashed(self, worker: _Worker, index: int) -> ReaderFailedError:
+        path = self.candidates[index].path
         code = worker.process.exitcode
         if code is not None and code < 0:
             try:

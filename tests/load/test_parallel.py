@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from frtrace.load import parallel
 from frtrace.load.discover import discover
 from frtrace.load.parse import ParsedDump
 from frtrace.load.tables import build_dump_set, load_dumps
-from tests.conftest import healthy_set
+from tests.conftest import healthy_set, make_dump, make_entry, write_pickle
 
 
 def _set_with_damage(tmp_path: Path) -> Path:
@@ -69,3 +70,23 @@ def test_in_process_fallback_streams_in_order_too(
     seen: list[int] = []
     parallel.parse_candidates(candidates, jobs=2, consume=lambda i, r: seen.append(i))
     assert seen == list(range(len(candidates)))
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_worker_lost_midway_costs_only_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jobs: int
+) -> None:
+    """A worker is sent its next file before its result is taken in: when it crashes, or
+    exits after running out of memory, that next file is read by its replacement."""
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 0)
+    for rank in range(9):
+        write_pickle(tmp_path / f"rank_{rank}", make_dump([make_entry()], world=9))
+    # a tuple nested 300,000 deep as a dict key: hashing it kills the reader (SIGSEGV)
+    (tmp_path / "rank_3").write_bytes(b"\x80\x02}" + b")" + b"\x85" * 300_000 + b"K\x01s.")
+    # a memo index of 2**31: the reader runs out of memory, reports it and exits
+    (tmp_path / "rank_6").write_bytes(b"\x80\x02]r" + struct.pack("<I", 2**31 - 1) + b".")
+    dumps = load_dumps(tmp_path, jobs=jobs)
+    assert dumps.loaded_ranks == (0, 1, 2, 4, 5, 7, 8)
+    problems = {p.rank: p.message for p in dumps.problems}
+    assert "crashed (killed by SIGSEGV)" in problems[3]
+    assert "more memory" in problems[6]
