@@ -12,7 +12,7 @@ import marshal
 import zlib
 from collections.abc import Callable, Sequence
 from itertools import chain
-from operator import itemgetter
+from operator import itemgetter, methodcaller
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,14 @@ import pyarrow as pa
 
 from frtrace.errors import DumpFormatError
 from frtrace.load import schema
-from frtrace.load.values import INT64_MAX, INT64_MIN, MAX_LEAVES, clean, strings
+from frtrace.load.values import (
+    INT64_MAX,
+    INT64_MIN,
+    MAX_LEAVES,
+    clean,
+    first_seen_codes,
+    strings,
+)
 
 __all__ = ["Columns", "text_column"]
 
@@ -38,6 +45,7 @@ _NUMPY_TYPES = {pa.int64(): np.int64, pa.float64(): np.float64}
 # text is exponentially long (sub-lists shared through the memo) or nested 100,000 deep.
 _SCALARS = frozenset((int, float, bool, type(None)))
 _SEQUENCES = frozenset((list, tuple, type(None)))
+_PLAIN_TEXT = frozenset((str,))
 _BAD = object()
 _UNSEEN = object()
 
@@ -73,8 +81,9 @@ class Columns:
         try:  # every entry has the key (the usual case): one C-level pass
             return list(map(itemgetter(key), self.entries))
         except KeyError:
-            other = alt or key
-            return [e[key] if key in e else e.get(other) for e in self.entries]
+            if alt is None:  # (duration_ms: only where the op's time was measured)
+                return list(map(methodcaller("get", key), self.entries))
+            return [e[key] if key in e else e.get(alt) for e in self.entries]
 
     def take(self, key: str, type_: pa.DataType, alt: str | None = None) -> pa.Array:
         """Column ``key`` (or ``alt`` where ``key`` is absent), validated by Arrow."""
@@ -156,9 +165,10 @@ class Columns:
             for part, type_ in enumerate(_SHAPE_TYPES):
                 inner: dict[Any, int] = {}
                 picks = [inner.setdefault(c[part], len(inner)) for c in combos]
-                out.append(_repeated_array(np.array(picks, np.int32)[codes], list(inner), type_))
+                picked = np.array(picks, np.int32)[codes]
+                out.append(_repeated_array(picked, list(inner), type_, checked=True))
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
-            return self.shapes_one_by_one()  # (the checks above leave Arrow nothing to refuse)
+            return self.shapes_one_by_one()  # (_shape_combo leaves Arrow nothing to refuse)
         return out
 
     def shapes_one_by_one(self) -> list[tuple[pa.Array, np.ndarray]]:
@@ -320,8 +330,16 @@ _FITS: dict[pa.DataType, Callable[[Any], bool]] = {
 
 def text_column(key: str, values: Sequence[Any], cols: Columns | None = None) -> pa.Array:
     """A dictionary-encoded string column: each distinct string converted once."""
-    try:  # all strings or None (the usual case): Arrow converts and encodes in C
-        encoded: pa.Array = strings(values).dictionary_encode()
+    try:  # all strings or None (the usual case): encoded in C, each distinct string once
+        codes, distinct = first_seen_codes(values)
+        if None in distinct:
+            none_at = distinct.index(None)
+            del distinct[none_at]
+            codes = np.where(codes == none_at, -1, codes - (codes > none_at)).astype(np.int32)
+        if _PLAIN_TEXT.issuperset(map(type, distinct)) and all(map(str.isascii, distinct)):
+            indices = pa.array(codes, type=pa.int32(), mask=codes < 0)
+            return pa.DictionaryArray.from_arrays(indices, pa.array(distinct, type=pa.string()))
+        encoded: pa.Array = strings(values).dictionary_encode()  # (text to clean: see clean)
         return encoded
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
         pass

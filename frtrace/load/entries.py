@@ -19,7 +19,7 @@ from frtrace.load import schema
 from frtrace.load.columns import Columns, text_column
 from frtrace.load.formats import split_profiling_name
 from frtrace.load.stacks import Stack, intern_stacks
-from frtrace.load.values import label, strings
+from frtrace.load.values import first_seen_codes, label, strings
 
 __all__ = ["entries_batch"]
 
@@ -179,11 +179,9 @@ def _splits(cols: Columns, key: str) -> pa.Array:
 
 def _encode(values: Sequence[str | None]) -> tuple[np.ndarray, list[str]]:
     """(int32 codes with -1 for None, distinct strings) of a string list."""
-    index: dict[str | None, int] = {}
-    codes = np.array([index.setdefault(v, len(index)) for v in values], dtype=np.int32)
-    distinct = list(index)
-    if None in index:
-        none_at = index[None]
+    codes, distinct = first_seen_codes(values)
+    if None in distinct:
+        none_at = distinct.index(None)
         codes = np.where(codes == none_at, -1, codes - (codes > none_at)).astype(np.int32)
         distinct.remove(None)
     return codes, [str(v) for v in distinct]
@@ -221,13 +219,11 @@ def _group_columns(
             for g in groups
         ]
     if None not in twins:  # every entry names its group: once per distinct pair
-        index: dict[Any, int] = {}
         try:
-            codes = np.array([index.setdefault(t, len(index)) for t in twins], dtype=np.int32)
+            codes, distinct = first_seen_codes(twins)
         except TypeError:  # a list inside a process_group: the careful loop below
             pass
         else:
-            distinct = list(index)
             names = [label(t[0]) if len(t) >= 1 else None for t in distinct]
             descs = [label(t[1]) if len(t) > 1 else None for t in distinct]
             unnamed = [i for i, name in enumerate(names) if name is None]

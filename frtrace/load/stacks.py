@@ -7,6 +7,7 @@ that repeats one long list is handled by list identity and a frame limit.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
@@ -48,7 +49,11 @@ class StackInterner:
         """torch's pickler writes a frame shared by many entries once (memoized by pointer),
         so a dump decodes to a few hundred frame dicts referenced ~10^5 times: entries whose
         frames are the same objects get their id from one look at the content."""
-        keys = [tuple(map(id, f)) if f.__class__ is list and f else None for f in lists]
+        keys: list[Any]
+        if _ONLY_LISTS.issuperset(map(type, lists)):  # (every entry has frames: in C)
+            keys = list(map(tuple, map(map, repeat(id), lists)))  # [] -> (): no stack either
+        else:
+            keys = [tuple(map(id, f)) if f.__class__ is list and f else None for f in lists]
         # (the frame objects stay alive with ``lists``, so their ids cannot be reused)
         distinct = dict(zip(keys, lists, strict=True))  # one frames list per key
         ids = {key: self.stack_id(frames) for key, frames in distinct.items()}
@@ -96,6 +101,7 @@ class StackInterner:
 
 
 _FRAME_FIELDS = itemgetter("name", "filename", "line")
+_ONLY_LISTS = frozenset((list,))
 
 
 def _convert_stack(frames: list[Any]) -> Stack | None:

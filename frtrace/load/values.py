@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "INT64_MIN",
     "MAX_LEAVES",
     "clean",
+    "first_seen_codes",
     "int_or_none",
     "label",
     "preview",
@@ -73,6 +75,17 @@ def clean(text: str) -> str:
     except UnicodeEncodeError:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text
+
+
+def first_seen_codes(values: Sequence[Any]) -> tuple[np.ndarray, list[Any]]:
+    """Each value's number among the distinct values in first-seen order (int32), and those
+    values, worked out in C (``dict.fromkeys``). Values are told apart as dict keys are (1,
+    1.0 and True are one); an unhashable value raises TypeError."""
+    index: dict[Any, int] = dict.fromkeys(values, 0)
+    for number, value in enumerate(index):
+        index[value] = number
+    codes = np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values))
+    return codes, list(index)
 
 
 def strings(values: Sequence[Any]) -> pa.Array:
