@@ -21,6 +21,7 @@ import gc
 import multiprocessing
 import os
 import signal
+import socket
 import sys
 import time
 from collections import deque
@@ -49,6 +50,8 @@ FILE_TIMEOUT_S_PER_MIB = 1.0
 # dumps need about 10 times their size.
 FILE_MEMORY_BYTES = 512 << 20
 FILE_MEMORY_PER_BYTE = 64
+# Bytes the socket to and from a worker may hold: a whole result, so neither side waits.
+RESULT_BUFFER_BYTES = 4 << 20
 
 
 def default_jobs() -> int:
@@ -173,6 +176,20 @@ _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 
 
+def _widen(*ends: Connection) -> None:
+    """Let a whole result (~0.4 MB for a 2,000-entry dump) sit in the socket between a worker
+    and the parent: with the default ~200 KB, the worker waited on the parent to drain it,
+    and the parent on the worker to refill it. The kernel caps the size (net.core.wmem_max)."""
+    for end in ends:
+        with contextlib.suppress(OSError, ValueError):
+            sock = socket.socket(fileno=end.fileno())
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, RESULT_BUFFER_BYTES)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RESULT_BUFFER_BYTES)
+            finally:
+                sock.detach()  # (the descriptor stays the connection's)
+
+
 def _address_space() -> int | None:
     """This process's virtual memory size in bytes (Linux), else None."""
     try:
@@ -282,6 +299,7 @@ class _WatchedPool:
 
     def start(self) -> _Worker | None:
         recv, send = self.ctx.Pipe(duplex=True)
+        _widen(recv, send)
         process = self.ctx.Process(  # type: ignore[attr-defined]
             target=_serve, args=(send, self.candidates), daemon=True
         )
