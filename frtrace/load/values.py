@@ -93,7 +93,8 @@ def strings(values: Sequence[Any]) -> pa.Array:
     try:
         return pa.array(values, type=pa.string())
     except UnicodeEncodeError:
-        return pa.array([v if v is None else clean(v) for v in values], type=pa.string())
+        # (only the strings: anything else is the caller's to refuse, as Arrow does)
+        return pa.array([clean(v) if isinstance(v, str) else v for v in values], type=pa.string())
 
 
 def preview(value: Any) -> str:
