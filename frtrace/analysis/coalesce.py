@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pandas.api.extensions import ExtensionArray
 
 from frtrace.load.tables import DumpSet
 
@@ -74,9 +75,14 @@ def logical_collectives(frame: pd.DataFrame, keep: np.ndarray | None = None) -> 
     # Each input column is taken out of ``coll`` at its last use and freed there: at 32,768
     # ranks every column is 65M rows, and the frame and the output never coexist whole.
 
-    def take(name: str) -> pd.Series:
-        column = frame.pop(name)
-        return column if keep is None else column[keep].reset_index(drop=True)
+    def take(name: str) -> ExtensionArray:
+        # (the values alone: a filtered Series would carry an index of the kept rows, and
+        # resetting it copy them again, 16 bytes per row at the peak)
+        column: ExtensionArray = frame.pop(name).array
+        if keep is None:
+            return column
+        kept: ExtensionArray = column[keep]
+        return kept
 
     gid = take("gid").to_numpy()
     seq = take("seq").to_numpy(dtype=np.int64)  # (no nulls: the collectives have a seq)
@@ -107,11 +113,12 @@ def logical_collectives(frame: pd.DataFrame, keep: np.ndarray | None = None) -> 
     out["row"] = row[at_first]
     out["last_row"] = row[at_last] if runs else out["row"]
     del row
-    out["op"] = take("op").take(at_last).reset_index(drop=True)  # a run's closing entry
+    out["op"] = take("op").take(at_last)  # a run's closing entry
     op_code = take("op_code").to_numpy()
     out["op_code"] = op_code[at_last]
     sig_all = take("sig").to_numpy()
     sig = sig_all[at_first]
+    del at_first, at_last  # (an int64 per op each, not needed below)
     if runs:
         # the run's signature: every member entry's op and sizes, in order (position-weighted
         # so that two runs with the same entries in another order differ); worked out for
@@ -142,9 +149,9 @@ def logical_collectives(frame: pd.DataFrame, keep: np.ndarray | None = None) -> 
         out["created_ns"] = _first_valid(take("created_ns"), order, first, last)
         out["n_entries"] = (last - first + 1).astype(np.int32)
     else:
-        out["created_ns"] = take("created_ns").take(order).reset_index(drop=True)
+        out["created_ns"] = take("created_ns").take(order)
         out["n_entries"] = np.ones(n, dtype=np.int32)
-    del order, first, last, at_first, at_last
+    del order, first, last
     for name in list(frame.columns):  # consumed
         del frame[name]
     # (copy=False: the columns are fresh arrays; pandas would otherwise copy them into one
@@ -172,11 +179,11 @@ def _op_order(gid: np.ndarray, seq: np.ndarray, rank: np.ndarray, row: np.ndarra
 
 
 def _first_valid(
-    column: pd.Series, order: np.ndarray, first: np.ndarray, last: np.ndarray
+    column: ExtensionArray, order: np.ndarray, first: np.ndarray, last: np.ndarray
 ) -> pd.Series:
     """Per segment [first, last] of ``order``: the first non-null value (as pandas' "first")."""
     values = column.to_numpy(dtype=np.int64, na_value=0)[order]
-    valid = column.notna().to_numpy()[order]
+    valid = ~np.asarray(column.isna())[order]
     if valid[first].all() or not len(first):
         return pd.Series(pd.array(values[first], dtype="Int64"))
     candidate = np.where(valid, np.arange(len(order)), len(order))
