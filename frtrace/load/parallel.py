@@ -161,7 +161,8 @@ def _keep_freed_memory() -> None:
     By default glibc serves large blocks from fresh mappings and gives the top of its heap
     back once free, so every file faulted the same pages in again: ~400 page faults per file,
     10-20% of its time. Blocks under 32 MiB now come from the heap, and up to 128 MiB of free
-    heap is kept (the memory limit, RLIMIT_AS, counts it all the same). Nothing elsewhere.
+    heap is kept (the memory limit, RLIMIT_AS, counts it all the same). Workers only: the
+    parent, whose memory the 32,768-rank budget is about, is left as glibc manages it.
     """
     try:
         mallopt = ctypes.CDLL(None).mallopt
