@@ -77,7 +77,7 @@ def logical_collectives(frame: pd.DataFrame, keep: np.ndarray | None = None) -> 
 
     def take(name: str) -> ExtensionArray:
         # (the values alone: a filtered Series would carry an index of the kept rows, and
-        # resetting it copy them again, 16 bytes per row at the peak)
+        # resetting it copied them again: 16 bytes per row at the peak)
         column: ExtensionArray = frame.pop(name).array
         if keep is None:
             return column
