@@ -332,10 +332,6 @@ def text_column(key: str, values: Sequence[Any], cols: Columns | None = None) ->
     """A dictionary-encoded string column: each distinct string converted once."""
     try:  # all strings or None (the usual case): encoded in C, each distinct string once
         codes, distinct = first_seen_codes(values)
-        if None in distinct:
-            none_at = distinct.index(None)
-            del distinct[none_at]
-            codes = np.where(codes == none_at, -1, codes - (codes > none_at)).astype(np.int32)
         if _PLAIN_TEXT.issuperset(map(type, distinct)) and all(map(str.isascii, distinct)):
             indices = pa.array(codes, type=pa.int32(), mask=codes < 0)
             return pa.DictionaryArray.from_arrays(indices, pa.array(distinct, type=pa.string()))

@@ -8,7 +8,6 @@ and ``process_group`` into columns.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import methodcaller
 from pathlib import Path
 from typing import Any
 
@@ -149,7 +148,7 @@ _MAX_SPLITS = 1 << 20
 
 def _splits(cols: Columns, key: str) -> pa.Array:
     """FR 2.11's per-peer split sizes (read by presence): a list of ints, else null."""
-    values = list(map(methodcaller("get", key), cols.entries))
+    values = cols.values(key)
     index: dict[Any, int] = {None: 0}
     codes = np.zeros(len(values), dtype=np.int32)
     # (not recorded before 2.11, nor for ops other than all_to_all: all None, nothing to do)
@@ -180,10 +179,6 @@ def _splits(cols: Columns, key: str) -> pa.Array:
 def _encode(values: Sequence[str | None]) -> tuple[np.ndarray, list[str]]:
     """(int32 codes with -1 for None, distinct strings) of a string list."""
     codes, distinct = first_seen_codes(values)
-    if None in distinct:
-        none_at = distinct.index(None)
-        codes = np.where(codes == none_at, -1, codes - (codes > none_at)).astype(np.int32)
-        distinct.remove(None)
     return codes, [str(v) for v in distinct]
 
 

@@ -78,14 +78,20 @@ def clean(text: str) -> str:
 
 
 def first_seen_codes(values: Sequence[Any]) -> tuple[np.ndarray, list[Any]]:
-    """Each value's number among the distinct values in first-seen order (int32), and those
-    values, worked out in C (``dict.fromkeys``). Values are told apart as dict keys are (1,
-    1.0 and True are one); an unhashable value raises TypeError."""
+    """Each value's number among the distinct values in first-seen order (int32; -1 for
+    None), and those values (None left out), worked out in C (``dict.fromkeys``). Values are
+    told apart as dict keys are (1, 1.0 and True are one); an unhashable value raises
+    TypeError."""
     index: dict[Any, int] = dict.fromkeys(values, 0)
     for number, value in enumerate(index):
         index[value] = number
     codes = np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values))
-    return codes, list(index)
+    distinct = list(index)
+    if None in index:  # None is no value: code -1, and not among the distinct values
+        none_at = index[None]
+        codes = np.where(codes == none_at, -1, codes - (codes > none_at)).astype(np.int32)
+        del distinct[none_at]
+    return codes, distinct
 
 
 def strings(values: Sequence[Any]) -> pa.Array:
