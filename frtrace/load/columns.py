@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import marshal
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from itertools import chain
 from operator import itemgetter, methodcaller
 from pathlib import Path
@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from frtrace.errors import DumpFormatError
-from frtrace.load import schema
+from frtrace.load import native, schema
 from frtrace.load.values import (
     INT64_MAX,
     INT64_MIN,
@@ -59,6 +59,16 @@ class Columns:
         self.entries = entries
         self.problems: list[str] = []
         self.fetched: dict[str, Sequence[Any]] = {}
+        self.scanned: dict[str, Any] = {}
+
+    def scan(self, specs: Sequence[native.Spec], prefetch: Collection[str]) -> None:
+        """Read the columns of ``specs`` in one C pass where it is built (``native``); those
+        it gives up on (a value not of the plain kind expected), or all of them where it is not
+        built, those of them in ``prefetch`` in one Python pass. ``take`` and friends then read
+        from these."""
+        scanned = native.columns(self.entries, specs) if self.entries else None
+        self.scanned = scanned or {}
+        self.prefetch([key for key, _, _ in specs if key in prefetch and key not in self.scanned])
 
     def prefetch(self, keys: Sequence[str]) -> None:
         """Read ``keys`` (those the first entry has) from every entry in one C-level pass,
@@ -87,7 +97,27 @@ class Columns:
 
     def take(self, key: str, type_: pa.DataType, alt: str | None = None) -> pa.Array:
         """Column ``key`` (or ``alt`` where ``key`` is absent), validated by Arrow."""
-        return self.convert(key, self.values(key, alt), type_)
+        scanned = self.scanned.get(key)
+        if scanned is None:
+            return self.convert(key, self.values(key, alt), type_)
+        if type_ == schema.TEXT:
+            codes, distinct = scanned
+            return text_from_codes(codes, distinct) or text_column(key, self.values(key), self)
+        values, valid = scanned
+        return number_array(values, valid, type_)
+
+    def take_time(self, key: str, from_json: bool) -> pa.Array:
+        """An int64 time column; in JSON, where 0 means "not observed", 0 is null."""
+        scanned = self.scanned.get(key)
+        if scanned is not None:
+            values, valid = scanned
+            if from_json and (values == 0).any():
+                valid = values != 0 if valid is None else valid & (values != 0)
+            return number_array(values, valid, pa.int64())
+        read = self.values(key)
+        if from_json:
+            read = [None if v == 0 else v for v in read]
+        return self.convert(key, read, pa.int64())
 
     def convert(self, key: str, values: Sequence[Any], type_: pa.DataType) -> pa.Array:
         fast = _NUMPY_TYPES.get(type_)
@@ -146,20 +176,33 @@ class Columns:
         made in C; each distinct key is decoded and checked once. Otherwise column by
         column, as ``take_repeated``, with the same result.
         """
-        try:  # (marshal writes a value shared through the pickle's memo once, by reference)
-            keys = list(map(marshal.dumps, map(_SHAPE_FIELDS, self.entries)))
-        except (KeyError, TypeError, ValueError):  # a field missing; nested past marshal's limit
-            return self.shapes_one_by_one()
-        # equal values can encode differently (marshal marks objects referenced more than
-        # once), so the decoded values are what is compared
-        distinct: dict[bytes, int] = dict.fromkeys(keys, 0)
         combos: dict[tuple[Any, ...], int] = {}
-        for key in distinct:
-            combo = _shape_combo(marshal.loads(key))
-            if combo is None:
+        if native.active():  # keyed in C; any value it does not take is checked one by one
+            try:
+                keyed, firsts = native.shapes(self.entries, _SHAPE_KEYS)
+            except LookupError:
                 return self.shapes_one_by_one()
-            distinct[key] = combos.setdefault(combo, len(combos))
-        codes = np.fromiter(map(distinct.__getitem__, keys), dtype=np.int32, count=len(keys))
+            picks = []
+            for first in firsts:
+                combo = _shape_combo(_SHAPE_FIELDS(self.entries[first]))
+                if combo is None:
+                    return self.shapes_one_by_one()
+                picks.append(combos.setdefault(combo, len(combos)))
+            codes = np.array(picks, dtype=np.int32)[keyed]
+        else:
+            try:  # (marshal writes a value shared through the pickle's memo once, by reference)
+                keys = list(map(marshal.dumps, map(_SHAPE_FIELDS, self.entries)))
+            except (KeyError, TypeError, ValueError):  # a field missing; nested past the limit
+                return self.shapes_one_by_one()
+            # equal values can encode differently (marshal marks objects referenced more than
+            # once), so the decoded values are what is compared
+            distinct: dict[bytes, int] = dict.fromkeys(keys, 0)
+            for key in distinct:
+                combo = _shape_combo(marshal.loads(key))
+                if combo is None:
+                    return self.shapes_one_by_one()
+                distinct[key] = combos.setdefault(combo, len(combos))
+            codes = np.fromiter(map(distinct.__getitem__, keys), dtype=np.int32, count=len(keys))
         out = []
         try:
             for part, type_ in enumerate(_SHAPE_TYPES):
@@ -328,13 +371,29 @@ _FITS: dict[pa.DataType, Callable[[Any], bool]] = {
 }
 
 
+def number_array(values: np.ndarray, valid: np.ndarray | None, type_: pa.DataType) -> pa.Array:
+    """A numeric or boolean column from its values and where they are valid (None: all)."""
+    if valid is None:
+        return pa.array(values, type=type_)
+    return pa.array(values, type=type_, mask=~valid)
+
+
+def text_from_codes(codes: np.ndarray, distinct: list[Any]) -> pa.Array | None:
+    """The dictionary column of first-seen codes (-1: null) into distinct values, where they
+    are all ASCII strings (else None: text to clean, or values that are not text)."""
+    if not (_PLAIN_TEXT.issuperset(map(type, distinct)) and all(map(str.isascii, distinct))):
+        return None
+    indices = pa.array(codes, type=pa.int32(), mask=codes < 0)
+    return pa.DictionaryArray.from_arrays(indices, pa.array(distinct, type=pa.string()))
+
+
 def text_column(key: str, values: Sequence[Any], cols: Columns | None = None) -> pa.Array:
     """A dictionary-encoded string column: each distinct string converted once."""
     try:  # all strings or None (the usual case): encoded in C, each distinct string once
         codes, distinct = first_seen_codes(values)
-        if _PLAIN_TEXT.issuperset(map(type, distinct)) and all(map(str.isascii, distinct)):
-            indices = pa.array(codes, type=pa.int32(), mask=codes < 0)
-            return pa.DictionaryArray.from_arrays(indices, pa.array(distinct, type=pa.string()))
+        plain = text_from_codes(codes, distinct)
+        if plain is not None:
+            return plain
         encoded: pa.Array = strings(values).dictionary_encode()  # (text to clean: see clean)
         return encoded
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):

@@ -7,6 +7,7 @@ and ``process_group`` into columns.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -14,10 +15,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from frtrace.load import schema
+from frtrace.load import native, schema
 from frtrace.load.columns import Columns, text_column
 from frtrace.load.formats import split_profiling_name
-from frtrace.load.stacks import Stack, intern_stacks
+from frtrace.load.stacks import Stack, intern_coded_stacks, intern_stacks
 from frtrace.load.values import first_seen_codes, label, strings
 
 __all__ = ["entries_batch"]
@@ -25,40 +26,55 @@ __all__ = ["entries_batch"]
 _ONLY_STR = frozenset((str,))
 _ONLY_BOOL = frozenset((bool,))
 _ONLY_TUPLE = frozenset((tuple,))
-# Fields every entry of a 2.x dump has, read from all entries at once (``duration_ms`` is left
-# out: torch writes it only where the op's time was measured)
-_PREFETCH = (
-    "record_id",
-    "pg_id",
-    "process_group",
-    "collective_seq_id",
-    "p2p_seq_id",
-    "op_id",
-    "profiling_name",
-    "is_p2p",
-    "time_created_ns",
-    "time_discovered_started_ns",
-    "time_discovered_completed_ns",
-    "state",
-    "retired",
-    "timeout_ms",
-    "thread_id",
-    "thread_name",
-    "frames",
+# Fields every entry of a 2.x dump has (``duration_ms`` only where the op's time was measured,
+# the split sizes from FR 2.11 and only for all_to_all), read from all entries at once.
+# Required: a key that may be missing because the column has another name in an older format.
+_SPECS: tuple[native.Spec, ...] = (
+    ("record_id", native.INT64, False),
+    ("pg_id", native.INT64, False),
+    ("process_group", native.PAIR, False),
+    ("collective_seq_id", native.INT64, True),
+    ("p2p_seq_id", native.INT64, False),
+    ("op_id", native.INT64, False),
+    ("profiling_name", native.TEXT, False),
+    ("is_p2p", native.BOOL, False),
+    ("time_created_ns", native.INT64, True),
+    ("time_discovered_started_ns", native.INT64, False),
+    ("time_discovered_completed_ns", native.INT64, False),
+    ("state", native.TEXT, False),
+    ("retired", native.BOOL, False),
+    ("timeout_ms", native.INT64, False),
+    ("thread_id", native.TEXT, False),
+    ("thread_name", native.TEXT, False),
+    ("frames", native.FRAMES, False),
+    ("duration_ms", native.FLOAT64, False),
+    ("input_split_sizes", native.NONE, False),
+    ("output_split_sizes", native.NONE, False),
 )
+# Of those, what the Python pass reads at once where the C one does not (not ``duration_ms``
+# nor the split sizes, which most entries lack: one missing key stops that pass)
+_PREFETCH = frozenset(key for key, _, _ in _SPECS) - {
+    "duration_ms",
+    "input_split_sizes",
+    "output_split_sizes",
+}
 
 
 def entries_batch(
     path: Path, rank: int, entries: list[dict[str, Any]], from_json: bool
 ) -> tuple[pa.RecordBatch, tuple[Stack, ...], list[str]]:
     cols = Columns(path, rank, entries)
-    cols.prefetch(_PREFETCH)
+    cols.scan(_SPECS, _PREFETCH)
     n = len(entries)
 
-    names = cols.values("profiling_name")
-    if not _ONLY_STR.issuperset(map(type, names)):
-        names = [x if isinstance(x, str) else None for x in names]
-    name_codes, name_values = _encode(names)
+    scanned_names = cols.scanned.get("profiling_name")
+    if scanned_names is not None:  # (every one a str, or None)
+        name_codes, name_values = scanned_names
+    else:
+        names = cols.values("profiling_name")
+        if not _ONLY_STR.issuperset(map(type, names)):
+            names = [x if isinstance(x, str) else None for x in names]
+        name_codes, name_values = _encode(names)
     bad_names = int((name_codes < 0).sum())
     if bad_names:
         cols.problems.append(f"{bad_names} entries have no profiling_name; their op is unknown")
@@ -70,10 +86,13 @@ def entries_batch(
     is_send_recv = np.array([p[1] in ("send", "recv") for p in parts] + [False])[name_codes]
 
     pg_ids = cols.take("pg_id", pa.int64())
-    group_name, group_desc = _group_columns(cols.values("process_group"), pg_ids, cols.problems)
+    group_name, group_desc = _group_columns(cols, pg_ids)
 
-    is_p2p_raw = cols.values("is_p2p")
-    if _ONLY_BOOL.issuperset(map(type, is_p2p_raw)):  # recorded for every entry (2.4+)
+    scanned_p2p = cols.scanned.get("is_p2p")
+    is_p2p_raw = () if scanned_p2p is not None and scanned_p2p[1] is None else cols.values("is_p2p")
+    if scanned_p2p is not None and scanned_p2p[1] is None:  # recorded for every entry (2.4+)
+        is_p2p = scanned_p2p[0]
+    elif _ONLY_BOOL.issuperset(map(type, is_p2p_raw)):
         is_p2p = np.fromiter(is_p2p_raw, dtype=bool, count=n)
     else:  # before 2.4, or damaged: send/recv by name
         is_p2p = np.array(
@@ -84,19 +103,20 @@ def entries_batch(
             dtype=bool,
         )
 
-    created: Sequence[Any]
     if n and "time_created_ns" not in entries[0] and "time_created_us" in entries[0]:
-        created = [_us_to_ns(e.get("time_created_us")) for e in entries]
+        us = [_us_to_ns(e.get("time_created_us")) for e in entries]
+        created = cols.convert("time_created_ns", us, pa.int64())
     else:
-        created = cols.values("time_created_ns")
+        created = cols.take("time_created_ns", pa.int64())
 
-    started = cols.values("time_discovered_started_ns")
-    completed = cols.values("time_discovered_completed_ns")
-    if from_json:  # JSON writes 0 for "not observed"
-        started = [None if v == 0 else v for v in started]
-        completed = [None if v == 0 else v for v in completed]
-
-    stack_ids, stacks = intern_stacks(cols.values("frames"), cols.problems)
+    scanned_frames = cols.scanned.get("frames")
+    if scanned_frames is not None:
+        frame_codes, frame_lists = scanned_frames
+        sids, stacks = intern_coded_stacks(frame_codes, frame_lists, cols.problems)
+        stack_ids = pa.array(sids, type=pa.int32(), mask=sids < 0)
+    else:
+        ids, stacks = intern_stacks(cols.values("frames"), cols.problems)
+        stack_ids = pa.array(ids, type=pa.int32())
     shapes = cols.shape_columns()
     (in_sizes, in_sig), (out_sizes, out_sig) = shapes[0], shapes[1]
     (in_dtypes, in_dt_sig), (out_dtypes, out_dt_sig) = shapes[2], shapes[3]
@@ -122,15 +142,15 @@ def entries_batch(
         in_dtypes,
         out_dtypes,
         cols.take("state", schema.TEXT),
-        cols.convert("time_created_ns", created, pa.int64()),
-        cols.convert("time_discovered_started_ns", started, pa.int64()),
-        cols.convert("time_discovered_completed_ns", completed, pa.int64()),
+        created,
+        cols.take_time("time_discovered_started_ns", from_json),  # (JSON: 0 is "not observed")
+        cols.take_time("time_discovered_completed_ns", from_json),
         cols.take("duration_ms", pa.float64()),
         cols.take("retired", pa.bool_()),
         cols.take("timeout_ms", pa.int64()),
         cols.take("thread_id", schema.TEXT),
         cols.take("thread_name", schema.TEXT),
-        pa.array(stack_ids, type=pa.int32()),
+        stack_ids,
         _sig_array(in_sig, in_sizes),
         _sig_array(out_sig, out_sizes),
         _sig_array(in_dt_sig, in_dtypes),
@@ -148,10 +168,10 @@ _MAX_SPLITS = 1 << 20
 
 def _splits(cols: Columns, key: str) -> pa.Array:
     """FR 2.11's per-peer split sizes (read by presence): a list of ints, else null."""
-    values = cols.values(key)
-    index: dict[Any, int] = {None: 0}
-    codes = np.zeros(len(values), dtype=np.int32)
     # (not recorded before 2.11, nor for ops other than all_to_all: all None, nothing to do)
+    values = [] if cols.scanned.get(key) is True else cols.values(key)
+    index: dict[Any, int] = {None: 0}
+    codes = np.zeros(len(cols.entries), dtype=np.int32)
     recorded = values if values.count(None) < len(values) else []
     checked: dict[int, Any] = {}  # id(value) -> tuple or None: a shared value checked once
     bad = []
@@ -202,32 +222,31 @@ def _gather_ints(codes: np.ndarray, values: list[int | None]) -> pa.Array:
     return pa.array(picked, type=pa.int32(), mask=picked < 0)
 
 
-def _group_columns(
-    groups: Sequence[Any], pg_id_column: pa.Array, problems: list[str]
-) -> tuple[pa.Array, pa.Array]:
+def _group_columns(cols: Columns, pg_id_column: pa.Array) -> tuple[pa.Array, pa.Array]:
     """group_name, group_desc from ``process_group`` (2.x), else ``str(pg_id)`` (1.x, 2.2)."""
-    if _ONLY_TUPLE.issuperset(map(type, groups)):  # a pickle's (name, desc) pairs
-        twins = groups
-    else:
-        twins = [
-            g if g.__class__ is tuple else (tuple(g) if g.__class__ is list else None)
-            for g in groups
-        ]
-    if None not in twins:  # every entry names its group: once per distinct pair
-        try:
-            codes, distinct = first_seen_codes(twins)
-        except TypeError:  # a list inside a process_group: the careful loop below
-            pass
+    problems = cols.problems
+    coded = cols.scanned.get("process_group")  # (pairs of str, every entry has one)
+    groups: Sequence[Any] = () if coded is not None else cols.values("process_group")
+    if coded is None:
+        if _ONLY_TUPLE.issuperset(map(type, groups)):  # a pickle's (name, desc) pairs
+            twins = groups
         else:
-            names = [label(t[0]) if len(t) >= 1 else None for t in distinct]
-            descs = [label(t[1]) if len(t) > 1 else None for t in distinct]
-            unnamed = [i for i, name in enumerate(names) if name is None]
-            if unnamed:
-                bad = int(np.isin(codes, unnamed).sum())
-                problems.append(
-                    f"{bad} entries have a malformed process_group; their group is unknown"
-                )
-            return _decoded(codes, names), _decoded(codes, descs)
+            twins = [
+                g if g.__class__ is tuple else (tuple(g) if g.__class__ is list else None)
+                for g in groups
+            ]
+        if None not in twins:
+            with contextlib.suppress(TypeError):  # (a list inside one: the careful loop below)
+                coded = first_seen_codes(twins)
+    if coded is not None:  # every entry names its group: once per distinct pair
+        codes, distinct = coded
+        names = [label(t[0]) if len(t) >= 1 else None for t in distinct]
+        descs = [label(t[1]) if len(t) > 1 else None for t in distinct]
+        unnamed = [i for i, name in enumerate(names) if name is None]
+        if unnamed:
+            bad = int(np.isin(codes, unnamed).sum())
+            problems.append(f"{bad} entries have a malformed process_group; their group is unknown")
+        return _decoded(codes, names), _decoded(codes, descs)
     name: list[str | None] = []
     desc: list[str | None] = []
     bad = 0

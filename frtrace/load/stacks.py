@@ -11,9 +11,11 @@ from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
+import numpy as np
+
 from frtrace.load.values import MAX_LEAVES, clean, int_or_none
 
-__all__ = ["MAX_FRAMES", "Frame", "Stack", "StackInterner", "intern_stacks"]
+__all__ = ["MAX_FRAMES", "Frame", "Stack", "StackInterner", "intern_coded_stacks", "intern_stacks"]
 
 Frame = tuple[str, str, int]
 Stack = tuple[Frame, ...]
@@ -36,6 +38,22 @@ def intern_stacks(
     if malformed:
         problems.append(f"{malformed} entries have malformed stack frames; stacks not shown")
     return ids, tuple(interner.stacks)
+
+
+def intern_coded_stacks(
+    codes: np.ndarray, lists: list[Any], problems: list[str]
+) -> tuple[np.ndarray, tuple[Stack, ...]]:
+    """``intern_stacks`` where each entry's frames list is already known by a code (-1: no
+    frames) into distinct ``lists`` told apart by the identity of their frames (the C pass,
+    frtrace.load.native): the same ids (int32, -1 for none) and problems."""
+    interner = StackInterner()
+    ids = [interner.stack_id(frames) for frames in lists]
+    unknown = [code for code, sid in enumerate(ids) if sid is None]
+    if unknown:
+        malformed = int(np.isin(codes, unknown).sum())
+        problems.append(f"{malformed} entries have malformed stack frames; stacks not shown")
+    table = np.array([-1 if sid is None else sid for sid in ids] + [-1], dtype=np.int32)
+    return table[codes], tuple(interner.stacks)  # (code -1 picks the -1 appended)
 
 
 class StackInterner:

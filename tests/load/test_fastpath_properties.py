@@ -34,11 +34,16 @@ SETTINGS = settings(
 )
 
 _SHARED = [4, 8]
+_FRAME = {"name": "f", "filename": "a.py", "line": 1}  # (one object, as the pickle memo shares)
 ODD_VALUES: list[Any] = [
     None,
     0,
     -1,
     2**70,
+    2**63 - 1,
+    -(2**63),
+    2**63,
+    float("nan"),
     1.5,
     4.0,
     True,
@@ -65,10 +70,17 @@ ODD_VALUES: list[Any] = [
     [1, 2, 3],
     [0, 2**63],
     ("74", "mesh_tp"),
+    ("74",),
+    (),
+    ("74", 3),
+    (("74",), "x"),
     ["74", "mesh_tp"],
     {"a": 1},
     b"\x04\x08",
     [{"name": "f", "filename": "a.py", "line": 1}],
+    [_FRAME, _FRAME],
+    [_FRAME, {"name": "f", "filename": "a.py", "line": 1}],
+    (_FRAME,),
     [{"name": 3}],
 ]
 
@@ -123,13 +135,19 @@ def _batch(entries: list[dict[str, Any]]) -> tuple[pa.RecordBatch, Any, list[str
     return load_entries.entries_batch(Path("x"), 0, entries, False)
 
 
+@pytest.mark.parametrize("with_c", [True, False], ids=["c-pass", "python-pass"])
 @SETTINGS
 @given(entries=odd_entries())
 def test_fast_paths_give_the_careful_batch(
-    entries: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+    entries: list[dict[str, Any]], with_c: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fast = _batch(entries)
+    """With the C pass (frtrace.load.native) and without it, the batch of the careful path."""
     with monkeypatch.context() as m:
+        if not with_c:
+            m.setenv("FRTRACE_PURE_PYTHON", "1")
+        fast = _batch(entries)
+    with monkeypatch.context() as m:
+        m.setenv("FRTRACE_PURE_PYTHON", "1")
         m.setattr(load_entries, "_PREFETCH", ())
         m.setattr(Columns, "shape_columns", Columns.shapes_one_by_one)
         careful = _batch(entries)
@@ -155,6 +173,13 @@ def test_text_encoding_is_arrows(values: list[Any]) -> None:
     want = _text_by_arrow(values)
     assert got.equals(want)
     assert got.dictionary.equals(want.dictionary)
+
+
+def test_the_c_pass_reads_every_column_of_well_formed_entries() -> None:
+    """(The property above compares nothing if the C pass always gave up.)"""
+    cols = Columns(Path("x"), 0, [_base(i) for i in range(4)])
+    cols.scan(load_entries._SPECS, load_entries._PREFETCH)
+    assert set(cols.scanned) == {key for key, _, _ in load_entries._SPECS}
 
 
 def test_the_fast_shapes_path_is_taken_on_well_formed_entries(

@@ -1,0 +1,110 @@
+"""The C pass over a file's decoded entries (``frtrace.load._scan``), where it was built.
+
+``columns`` reads many columns of every entry in one pass and ``shapes`` keys each entry's
+sizes and dtypes, without a Python object per value. Both are fast paths only: a column whose
+values are not all of the plain kind it expects comes back as None, and the caller reads it
+in Python (``frtrace.load.columns``), which is the reference and gives the same result. Where
+the module is not built (no C compiler at install time) or ``FRTRACE_PURE_PYTHON`` is set,
+both return None and every column is read in Python.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from frtrace.load.values import MAX_LEAVES
+
+__all__ = [
+    "BOOL",
+    "FLOAT64",
+    "FRAMES",
+    "INT64",
+    "NONE",
+    "PAIR",
+    "TEXT",
+    "Codes",
+    "Numbers",
+    "Spec",
+    "active",
+    "columns",
+    "shapes",
+]
+
+# What a column holds, as _scan.c numbers them. NONE: a column expected to be empty.
+INT64, FLOAT64, BOOL, TEXT, PAIR, FRAMES, NONE = range(7)
+
+# (key, kind, required): a required key missing from an entry gives its column up
+Spec = tuple[str, int, bool]
+# numbers: the values (any value where null), and where they are valid (None: everywhere)
+Numbers = tuple[np.ndarray, np.ndarray | None]
+# text, pairs, frames: int32 codes (-1: none), and the distinct values, first seen first
+Codes = tuple[np.ndarray, list[Any]]
+
+_DTYPES = {INT64: np.int64, FLOAT64: np.float64, BOOL: np.bool_}
+
+
+def _load() -> ModuleType | None:
+    try:
+        from frtrace.load import _scan
+    except ImportError:  # built without a C compiler: every column is read in Python
+        return None
+    names = ("INT64", "FLOAT64", "BOOL", "TEXT", "PAIR", "FRAMES", "NONE")
+    if tuple(getattr(_scan, name, None) for name in names) != tuple(range(7)):
+        return None  # (a stale build of another version of _scan.c)
+    return _scan
+
+
+_SCAN = _load()
+
+
+def active() -> bool:
+    """Whether the C pass is used (built, and not turned off by ``FRTRACE_PURE_PYTHON``)."""
+    return _SCAN is not None and not os.environ.get("FRTRACE_PURE_PYTHON")
+
+
+def columns(entries: list[dict[str, Any]], specs: Sequence[Spec]) -> dict[str, Any] | None:
+    """Each spec's column read in one pass: ``Numbers`` for INT64, FLOAT64 and BOOL,
+    ``Codes`` for TEXT, PAIR and FRAMES, True for an empty NONE column; a column given up is
+    left out. None where the pass is not active."""
+    if not active() or _SCAN is None:
+        return None
+    try:
+        results = _SCAN.columns(entries, tuple(specs), MAX_LEAVES)
+    except TypeError:  # not a list of plain dicts
+        return None
+    out: dict[str, Any] = {}
+    for (key, kind, _), result in zip(specs, results, strict=True):
+        if result is None:
+            continue
+        if kind == NONE:
+            out[key] = True
+        elif kind in _DTYPES:
+            values, valid = result
+            flags = None if valid is None else np.frombuffer(valid, dtype=np.bool_)
+            out[key] = (np.frombuffer(values, dtype=_DTYPES[kind]), flags)
+        else:
+            codes, distinct = result
+            out[key] = (np.frombuffer(codes, dtype=np.int32), distinct)
+    return out
+
+
+def shapes(entries: list[dict[str, Any]], keys: tuple[str, ...]) -> tuple[np.ndarray, list[int]]:
+    """Per entry, a code standing for its values under ``keys`` (equal codes: equal values),
+    and the first entry with each code. Raises LookupError where the pass is not active or
+    gives up (a key missing, a value not a list or tuple of str or of lists of int64, more
+    than MAX_LEAVES leaves in all)."""
+    if not active() or _SCAN is None:
+        raise LookupError("the C pass is not active")
+    try:
+        result = _SCAN.shapes(entries, keys, MAX_LEAVES)
+    except TypeError:  # not a list of plain dicts
+        result = None
+    if result is None:
+        raise LookupError("not plain sizes and dtypes")
+    codes, firsts = result
+    return np.frombuffer(codes, dtype=np.int32), firsts

@@ -1,0 +1,18 @@
+"""The one compiled part: frtrace.load._scan, a C pass over decoded entries (optional).
+
+Everything else is in pyproject.toml. Where the module cannot be built (no C compiler), the
+install goes on without it and frtrace reads every column in Python, with the same results.
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "frtrace.load._scan",
+            ["frtrace/load/_scan.c"],
+            optional=True,
+            extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+        )
+    ]
+)

@@ -1,0 +1,235 @@
+"""The C pass over decoded entries (frtrace.load._scan) gives what the Python passes give.
+
+It is a fast path only: every column it reads must equal the Python reading, and every value
+it does not expect must make it give the column up (the Python pass then reads it). Checked on
+every committed fixture file, both ways, and value by value on what damaged dumps hold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from frtrace.errors import InputError
+from frtrace.load import native
+from frtrace.load.discover import Candidate, discover
+from frtrace.load.entries import _SPECS
+from frtrace.load.parse import ParsedDump, try_parse
+from frtrace.load.values import MAX_LEAVES
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+SHAPE_KEYS = ("input_sizes", "output_sizes", "input_dtypes", "output_dtypes")
+
+
+def test_the_c_pass_is_built() -> None:
+    """CI installs with a C compiler: the tests must exercise the C pass, not only the
+    fallback (without one, frtrace still works: the tests below then compare Python with
+    itself)."""
+    assert native.active(), (
+        "frtrace.load._scan is not built: reinstall with a C compiler (pip install -e .)"
+    )
+
+
+def _fixture_files() -> list[Candidate]:
+    """Every dump file among the fixtures (damaged ones included), as the loader sees it."""
+    out = []
+    for sub in sorted(p for p in FIXTURES.iterdir() if p.is_dir()):
+        if sub.name in ("golden", "pystack"):
+            continue
+        for directory in sorted({p.parent for p in sub.rglob("*") if p.is_file()}):
+            with contextlib.suppress(InputError):  # (a folder of no dump: notes, a manifest)
+                out.extend(discover(directory, only="*").candidates)
+    return out
+
+
+FIXTURE_FILES = _fixture_files()
+
+
+def _read_all(monkeypatch: pytest.MonkeyPatch, pure: bool) -> list[Any]:
+    with monkeypatch.context() as m:
+        if pure:
+            m.setenv("FRTRACE_PURE_PYTHON", "1")
+        return [try_parse(c) for c in FIXTURE_FILES]
+
+
+def test_every_fixture_file_reads_the_same_with_and_without_the_c_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert len(FIXTURE_FILES) >= 100
+    fast, pure = _read_all(monkeypatch, False), _read_all(monkeypatch, True)
+    assert len(fast) == len(pure)
+    compared = 0
+    for a, b in zip(fast, pure, strict=True):
+        assert type(a) is type(b)
+        if not isinstance(a, ParsedDump):
+            assert str(a) == str(b)
+            continue
+        assert isinstance(b, ParsedDump)
+        assert a.meta == b.meta
+        assert a.entries.equals(b.entries), a.meta.path
+        for x, y in zip(a.entries.columns, b.entries.columns, strict=True):
+            if hasattr(x, "dictionary"):
+                assert x.dictionary.equals(y.dictionary), a.meta.path
+        assert a.stacks == b.stacks
+        assert repr((a.groups, a.pg_status)) == repr((b.groups, b.pg_status))  # (numpy inside)
+        compared += 1
+    assert compared >= 100
+
+
+def _one(kind: int, values: list[Any], required: bool = False) -> Any:
+    entries = [{"k": v} for v in values]
+    return native.columns(entries, [("k", kind, required)]).get("k")
+
+
+def test_numbers_are_read_exactly_and_anything_else_gives_the_column_up() -> None:
+    got = _one(native.INT64, [1, None, -(2**63), 2**63 - 1])
+    assert got is not None
+    values, valid = got
+    assert values.tolist()[2:] == [-(2**63), 2**63 - 1]
+    assert valid.tolist() == [True, False, True, True]
+    assert _one(native.INT64, [1, 2])[1] is None  # (no null: no validity)
+    for odd in (2**63, -(2**63) - 1, True, 1.0, "1", [1]):
+        assert _one(native.INT64, [1, odd]) is None, odd
+    assert _one(native.FLOAT64, [0.5, float("nan"), None])[0][0] == 0.5
+    for odd in (1, True, "0.5"):
+        assert _one(native.FLOAT64, [0.5, odd]) is None, odd
+    values, valid = _one(native.BOOL, [True, False, None])
+    assert values.tolist()[:2] == [True, False] and valid.tolist() == [True, True, False]
+    for odd in (1, 0, "True"):
+        assert _one(native.BOOL, [True, odd]) is None, odd
+
+
+def test_a_missing_key_is_null_unless_the_column_may_have_another_name() -> None:
+    entries = [{"k": 1}, {}]
+    assert native.columns(entries, [("k", native.INT64, False)])["k"][1].tolist() == [True, False]
+    assert "k" not in native.columns(entries, [("k", native.INT64, True)])
+
+
+def test_text_pairs_and_frames_are_coded_first_seen_first() -> None:
+    codes, distinct = _one(native.TEXT, ["b", None, "a", "b", "\udcff"])
+    assert codes.tolist() == [0, -1, 1, 0, 2] and distinct == ["b", "a", "\udcff"]
+    assert _one(native.TEXT, ["a", 3]) is None
+    codes, distinct = _one(native.PAIR, [("0", "default_pg"), ("1", "tp"), ("0", "default_pg")])
+    assert codes.tolist() == [0, 1, 0] and distinct == [("0", "default_pg"), ("1", "tp")]
+    for odd in (None, ["0", "x"], ("0", 3), (("0",),)):
+        assert _one(native.PAIR, [("0", "x"), odd]) is None, odd
+    frame, other = {"name": "f"}, {"name": "f"}  # (equal, but not the same object)
+    shared = [frame]
+    codes, distinct = _one(native.FRAMES, [shared, [frame], [], None, [other], shared])
+    assert codes.tolist() == [0, 0, -1, -1, 1, 0]
+    assert distinct[0] == [frame] and distinct[1][0] is other
+    codes, _ = _one(native.FRAMES, [[frame, frame], [frame, other], [frame], [other, frame]])
+    assert codes.tolist() == [0, 1, 2, 3]  # (every frame counts, in order)
+    for odd in ((frame,), "f", 3):
+        assert _one(native.FRAMES, [[frame], odd]) is None, odd
+
+
+def test_frames_past_the_leaf_budget_are_left_to_the_careful_path() -> None:
+    many = [{"name": "f"}] * 1000
+    entries = [{"frames": many} for _ in range(MAX_LEAVES // 1000 + 2)]
+    assert native.columns(entries, [("frames", native.FRAMES, False)]) == {}
+
+
+def test_an_empty_column_is_told_from_one_with_values() -> None:
+    assert _one(native.NONE, [None, None]) is True
+    assert native.columns([{}, {}], [("k", native.NONE, False)]) == {"k": True}
+    assert _one(native.NONE, [None, [1, 2]]) is None
+
+
+def _shape_entry(sizes: Any, dtypes: Any) -> dict[str, Any]:
+    return dict(zip(SHAPE_KEYS, (sizes, sizes, dtypes, dtypes), strict=True))
+
+
+def test_shapes_are_keyed_by_content() -> None:
+    a = _shape_entry([[2, 4]], ["Float"])
+    b = _shape_entry([[2, 4]], ["Float"])
+    c = _shape_entry([[2, 5]], ["Float"])
+    d = _shape_entry(([2, 4],), ("Float",))  # (tuples: what the careful path accepts too)
+    codes, firsts = native.shapes([a, b, c, a, d], SHAPE_KEYS)
+    assert codes[0] == codes[1] == codes[3] != codes[2]
+    assert firsts[codes[2]] == 2
+    assert list(firsts) == sorted(set(firsts))
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        _shape_entry([[True]], ["Float"]),
+        _shape_entry([[2**63]], ["Float"]),
+        _shape_entry([[2.0]], ["Float"]),
+        _shape_entry([2], ["Float"]),
+        _shape_entry(None, ["Float"]),
+        _shape_entry([[2]], [3]),
+        _shape_entry([[2]], "Float"),
+        {"input_sizes": [[2]]},
+    ],
+)
+def test_shapes_give_up_on_anything_not_plain(odd: dict[str, Any]) -> None:
+    plain = _shape_entry([[2, 4]], ["Float"])
+    with pytest.raises(LookupError):
+        native.shapes([plain, odd], SHAPE_KEYS)
+
+
+def test_shapes_past_the_leaf_budget_are_left_to_the_careful_path() -> None:
+    huge = [list(range(64))] * 4096  # shared, as a pickle's memo shares one list
+    entries = [_shape_entry(huge, ["Float"]) for _ in range(MAX_LEAVES // (64 * 4096 * 2) + 2)]
+    with pytest.raises(LookupError):
+        native.shapes(entries, SHAPE_KEYS)
+
+
+def test_what_is_not_a_list_of_dicts_is_left_to_python() -> None:
+    assert native.columns([{"k": 1}, ("k", 1)], [("k", native.INT64, False)]) is None  # type: ignore[list-item]
+    with pytest.raises(LookupError):
+        native.shapes([_shape_entry([[1]], ["Float"]), 3], SHAPE_KEYS)  # type: ignore[list-item]
+
+
+def test_turned_off_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FRTRACE_PURE_PYTHON", "1")
+    assert not native.active()
+    assert native.columns([{"k": 1}], [("k", native.INT64, False)]) is None
+
+
+def test_no_memory_is_kept_from_one_call_to_the_next() -> None:
+    """(A reference the C code forgot to drop would keep its object alive: a leak per file.)"""
+    frames = [{"name": "f", "filename": "a.py", "line": i} for i in range(9)]
+    entries = [
+        {
+            "record_id": i,
+            "pg_id": 0,
+            "process_group": ("0", f"pg{i % 7}"),
+            "collective_seq_id": i,
+            "profiling_name": f"nccl:op{i % 5}",
+            "is_p2p": False,
+            "state": None if i % 3 else "completed",
+            "duration_ms": 0.5,
+            "frames": list(frames[: i % 9]),
+            **_shape_entry([[i % 11, 4]], ["Float", f"T{i % 3}"]),
+        }
+        for i in range(500)
+    ]
+
+    def run() -> None:
+        native.columns(entries, _SPECS)
+        native.shapes(entries, SHAPE_KEYS)
+
+    run()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        run()
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(50):
+            run()
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 50_000, grown
+    assert np.asarray(native.columns(entries, _SPECS)["record_id"][0]).sum() == sum(range(500))
