@@ -16,19 +16,38 @@
 #include <string.h>
 
 /* What a column holds (frtrace.load.native has the same numbers). K_NONE: nothing, a column
- * expected to be empty (every value None or absent). */
-enum { K_INT64 = 0, K_FLOAT64 = 1, K_BOOL = 2, K_TEXT = 3, K_PAIR = 4, K_FRAMES = 5, K_NONE = 6 };
+ * expected to be empty (every value None or absent). K_SHAPES: the values under several keys
+ * (an op's sizes and dtypes) together, coded by content. */
+enum {
+    K_INT64 = 0, K_FLOAT64 = 1, K_BOOL = 2, K_TEXT = 3, K_PAIR = 4, K_FRAMES = 5, K_NONE = 6,
+    K_SHAPES = 7,
+};
+
+/* Values looked up per entry at most (a column, or a K_SHAPES column's keys, takes one each);
+ * entries ahead whose memory is asked for. */
+#define MAX_SLOTS 64
+#define PREFETCH_AHEAD 4
+
+/* A growable key: what one entry's sizes and dtypes are. */
+typedef struct {
+    char *data;
+    Py_ssize_t size, cap;
+} Buffer;
 
 typedef struct {
-    PyObject *key;      /* borrowed from the specs */
+    PyObject *key;      /* borrowed from the specs: a str (K_SHAPES: a tuple of str) */
+    Py_ssize_t slot;    /* where its values are staged, and how many (K_SHAPES: its keys) */
+    Py_ssize_t width;
+    Buffer shape;       /* K_SHAPES: the entry's key being built */
     int kind;
     int required;       /* a missing key gives the column up (it may be under another name) */
     int ok;             /* still on the fast path */
     int any_null;
     PyObject *values;   /* bytes: n values (8 bytes, 1 for bool) or n int32 codes */
     PyObject *valid;    /* bytes: n flags (numbers only) */
-    PyObject *index;    /* dict: value -> code (text, pairs, frames) */
-    PyObject *distinct; /* list: the distinct values, first seen first */
+    PyObject *index;    /* dict: value (K_FRAMES, K_SHAPES: bytes standing for it) -> code */
+    PyObject *distinct; /* list: the distinct values, first seen first (K_SHAPES: the index of
+                         * the first entry with each) */
     Py_ssize_t leaves;
 } Column;
 
@@ -37,6 +56,8 @@ static void column_clear(Column *c) {
     Py_CLEAR(c->valid);
     Py_CLEAR(c->index);
     Py_CLEAR(c->distinct);
+    PyMem_Free(c->shape.data);
+    c->shape.data = NULL;
 }
 
 static int column_init(Column *c, PyObject *spec, Py_ssize_t n) {
@@ -49,13 +70,27 @@ static int column_init(Column *c, PyObject *spec, Py_ssize_t n) {
     c->kind = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 1));
     c->required = PyObject_IsTrue(PyTuple_GET_ITEM(spec, 2));
     if (PyErr_Occurred() || c->required < 0) return -1;
-    if (!PyUnicode_CheckExact(c->key) || c->kind < K_INT64 || c->kind > K_NONE) {
-        PyErr_SetString(PyExc_ValueError, "a spec's key is a str and its kind one of _scan's");
+    if (c->kind < K_INT64 || c->kind > K_SHAPES) {
+        PyErr_SetString(PyExc_ValueError, "a spec's kind is one of _scan's");
+        return -1;
+    }
+    c->width = 1;
+    if (c->kind == K_SHAPES) {
+        c->width = PyTuple_Check(c->key) ? PyTuple_GET_SIZE(c->key) : 0;
+        for (Py_ssize_t j = 0; j < c->width; j++) {
+            if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(c->key, j))) c->width = 0;
+        }
+        if (c->width == 0) {
+            PyErr_SetString(PyExc_ValueError, "a K_SHAPES spec's key is a tuple of str");
+            return -1;
+        }
+    } else if (!PyUnicode_CheckExact(c->key)) {
+        PyErr_SetString(PyExc_ValueError, "a spec's key is a str");
         return -1;
     }
     c->ok = 1;
     if (c->kind == K_NONE) return 0;
-    Py_ssize_t width = c->kind == K_BOOL ? 1 : (c->kind <= K_FLOAT64 ? 8 : 4);
+    Py_ssize_t width = c->kind == K_BOOL ? 1 : (c->kind <= K_FLOAT64 ? 8 : 4);  /* (bytes) */
     if (n > PY_SSIZE_T_MAX / 8) {
         PyErr_NoMemory();
         return -1;
@@ -74,8 +109,9 @@ static int column_init(Column *c, PyObject *spec, Py_ssize_t n) {
 }
 
 /* The code of `value` among the column's distinct values (added if new), or -1 with an
- * exception set. `key` is what identifies it (the value itself, or bytes standing for it). */
-static int32_t code_of(Column *c, PyObject *key, PyObject *value) {
+ * exception set. `key` is what identifies it (the value itself, or bytes standing for it);
+ * a NULL `value` stands for entry `i` (K_SHAPES keeps the first entry with each). */
+static int32_t code_of(Column *c, PyObject *key, PyObject *value, Py_ssize_t i) {
     PyObject *found = PyDict_GetItemWithError(c->index, key);
     if (found != NULL) return (int32_t)PyLong_AsLong(found);
     if (PyErr_Occurred()) return -1;
@@ -88,8 +124,74 @@ static int32_t code_of(Column *c, PyObject *key, PyObject *value) {
     if (number == NULL) return -1;
     int failed = PyDict_SetItem(c->index, key, number) < 0;
     Py_DECREF(number);
-    if (failed || PyList_Append(c->distinct, value) < 0) return -1;
-    return (int32_t)code;
+    if (failed) return -1;
+    if (value != NULL) return PyList_Append(c->distinct, value) < 0 ? -1 : (int32_t)code;
+    PyObject *first = PyLong_FromSsize_t(i);
+    failed = first == NULL || PyList_Append(c->distinct, first) < 0;
+    Py_XDECREF(first);
+    return failed ? -1 : (int32_t)code;
+}
+
+static int put(Buffer *b, const void *bytes, Py_ssize_t count) {
+    if (b->size + count > b->cap) {
+        Py_ssize_t cap = b->cap ? b->cap : 256;
+        while (cap < b->size + count) {
+            if (cap > PY_SSIZE_T_MAX / 2) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            cap *= 2;
+        }
+        char *data = PyMem_Realloc(b->data, cap);
+        if (data == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->data = data;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->size, bytes, count);
+    b->size += count;
+    return 0;
+}
+
+static int put_tagged(Buffer *b, char tag, int64_t number) {
+    if (put(b, &tag, 1) < 0) return -1;
+    return put(b, &number, 8);
+}
+
+/* Write one sizes or dtypes value into the key: 1 written, 0 not plain (a list or tuple of
+ * str, or of lists or tuples of int64), -1 an exception. */
+static int put_shape(Buffer *b, PyObject *value, Py_ssize_t *leaves, Py_ssize_t max_leaves) {
+    if (!PyList_CheckExact(value) && !PyTuple_CheckExact(value)) return 0;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(value);
+    PyObject **items = PySequence_Fast_ITEMS(value);
+    *leaves += count;
+    if (*leaves > max_leaves) return 0;
+    if (put_tagged(b, 'V', count) < 0) return -1;
+    for (Py_ssize_t j = 0; j < count && j < 16; j++) __builtin_prefetch(items[j]);
+    for (Py_ssize_t j = 0; j < count; j++) {
+        PyObject *item = items[j];
+        if (PyUnicode_CheckExact(item)) { /* a dtype: the string object stands for its text */
+            if (put_tagged(b, 'S', (int64_t)(intptr_t)item) < 0) return -1;
+            continue;
+        }
+        if (!PyList_CheckExact(item) && !PyTuple_CheckExact(item)) return 0;
+        Py_ssize_t dims = PySequence_Fast_GET_SIZE(item);
+        PyObject **sizes = PySequence_Fast_ITEMS(item);
+        *leaves += dims;
+        if (*leaves > max_leaves) return 0;
+        if (put_tagged(b, 'T', dims) < 0) return -1;
+        for (Py_ssize_t d = 0; d < dims; d++) {
+            int overflow = 0;
+            if (!PyLong_CheckExact(sizes[d])) return 0;
+            long long size = PyLong_AsLongLongAndOverflow(sizes[d], &overflow);
+            if (overflow) return 0;
+            int64_t v = (int64_t)size;
+            if (put(b, &v, 8) < 0) return -1;
+        }
+    }
+    return 1;
 }
 
 /* A (name, desc) pair of str: the only tuples hashed here (no nesting, no other types). */
@@ -101,9 +203,30 @@ static int plain_pair(PyObject *value) {
     return 1;
 }
 
-/* Read entry i's value (borrowed; NULL when absent) into the column. 0: done, or the column
- * given up; -1: an exception (out of memory). */
-static int column_take(Column *c, Py_ssize_t i, PyObject *value, Py_ssize_t max_leaves) {
+/* Entry i's values under a K_SHAPES column's keys, coded by content. */
+static int shapes_take(Column *c, Py_ssize_t i, PyObject **values, Py_ssize_t max_leaves) {
+    c->shape.size = 0;
+    for (Py_ssize_t j = 0; j < c->width; j++) {
+        int written = values[j] == NULL ? 0 : put_shape(&c->shape, values[j], &c->leaves, max_leaves);
+        if (written <= 0) {
+            c->ok = 0;
+            return written;
+        }
+    }
+    PyObject *key = PyBytes_FromStringAndSize(c->shape.data, c->shape.size);
+    if (key == NULL) return -1;
+    int32_t code = code_of(c, key, NULL, i);
+    Py_DECREF(key);
+    if (code < 0) return -1;
+    ((int32_t *)PyBytes_AS_STRING(c->values))[i] = code;
+    return 0;
+}
+
+/* Read entry i's value (values[0], borrowed; NULL when absent) into the column. 0: done, or
+ * the column given up; -1: an exception (out of memory). */
+static int column_take(Column *c, Py_ssize_t i, PyObject **values, Py_ssize_t max_leaves) {
+    if (c->kind == K_SHAPES) return shapes_take(c, i, values, max_leaves);
+    PyObject *value = values[0];
     if (c->kind == K_NONE) {
         c->ok = value == NULL || value == Py_None;
         return 0;
@@ -172,7 +295,7 @@ static int column_take(Column *c, Py_ssize_t i, PyObject *value, Py_ssize_t max_
             c->ok = 0;
             return 0;
         }
-        int32_t code = code_of(c, value, value);
+        int32_t code = code_of(c, value, value, i);
         if (code < 0) return -1;
         ((int32_t *)out)[i] = code;
         return 0;
@@ -200,7 +323,7 @@ static int column_take(Column *c, Py_ssize_t i, PyObject *value, Py_ssize_t max_
             void *frame = PyList_GET_ITEM(value, j);
             memcpy(at + j * sizeof(void *), &frame, sizeof(void *));
         }
-        int32_t code = code_of(c, key, value);
+        int32_t code = code_of(c, key, value, i);
         Py_DECREF(key);
         if (code < 0) return -1;
         ((int32_t *)out)[i] = code;
@@ -235,34 +358,56 @@ static int check_entries(PyObject *entries) {
 
 PyDoc_STRVAR(columns_doc,
 "columns(entries, specs, max_leaves) -> list\n\n"
-"One result per (key, kind, required) spec: for numbers (values, valid or None), for text,\n"
-"pairs and frames (int32 codes, -1 for none, distinct values first seen first), True for\n"
-"an empty column; None where a value is not the plain kind the column expects.");
+"One result per (key, kind, required) spec: for numbers (values, valid or None); for text,\n"
+"pairs and frames (int32 codes, -1 for none, distinct values first seen first); for shapes\n"
+"(a tuple of keys: int32 codes, equal codes for equal values, and the first entry with each\n"
+"code); True for an empty column; None where a value is not the plain kind expected (or,\n"
+"for frames and shapes, more than max_leaves frames or sizes in all).");
 
 static PyObject *columns(PyObject *self, PyObject *args) {
     PyObject *entries, *specs;
     Py_ssize_t max_leaves;
     if (!PyArg_ParseTuple(args, "OO!n", &entries, &PyTuple_Type, &specs, &max_leaves)) return NULL;
     if (check_entries(entries) < 0) return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(entries), m = PyTuple_GET_SIZE(specs);
+    Py_ssize_t n = PyList_GET_SIZE(entries), m = PyTuple_GET_SIZE(specs), slots = 0;
     Column *cols = PyMem_Calloc(m ? m : 1, sizeof(Column));
     if (cols == NULL) return PyErr_NoMemory();
     PyObject *result = NULL;
     Py_ssize_t made = 0;
     for (; made < m; made++) {
-        if (column_init(&cols[made], PyTuple_GET_ITEM(specs, made), n) < 0) {
+        Column *c = &cols[made];
+        if (column_init(c, PyTuple_GET_ITEM(specs, made), n) < 0) {
             made++;
             goto done;
         }
+        c->slot = slots;
+        slots += c->width;
+        if (slots > MAX_SLOTS) {
+            made++;
+            PyErr_SetString(PyExc_ValueError, "too many keys");
+            goto done;
+        }
     }
+    /* The entries were just decoded and are far larger than the CPU's caches: every value of
+     * an entry is looked up first and the memory it lives in asked for, so that the reads
+     * then wait for many values at once rather than for one after another. */
+    PyObject *staged[MAX_SLOTS];
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *entry = PyList_GET_ITEM(entries, i);
+        if (i + PREFETCH_AHEAD < n) __builtin_prefetch(PyList_GET_ITEM(entries, i + PREFETCH_AHEAD));
         for (Py_ssize_t k = 0; k < m; k++) {
             Column *c = &cols[k];
-            if (!c->ok) continue;
-            PyObject *value = PyDict_GetItemWithError(entry, c->key);
-            if (value == NULL && PyErr_Occurred()) goto done;
-            if (column_take(c, i, value, max_leaves) < 0) goto done;
+            for (Py_ssize_t j = 0; j < c->width; j++) {
+                PyObject *key = c->kind == K_SHAPES ? PyTuple_GET_ITEM(c->key, j) : c->key;
+                PyObject *value = c->ok ? PyDict_GetItemWithError(entry, key) : NULL;
+                if (value == NULL && PyErr_Occurred()) goto done;
+                if (value != NULL) __builtin_prefetch(value);
+                staged[c->slot + j] = value;
+            }
+        }
+        for (Py_ssize_t k = 0; k < m; k++) {
+            Column *c = &cols[k];
+            if (c->ok && column_take(c, i, &staged[c->slot], max_leaves) < 0) goto done;
         }
     }
     result = PyList_New(m);
@@ -281,147 +426,8 @@ done:
     return result;
 }
 
-/* Growable key buffer for `shapes`. */
-typedef struct {
-    char *data;
-    Py_ssize_t size, cap;
-} Buffer;
-
-static int put(Buffer *b, const void *bytes, Py_ssize_t count) {
-    if (b->size + count > b->cap) {
-        Py_ssize_t cap = b->cap ? b->cap : 256;
-        while (cap < b->size + count) {
-            if (cap > PY_SSIZE_T_MAX / 2) {
-                PyErr_NoMemory();
-                return -1;
-            }
-            cap *= 2;
-        }
-        char *data = PyMem_Realloc(b->data, cap);
-        if (data == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        b->data = data;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->size, bytes, count);
-    b->size += count;
-    return 0;
-}
-
-static int put_tagged(Buffer *b, char tag, int64_t number) {
-    if (put(b, &tag, 1) < 0) return -1;
-    return put(b, &number, 8);
-}
-
-/* Write one sizes or dtypes value into the key: 1 written, 0 not plain (a list or tuple of
- * str, or of lists or tuples of int64), -1 an exception. */
-static int put_shape(Buffer *b, PyObject *value, Py_ssize_t *leaves, Py_ssize_t max_leaves) {
-    if (!PyList_CheckExact(value) && !PyTuple_CheckExact(value)) return 0;
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(value);
-    PyObject **items = PySequence_Fast_ITEMS(value);
-    *leaves += count;
-    if (*leaves > max_leaves) return 0;
-    if (put_tagged(b, 'V', count) < 0) return -1;
-    for (Py_ssize_t j = 0; j < count; j++) {
-        PyObject *item = items[j];
-        if (PyUnicode_CheckExact(item)) { /* a dtype: the string object stands for its text */
-            if (put_tagged(b, 'S', (int64_t)(intptr_t)item) < 0) return -1;
-            continue;
-        }
-        if (!PyList_CheckExact(item) && !PyTuple_CheckExact(item)) return 0;
-        Py_ssize_t dims = PySequence_Fast_GET_SIZE(item);
-        PyObject **sizes = PySequence_Fast_ITEMS(item);
-        *leaves += dims;
-        if (*leaves > max_leaves) return 0;
-        if (put_tagged(b, 'T', dims) < 0) return -1;
-        for (Py_ssize_t d = 0; d < dims; d++) {
-            int overflow = 0;
-            if (!PyLong_CheckExact(sizes[d])) return 0;
-            long long size = PyLong_AsLongLongAndOverflow(sizes[d], &overflow);
-            if (overflow) return 0;
-            int64_t v = (int64_t)size;
-            if (put(b, &v, 8) < 0) return -1;
-        }
-    }
-    return 1;
-}
-
-PyDoc_STRVAR(shapes_doc,
-"shapes(entries, keys, max_leaves) -> (codes, firsts) | None\n\n"
-"Entries whose values under `keys` (sizes and dtypes) are equal get one int32 code;\n"
-"firsts[code] is the first entry with it. Equal codes mean equal values; equal values may\n"
-"get different codes (two str objects with one text). None where an entry lacks a key or a\n"
-"value is not a list or tuple of str or of lists of int64.");
-
-static PyObject *shapes(PyObject *self, PyObject *args) {
-    PyObject *entries, *keys;
-    Py_ssize_t max_leaves;
-    if (!PyArg_ParseTuple(args, "OO!n", &entries, &PyTuple_Type, &keys, &max_leaves)) return NULL;
-    if (check_entries(entries) < 0) return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(entries), leaves = 0;
-    Buffer b = {NULL, 0, 0};
-    PyObject *index = PyDict_New(), *firsts = PyList_New(0);
-    PyObject *codes = PyBytes_FromStringAndSize(NULL, n * 4);
-    PyObject *result = NULL;
-    int plain = 1;
-    if (index == NULL || firsts == NULL || codes == NULL) goto done;
-    int32_t *out = (int32_t *)PyBytes_AS_STRING(codes);
-    for (Py_ssize_t i = 0; i < n && plain; i++) {
-        PyObject *entry = PyList_GET_ITEM(entries, i);
-        b.size = 0;
-        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(keys) && plain; k++) {
-            PyObject *value = PyDict_GetItemWithError(entry, PyTuple_GET_ITEM(keys, k));
-            if (value == NULL) {
-                if (PyErr_Occurred()) goto done;
-                plain = 0;
-                break;
-            }
-            int written = put_shape(&b, value, &leaves, max_leaves);
-            if (written < 0) goto done;
-            plain = written;
-        }
-        if (!plain) break;
-        PyObject *key = PyBytes_FromStringAndSize(b.data ? b.data : "", b.size);
-        if (key == NULL) goto done;
-        PyObject *found = PyDict_GetItemWithError(index, key);
-        if (found != NULL) {
-            out[i] = (int32_t)PyLong_AsLong(found);
-            Py_DECREF(key);
-            continue;
-        }
-        if (PyErr_Occurred()) {
-            Py_DECREF(key);
-            goto done;
-        }
-        PyObject *code = PyLong_FromSsize_t(PyList_GET_SIZE(firsts));
-        PyObject *first = PyLong_FromSsize_t(i);
-        int failed = code == NULL || first == NULL || PyDict_SetItem(index, key, code) < 0 ||
-                     PyList_Append(firsts, first) < 0;
-        out[i] = (int32_t)(PyList_GET_SIZE(firsts) - 1);
-        Py_XDECREF(code);
-        Py_XDECREF(first);
-        Py_DECREF(key);
-        if (failed) goto done;
-    }
-    if (plain) {
-        result = PyTuple_Pack(2, codes, firsts);
-    } else {
-        result = Py_None;
-        Py_INCREF(result);
-    }
-done:
-    PyMem_Free(b.data);
-    Py_XDECREF(index);
-    Py_XDECREF(firsts);
-    Py_XDECREF(codes);
-    return result;
-}
-
 static PyMethodDef methods[] = {
     {"columns", columns, METH_VARARGS, columns_doc},
-    {"shapes", shapes, METH_VARARGS, shapes_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -439,7 +445,8 @@ PyMODINIT_FUNC PyInit__scan(void) {
         PyModule_AddIntConstant(m, "TEXT", K_TEXT) < 0 ||
         PyModule_AddIntConstant(m, "PAIR", K_PAIR) < 0 ||
         PyModule_AddIntConstant(m, "FRAMES", K_FRAMES) < 0 ||
-        PyModule_AddIntConstant(m, "NONE", K_NONE) < 0) {
+        PyModule_AddIntConstant(m, "NONE", K_NONE) < 0 ||
+        PyModule_AddIntConstant(m, "SHAPES", K_SHAPES) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -8,10 +8,10 @@ TEXT: int
 PAIR: int
 FRAMES: int
 NONE: int
+SHAPES: int
 
 def columns(
-    entries: list[dict[str, Any]], specs: tuple[tuple[str, int, bool], ...], max_leaves: int
+    entries: list[dict[str, Any]],
+    specs: tuple[tuple[str | tuple[str, ...], int, bool], ...],
+    max_leaves: int,
 ) -> list[Any]: ...
-def shapes(
-    entries: list[dict[str, Any]], keys: tuple[str, ...], max_leaves: int
-) -> tuple[bytes, list[int]] | None: ...

@@ -59,7 +59,8 @@ class Columns:
         self.entries = entries
         self.problems: list[str] = []
         self.fetched: dict[str, Sequence[Any]] = {}
-        self.scanned: dict[str, Any] = {}
+        self.scanned: dict[str | tuple[str, ...], Any] = {}
+        self.scanned_by_c = False  # (what the C pass gave up on is not asked of it again)
 
     def scan(self, specs: Sequence[native.Spec], prefetch: Collection[str]) -> None:
         """Read the columns of ``specs`` in one C pass where it is built (``native``); those
@@ -68,7 +69,9 @@ class Columns:
         from these."""
         scanned = native.columns(self.entries, specs) if self.entries else None
         self.scanned = scanned or {}
-        self.prefetch([key for key, _, _ in specs if key in prefetch and key not in self.scanned])
+        self.scanned_by_c = scanned is not None
+        read = [key for key, _, _ in specs if isinstance(key, str) and key not in self.scanned]
+        self.prefetch([key for key in read if key in prefetch])
 
     def prefetch(self, keys: Sequence[str]) -> None:
         """Read ``keys`` (those the first entry has) from every entry in one C-level pass,
@@ -179,7 +182,10 @@ class Columns:
         combos: dict[tuple[Any, ...], int] = {}
         if native.active():  # keyed in C; any value it does not take is checked one by one
             try:
-                keyed, firsts = native.shapes(self.entries, _SHAPE_KEYS)
+                if self.scanned_by_c:
+                    keyed, firsts = self.scanned[SHAPE_KEYS]  # (KeyError: given up)
+                else:
+                    keyed, firsts = native.shapes(self.entries, SHAPE_KEYS)
             except LookupError:
                 return self.shapes_one_by_one()
             picks = []
@@ -215,7 +221,7 @@ class Columns:
         return out
 
     def shapes_one_by_one(self) -> list[tuple[pa.Array, np.ndarray]]:
-        pairs = zip(_SHAPE_KEYS, _SHAPE_TYPES, strict=True)
+        pairs = zip(SHAPE_KEYS, _SHAPE_TYPES, strict=True)
         return [self.take_repeated(key, type_) for key, type_ in pairs]
 
     def repeated_slowly(
@@ -308,8 +314,8 @@ def _repeated_array(
     return pa.DictionaryArray.from_arrays(indices, table), sig
 
 
-_SHAPE_KEYS = ("input_sizes", "output_sizes", "input_dtypes", "output_dtypes")
-_SHAPE_FIELDS = itemgetter(*_SHAPE_KEYS)
+SHAPE_KEYS = ("input_sizes", "output_sizes", "input_dtypes", "output_dtypes")
+_SHAPE_FIELDS = itemgetter(*SHAPE_KEYS)
 _SHAPE_TYPES = (schema.SIZES, schema.SIZES, schema.DTYPES, schema.DTYPES)
 _SHAPE_NESTED = (True, True, False, False)
 

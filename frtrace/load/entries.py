@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from frtrace.load import native, schema
-from frtrace.load.columns import Columns, text_column
+from frtrace.load.columns import SHAPE_KEYS, Columns, text_column
 from frtrace.load.formats import split_profiling_name
 from frtrace.load.stacks import Stack, intern_coded_stacks, intern_stacks
 from frtrace.load.values import first_seen_codes, label, strings
@@ -50,10 +50,11 @@ _SPECS: tuple[native.Spec, ...] = (
     ("duration_ms", native.FLOAT64, False),
     ("input_split_sizes", native.NONE, False),
     ("output_split_sizes", native.NONE, False),
+    (SHAPE_KEYS, native.SHAPES, True),
 )
 # Of those, what the Python pass reads at once where the C one does not (not ``duration_ms``
 # nor the split sizes, which most entries lack: one missing key stops that pass)
-_PREFETCH = frozenset(key for key, _, _ in _SPECS) - {
+_PREFETCH = frozenset(key for key, _, _ in _SPECS if isinstance(key, str)) - {
     "duration_ms",
     "input_split_sizes",
     "output_split_sizes",

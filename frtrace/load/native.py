@@ -1,12 +1,11 @@
 """The C pass over a file's decoded entries (``frtrace.load._scan``), where it was built.
 
-``columns`` reads many columns of every entry in one pass and ``shapes`` keys each entry's
-sizes and dtypes, without a Python object per value. Both are fast paths only: a column whose
-values are not all of the plain kind it expects comes back as None, and the caller reads it
-in Python (``frtrace.load.columns``), which is the reference and gives the same result. Where
-the module is not built (no C compiler at install time) or ``FRTRACE_PURE_PYTHON`` is set,
-both return None and every column is read in Python.
-"""
+``columns`` reads many columns of every entry in one pass (each entry's sizes and dtypes keyed
+together among them) without a Python object per value. It is a fast path only: a column whose
+values are not all of the plain kind it expects is given up, and the caller reads it in Python
+(``frtrace.load.columns``), the reference, with the same result. Where the module is not built
+(no C compiler at install time) or ``FRTRACE_PURE_PYTHON`` is set, every column is read in
+Python."""
 
 from __future__ import annotations
 
@@ -26,6 +25,7 @@ __all__ = [
     "INT64",
     "NONE",
     "PAIR",
+    "SHAPES",
     "TEXT",
     "Codes",
     "Numbers",
@@ -35,11 +35,14 @@ __all__ = [
     "shapes",
 ]
 
-# What a column holds, as _scan.c numbers them. NONE: a column expected to be empty.
-INT64, FLOAT64, BOOL, TEXT, PAIR, FRAMES, NONE = range(7)
+# What a column holds, as _scan.c numbers them. NONE: a column expected to be empty. SHAPES:
+# the values under several keys (sizes and dtypes) together.
+INT64, FLOAT64, BOOL, TEXT, PAIR, FRAMES, NONE, SHAPES = range(8)
+_NAMES = ("INT64", "FLOAT64", "BOOL", "TEXT", "PAIR", "FRAMES", "NONE", "SHAPES")
 
-# (key, kind, required): a required key missing from an entry gives its column up
-Spec = tuple[str, int, bool]
+# (key, kind, required): a required key missing from an entry gives its column up (SHAPES:
+# a tuple of keys, all required)
+Spec = tuple[str | tuple[str, ...], int, bool]
 # numbers: the values (any value where null), and where they are valid (None: everywhere)
 Numbers = tuple[np.ndarray, np.ndarray | None]
 # text, pairs, frames: int32 codes (-1: none), and the distinct values, first seen first
@@ -53,8 +56,7 @@ def _load() -> ModuleType | None:
         from frtrace.load import _scan
     except ImportError:  # built without a C compiler: every column is read in Python
         return None
-    names = ("INT64", "FLOAT64", "BOOL", "TEXT", "PAIR", "FRAMES", "NONE")
-    if tuple(getattr(_scan, name, None) for name in names) != tuple(range(7)):
+    if tuple(getattr(_scan, name, None) for name in _NAMES) != tuple(range(len(_NAMES))):
         return None  # (a stale build of another version of _scan.c)
     return _scan
 
@@ -67,17 +69,21 @@ def active() -> bool:
     return _SCAN is not None and not os.environ.get("FRTRACE_PURE_PYTHON")
 
 
-def columns(entries: list[dict[str, Any]], specs: Sequence[Spec]) -> dict[str, Any] | None:
+def columns(
+    entries: list[dict[str, Any]], specs: Sequence[Spec]
+) -> dict[str | tuple[str, ...], Any] | None:
     """Each spec's column read in one pass: ``Numbers`` for INT64, FLOAT64 and BOOL,
-    ``Codes`` for TEXT, PAIR and FRAMES, True for an empty NONE column; a column given up is
-    left out. None where the pass is not active."""
+    ``Codes`` for TEXT, PAIR and FRAMES, True for an empty NONE column, for SHAPES a code per
+    entry (equal codes: equal values) and the first entry with each code; a column given up
+    (a value not of the plain kind expected; past MAX_LEAVES frames or sizes) is left out.
+    None where the pass is not active."""
     if not active() or _SCAN is None:
         return None
     try:
         results = _SCAN.columns(entries, tuple(specs), MAX_LEAVES)
     except TypeError:  # not a list of plain dicts
         return None
-    out: dict[str, Any] = {}
+    out: dict[str | tuple[str, ...], Any] = {}
     for (key, kind, _), result in zip(specs, results, strict=True):
         if result is None:
             continue
@@ -94,17 +100,11 @@ def columns(entries: list[dict[str, Any]], specs: Sequence[Spec]) -> dict[str, A
 
 
 def shapes(entries: list[dict[str, Any]], keys: tuple[str, ...]) -> tuple[np.ndarray, list[int]]:
-    """Per entry, a code standing for its values under ``keys`` (equal codes: equal values),
-    and the first entry with each code. Raises LookupError where the pass is not active or
-    gives up (a key missing, a value not a list or tuple of str or of lists of int64, more
-    than MAX_LEAVES leaves in all)."""
-    if not active() or _SCAN is None:
-        raise LookupError("the C pass is not active")
-    try:
-        result = _SCAN.shapes(entries, keys, MAX_LEAVES)
-    except TypeError:  # not a list of plain dicts
-        result = None
-    if result is None:
-        raise LookupError("not plain sizes and dtypes")
-    codes, firsts = result
-    return np.frombuffer(codes, dtype=np.int32), firsts
+    """``columns`` of one SHAPES column: per entry a code standing for its values under
+    ``keys``, and the first entry with each code. Raises LookupError where the pass is not
+    active or gives the column up."""
+    read = columns(entries, [(keys, SHAPES, True)])
+    if read is None or keys not in read:
+        raise LookupError("the C pass did not read these sizes and dtypes")
+    codes, firsts = read[keys]
+    return codes, firsts
