@@ -43,6 +43,9 @@ __all__ = [
     "spill_min_bytes",
 ]
 
+# Bytes of a column gathered in memory before they are written: one write per MiB, not one per
+# file (a file's chunk of a column is ~16 KB)
+WRITE_BYTES = 1 << 20
 # Below this many bytes of dumps (~600 ranks of 2,000 entries) every column stays in memory:
 # the columns of a small set are a few tens of MB, and a file per column would cost more than
 # it saves.
@@ -154,8 +157,11 @@ class SpilledColumn:
         # packed at the end
         self.valid: list[tuple[int, np.ndarray | bool]] = []
         self.out: BinaryIO | None = None
+        self.pending: list[np.ndarray] = []  # appended, not written yet
+        self.pending_bytes = 0
+        self.written = 0  # rows in the file
         try:
-            self.out = open(self.path, "wb")  # noqa: SIM115 (closed in finish)
+            self.out = open(self.path, "wb", buffering=0)  # noqa: SIM115 (closed in finish)
         except OSError:
             self.memory = []
 
@@ -172,11 +178,30 @@ class SpilledColumn:
         if self.memory is not None:
             self.memory.append(values)
             return
+        self.pending.append(values)
+        self.pending_bytes += values.nbytes
+        if self.pending_bytes >= WRITE_BYTES:
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        """Write what is pending in one go; on a write error the column goes on in memory."""
+        pending, self.pending, self.pending_bytes = self.pending, [], 0
+        if not pending or self.memory is not None:
+            if self.memory is not None:
+                self.memory.extend(pending)
+            return
         assert self.out is not None
+        data = memoryview(np.concatenate(pending)).cast("B")
         try:
-            self.out.write(values.data)
+            while data:  # (a raw file may take part of it at a time)
+                taken = self.out.write(data)
+                if not taken:
+                    raise OSError("nothing written")
+                data = data[taken:]
         except OSError:
-            self._to_memory(self.rows - count).append(values)
+            self._to_memory(self.written).extend(pending)  # (a part written is read no further)
+            return
+        self.written += sum(map(len, pending))
 
     def _to_memory(self, written_rows: int) -> list[np.ndarray]:
         """A write failed (disk full, say): the column goes on in memory."""
@@ -215,6 +240,7 @@ class SpilledColumn:
         return pa.Array.from_buffers(type_, self.rows, [bitmap, values], null_count=nulls)
 
     def _values(self) -> pa.Buffer:
+        self._write_pending()
         if self.memory is None and self.out is not None:
             try:
                 self.out.close()
@@ -226,7 +252,7 @@ class SpilledColumn:
                 _MAPPED.add(mapped)
                 return pa.py_buffer(mapped)  # (the buffer keeps the mapping open)
             except OSError:
-                self._to_memory(self.rows)
+                self._to_memory(self.written)
         assert self.memory is not None
         parts, self.memory = self.memory, None
         joined = np.concatenate(parts) if parts else np.zeros(0, dtype=self.dtype)

@@ -70,30 +70,61 @@ def test_released_pages_are_read_again(tmp_path: Path, monkeypatch: pytest.Monke
 
 
 class _FullDisk:
-    """A file that takes ``room`` bytes, then fails as a full disk does."""
+    """A file that takes ``room`` bytes (the last of them in a short write, as a raw file may),
+    then fails as a full disk does."""
 
     def __init__(self, real: object, room: int) -> None:
         self.real, self.room = real, room
 
     def write(self, data: memoryview) -> int:
-        if data.nbytes > self.room:
+        if not self.room:
             raise OSError(28, "No space left on device")
-        self.room -= data.nbytes
-        return self.real.write(data)  # type: ignore[attr-defined, no-any-return]
+        part = data[: self.room]
+        self.room -= part.nbytes
+        return self.real.write(part)  # type: ignore[attr-defined, no-any-return]
 
     def close(self) -> None:
         self.real.close()  # type: ignore[attr-defined]
 
 
-def test_a_full_disk_keeps_the_column_in_memory(tmp_path: Path) -> None:
+@pytest.mark.parametrize("write_bytes", [1, 1 << 20], ids=["each-chunk", "batched"])
+@pytest.mark.parametrize("room", [0, 3 * 8, 4 * 8 + 3])
+def test_a_full_disk_keeps_the_column_in_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_bytes: int, room: int
+) -> None:
+    """Chunks are written a MiB at a time (or each, here): whatever the disk took before it
+    filled up, part of a chunk included, the column reads back whole."""
+    monkeypatch.setattr(spill, "WRITE_BYTES", write_bytes)
     column = SpilledColumn(tmp_path, "record_id", np.dtype(np.int64))
-    column.out = _FullDisk(column.out, room=3 * 8)  # type: ignore[assignment]
+    column.out = _FullDisk(column.out, room=room)  # type: ignore[assignment]
     column.append(np.array([1, 2, 3]), None)
     column.append(np.array([4, 5]), np.array([True, False]))  # fails: read back, goes on
     column.append(np.array([6]), None)
     got = column.finish(pa.int64())
     assert got.to_pylist() == [1, 2, 3, 4, None, 6]
     assert not any(tmp_path.iterdir())
+
+
+def test_chunks_are_written_a_mib_at_a_time(tmp_path: Path) -> None:
+    column = SpilledColumn(tmp_path, "record_id", np.dtype(np.int64))
+    writes: list[int] = []
+    real = column.out
+    assert real is not None
+
+    class Counted:
+        def write(self, data: memoryview) -> int:
+            writes.append(data.nbytes)
+            return real.write(data)  # type: ignore[no-any-return]
+
+        def close(self) -> None:
+            real.close()
+
+    column.out = Counted()  # type: ignore[assignment]
+    for i in range(100):  # 100 chunks of 16 KB, as 100 files of 2,000 entries
+        column.append(np.full(2000, i, dtype=np.int64), None)
+    got = column.finish(pa.int64())
+    assert len(writes) == 2 and sum(writes) == 100 * 2000 * 8
+    assert got.to_numpy().reshape(100, 2000)[:, 0].tolist() == list(range(100))
 
 
 def test_an_empty_column_is_not_mapped(tmp_path: Path) -> None:
