@@ -191,7 +191,7 @@ class SpilledColumn:
                 self.memory.extend(pending)
             return
         assert self.out is not None
-        data = memoryview(np.concatenate(pending)).cast("B")
+        data = np.concatenate(pending).data.cast("B")
         try:
             while data:  # (a raw file may take part of it at a time)
                 taken = self.out.write(data)
