@@ -49,6 +49,7 @@ __all__ = [
 # The recorder keeps TORCH_FR_BUFFER_SIZE entries (2,000 by default). A pickle can repeat one
 # entry a million times in a few MB (memo references), and each entry costs ~1 KB here.
 MAX_ENTRIES = 1 << 20
+_ONLY_DICTS = frozenset((dict,))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -142,7 +143,10 @@ def parse_payload(payload: Any, encoding: str, cand: Candidate) -> ParsedDump:
             f"buffer holds ({MAX_ENTRIES:,} limit; TORCH_FR_BUFFER_SIZE is 2,000 by default); "
             "the file is damaged or built to exhaust memory."
         )
-    entries = [e for e in raw_entries if isinstance(e, dict)]
+    if _ONLY_DICTS.issuperset(map(type, raw_entries)):  # (the usual case: checked in C)
+        entries = raw_entries
+    else:
+        entries = [e for e in raw_entries if isinstance(e, dict)]
     if len(entries) != len(raw_entries):
         problems.append(f"{len(raw_entries) - len(entries)} entries are not mappings; skipped")
     if layout == "list" and raw_entries and not entries:
