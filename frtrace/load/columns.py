@@ -1,7 +1,8 @@
 """Validated Arrow columns from a list of entry dicts: the fast paths and the careful ones.
 
-Each column is built in one C-level pass where every value is what it should be, and value by
-value otherwise: a wrong-typed value becomes null and is reported per field, never raised.
+Each column is built in one C-level pass where every value is what it should be (the C pass
+of ``native`` for most, else map/itemgetter passes), and value by value otherwise: a
+wrong-typed value becomes null and is reported per field, never raised.
 Sizes and dtypes, which repeat, are converted once per distinct value and dictionary-encoded.
 """
 
@@ -175,9 +176,10 @@ class Columns:
         """input_sizes, output_sizes, input_dtypes, output_dtypes with their fingerprints.
 
         The four at once when every entry has them as well-formed lists: one key per entry
-        (an op's sizes and dtypes repeat together), the ``marshal`` bytes of the four values,
-        made in C; each distinct key is decoded and checked once. Otherwise column by
-        column, as ``take_repeated``, with the same result.
+        (an op's sizes and dtypes repeat together), made by the C pass (``native``) or, without
+        it, as the ``marshal`` bytes of the four values; the first entry with each key is
+        checked, and its values stand for the others. Otherwise column by column, as
+        ``take_repeated``, with the same result.
         """
         combos: dict[tuple[Any, ...], int] = {}
         if native.active():  # keyed in C; any value it does not take is checked one by one
