@@ -105,8 +105,8 @@ class Columns:
         if scanned is None:
             return self.convert(key, self.values(key, alt), type_)
         if type_ == schema.TEXT:
-            codes, distinct = scanned
-            return text_from_codes(codes, distinct) or text_column(key, self.values(key), self)
+            plain = text_from_codes(*scanned)
+            return plain if plain is not None else text_column(key, self.values(key), self)
         values, valid = scanned
         return number_array(values, valid, type_)
 
