@@ -123,8 +123,8 @@ def entries_batch(
     (in_dtypes, in_dt_sig), (out_dtypes, out_dt_sig) = shapes[2], shapes[3]
 
     arrays = [
-        pa.array([rank] * n, type=pa.int32()),
-        pa.array(range(n), type=pa.int32()),
+        pa.array(np.full(n, rank, dtype=np.int32)),
+        pa.array(np.arange(n, dtype=np.int32)),
         cols.take("record_id", pa.int64()),
         pg_ids,
         group_name,
