@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
+import subprocess
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -233,3 +235,30 @@ def test_no_memory_is_kept_from_one_call_to_the_next() -> None:
         tracemalloc.stop()
     assert grown < 50_000, grown
     assert np.asarray(native.columns(entries, _SPECS)["record_id"][0]).sum() == sum(range(500))
+
+
+@pytest.mark.parametrize(
+    "fixture",
+    ["gloo/mesh_stall", "gloo_json/mesh_stall", "nccl/host_stall/2.10-pickle"],
+    ids=str,
+)
+def test_the_console_script_says_the_same_without_the_c_pass(fixture: str, tmp_path: Path) -> None:
+    """`FRTRACE_PURE_PYTHON=1` (documented in the README) through the installed console script:
+    the same JSON report, byte for byte, as with the C pass."""
+    from tests.test_commands import frtrace_script
+
+    directory = FIXTURES / fixture
+    outputs = []
+    for pure in ("", "1"):
+        env = os.environ | {"FRTRACE_PURE_PYTHON": pure, "XDG_CACHE_HOME": str(tmp_path / pure)}
+        proc = subprocess.run(
+            [frtrace_script(), "analyze", "-d", str(directory), "-f", "json", "--no-cache"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+        assert proc.returncode in (0, 1), proc.stderr
+        outputs.append(proc.stdout)
+    assert outputs[0] == outputs[1] and '"culprit_ranks"' in outputs[0]
