@@ -89,20 +89,7 @@ def entries_batch(
     pg_ids = cols.take("pg_id", pa.int64())
     group_name, group_desc = _group_columns(cols, pg_ids)
 
-    scanned_p2p = cols.scanned.get("is_p2p")
-    is_p2p_raw = () if scanned_p2p is not None and scanned_p2p[1] is None else cols.values("is_p2p")
-    if scanned_p2p is not None and scanned_p2p[1] is None:  # recorded for every entry (2.4+)
-        is_p2p = scanned_p2p[0]
-    elif _ONLY_BOOL.issuperset(map(type, is_p2p_raw)):
-        is_p2p = np.fromiter(is_p2p_raw, dtype=bool, count=n)
-    else:  # before 2.4, or damaged: send/recv by name
-        is_p2p = np.array(
-            [
-                v if isinstance(v, bool) else bool(o)
-                for v, o in zip(is_p2p_raw, is_send_recv, strict=True)
-            ],
-            dtype=bool,
-        )
+    is_p2p = _is_p2p(cols, is_send_recv)
 
     if n and "time_created_ns" not in entries[0] and "time_created_us" in entries[0]:
         us = [_us_to_ns(e.get("time_created_us")) for e in entries]
@@ -266,6 +253,22 @@ def _group_columns(cols: Columns, pg_id_column: pa.Array) -> tuple[pa.Array, pa.
 
 def _sig_array(sig: np.ndarray, values: pa.Array) -> pa.Array:
     return pa.array(sig, type=pa.uint32(), mask=values.is_null().to_numpy(zero_copy_only=False))
+
+
+def _is_p2p(cols: Columns, is_send_recv: np.ndarray) -> np.ndarray:
+    """Each entry's ``is_p2p`` (recorded for every entry since 2.4); before 2.4, or where a
+    value is missing or damaged, whether its op is a send or recv by name."""
+    scanned = cols.scanned.get("is_p2p")
+    if scanned is not None and scanned[1] is None:  # (read by the C pass, every value a bool)
+        flags: np.ndarray = scanned[0]
+        return flags
+    raw = cols.values("is_p2p")
+    if _ONLY_BOOL.issuperset(map(type, raw)):
+        return np.fromiter(raw, dtype=bool, count=len(raw))
+    return np.array(
+        [v if isinstance(v, bool) else bool(o) for v, o in zip(raw, is_send_recv, strict=True)],
+        dtype=bool,
+    )
 
 
 def _us_to_ns(value: Any) -> Any:

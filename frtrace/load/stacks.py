@@ -35,8 +35,7 @@ def intern_stacks(
         careful = True
     ids = interner.by_list(lists) if careful else interner.by_identity(lists)
     malformed = sum(1 for frames, sid in zip(lists, ids, strict=True) if frames and sid is None)
-    if malformed:
-        problems.append(f"{malformed} entries have malformed stack frames; stacks not shown")
+    _note_malformed(malformed, problems)
     return ids, tuple(interner.stacks)
 
 
@@ -50,10 +49,14 @@ def intern_coded_stacks(
     ids = [interner.stack_id(frames) for frames in lists]
     unknown = [code for code, sid in enumerate(ids) if sid is None]
     if unknown:
-        malformed = int(np.isin(codes, unknown).sum())
-        problems.append(f"{malformed} entries have malformed stack frames; stacks not shown")
+        _note_malformed(int(np.isin(codes, unknown).sum()), problems)
     table = np.array([-1 if sid is None else sid for sid in ids] + [-1], dtype=np.int32)
     return table[codes], tuple(interner.stacks)  # (code -1 picks the -1 appended)
+
+
+def _note_malformed(count: int, problems: list[str]) -> None:
+    if count:
+        problems.append(f"{count} entries have malformed stack frames; stacks not shown")
 
 
 class StackInterner:
