@@ -10,7 +10,8 @@ setup(
     ext_modules=[
         Extension(
             "frtrace.load._scan",
-            ["frtrace/load/_scan.c"],
+            ["frtrace/load/_scan.c", "frtrace/load/_tree.c"],
+            depends=["frtrace/load/_scan.h"],
             optional=True,
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
         )

@@ -9,49 +9,11 @@
  * and never calls Python code: every object it hashes or compares is a str, bytes or a
  * tuple of str.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_scan.h"
 
-#include <stdint.h>
 #include <string.h>
 
-/* What a column holds (frtrace.load.native has the same numbers). K_NONE: nothing, a column
- * expected to be empty (every value None or absent). K_SHAPES: the values under several keys
- * (an op's sizes and dtypes) together, coded by content. */
-enum {
-    K_INT64 = 0, K_FLOAT64 = 1, K_BOOL = 2, K_TEXT = 3, K_PAIR = 4, K_FRAMES = 5, K_NONE = 6,
-    K_SHAPES = 7,
-};
-
-/* Values looked up per entry at most (a column, or a K_SHAPES column's keys, takes one each);
- * entries ahead whose memory is asked for. */
-#define MAX_SLOTS 64
-#define PREFETCH_AHEAD 4
-
-/* A growable key: what one entry's sizes and dtypes are. */
-typedef struct {
-    char *data;
-    Py_ssize_t size, cap;
-} Buffer;
-
-typedef struct {
-    PyObject *key;      /* borrowed from the specs: a str (K_SHAPES: a tuple of str) */
-    Py_ssize_t slot;    /* where its values are staged, and how many (K_SHAPES: its keys) */
-    Py_ssize_t width;
-    Buffer shape;       /* K_SHAPES: the entry's key being built */
-    int kind;
-    int required;       /* a missing key gives the column up (it may be under another name) */
-    int ok;             /* still on the fast path */
-    int any_null;
-    PyObject *values;   /* bytes: n values (8 bytes, 1 for bool) or n int32 codes */
-    PyObject *valid;    /* bytes: n flags (numbers only) */
-    PyObject *index;    /* dict: value (K_FRAMES, K_SHAPES: bytes standing for it) -> code */
-    PyObject *distinct; /* list: the distinct values, first seen first (K_SHAPES: the index of
-                         * the first entry with each) */
-    Py_ssize_t leaves;
-} Column;
-
-static void column_clear(Column *c) {
+void column_clear(Column *c) {
     Py_CLEAR(c->values);
     Py_CLEAR(c->valid);
     Py_CLEAR(c->index);
@@ -60,7 +22,7 @@ static void column_clear(Column *c) {
     c->shape.data = NULL;
 }
 
-static int column_init(Column *c, PyObject *spec, Py_ssize_t n) {
+int column_init(Column *c, PyObject *spec, Py_ssize_t n) {
     memset(c, 0, sizeof(*c));
     if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 3) {
         PyErr_SetString(PyExc_TypeError, "a spec is (key, kind, required)");
@@ -111,7 +73,7 @@ static int column_init(Column *c, PyObject *spec, Py_ssize_t n) {
 /* The code of `value` among the column's distinct values (added if new), or -1 with an
  * exception set. `key` is what identifies it (the value itself, or bytes standing for it);
  * a NULL `value` stands for entry `i` (K_SHAPES keeps the first entry with each). */
-static int32_t code_of(Column *c, PyObject *key, PyObject *value, Py_ssize_t i) {
+int32_t code_of(Column *c, PyObject *key, PyObject *value, Py_ssize_t i) {
     PyObject *found = PyDict_GetItemWithError(c->index, key);
     if (found != NULL) return (int32_t)PyLong_AsLong(found);
     if (PyErr_Occurred()) return -1;
@@ -132,7 +94,7 @@ static int32_t code_of(Column *c, PyObject *key, PyObject *value, Py_ssize_t i) 
     return failed ? -1 : (int32_t)code;
 }
 
-static int put(Buffer *b, const void *bytes, Py_ssize_t count) {
+int put(Buffer *b, const void *bytes, Py_ssize_t count) {
     if (b->size + count > b->cap) {
         Py_ssize_t cap = b->cap ? b->cap : 256;
         while (cap < b->size + count) {
@@ -155,7 +117,7 @@ static int put(Buffer *b, const void *bytes, Py_ssize_t count) {
     return 0;
 }
 
-static int put_tagged(Buffer *b, char tag, int64_t number) {
+int put_tagged(Buffer *b, char tag, int64_t number) {
     if (put(b, &tag, 1) < 0) return -1;
     return put(b, &number, 8);
 }
@@ -222,6 +184,36 @@ static int shapes_take(Column *c, Py_ssize_t i, PyObject **values, Py_ssize_t ma
     return 0;
 }
 
+/* Entry i has no value (absent) or None: a null, -1 code, or the column given up. */
+void column_null(Column *c, Py_ssize_t i, int absent) {
+    if (c->kind == K_NONE) return;
+    if (absent && c->required) {
+        c->ok = 0;
+        return;
+    }
+    char *out = PyBytes_AS_STRING(c->values);
+    switch (c->kind) {
+    case K_INT64:
+    case K_FLOAT64:
+        memset(out + 8 * i, 0, 8);
+        PyBytes_AS_STRING(c->valid)[i] = 0;
+        c->any_null = 1;
+        return;
+    case K_BOOL:
+        out[i] = 0;
+        PyBytes_AS_STRING(c->valid)[i] = 0;
+        c->any_null = 1;
+        return;
+    case K_PAIR:  /* no group: the careful path works out what to say */
+    case K_SHAPES:
+        c->ok = 0;
+        return;
+    default:
+        ((int32_t *)out)[i] = -1;
+        return;
+    }
+}
+
 /* Read entry i's value (values[0], borrowed; NULL when absent) into the column. 0: done, or
  * the column given up; -1: an exception (out of memory). */
 static int column_take(Column *c, Py_ssize_t i, PyObject **values, Py_ssize_t max_leaves) {
@@ -231,33 +223,12 @@ static int column_take(Column *c, Py_ssize_t i, PyObject **values, Py_ssize_t ma
         c->ok = value == NULL || value == Py_None;
         return 0;
     }
-    char *out = PyBytes_AS_STRING(c->values);
-    char *valid = c->valid == NULL ? NULL : PyBytes_AS_STRING(c->valid);
-    if (value == NULL && c->required) {
-        c->ok = 0;
+    if (value == NULL || value == Py_None) {
+        column_null(c, i, value == NULL);
         return 0;
     }
-    if (value == NULL || value == Py_None) {
-        switch (c->kind) {
-        case K_INT64:
-        case K_FLOAT64:
-            memset(out + 8 * i, 0, 8);
-            valid[i] = 0;
-            c->any_null = 1;
-            return 0;
-        case K_BOOL:
-            out[i] = 0;
-            valid[i] = 0;
-            c->any_null = 1;
-            return 0;
-        case K_PAIR:  /* no group: the careful path works out what to say */
-            c->ok = 0;
-            return 0;
-        default:
-            ((int32_t *)out)[i] = -1;
-            return 0;
-        }
-    }
+    char *out = PyBytes_AS_STRING(c->values);
+    char *valid = c->valid == NULL ? NULL : PyBytes_AS_STRING(c->valid);
     switch (c->kind) {
     case K_INT64: {
         int overflow = 0;
@@ -332,7 +303,7 @@ static int column_take(Column *c, Py_ssize_t i, PyObject **values, Py_ssize_t ma
     }
 }
 
-static PyObject *column_result(Column *c) {
+PyObject *column_result(Column *c) {
     if (!c->ok) Py_RETURN_NONE;
     if (c->kind == K_NONE) Py_RETURN_TRUE;
     if (c->kind <= K_BOOL) {
@@ -364,30 +335,58 @@ PyDoc_STRVAR(columns_doc,
 "code); True for an empty column; None where a value is not the plain kind expected (or,\n"
 "for frames and shapes, more than max_leaves frames or sizes in all).");
 
+/* Columns for specs over n entries: *made of them set up (to free, even on failure). */
+int columns_begin(PyObject *specs, Py_ssize_t n, Column **cols, Py_ssize_t *made) {
+    Py_ssize_t m = PyTuple_GET_SIZE(specs), slots = 0;
+    *made = 0;
+    *cols = PyMem_Calloc(m ? m : 1, sizeof(Column));
+    if (*cols == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < m; k++) {
+        Column *c = &(*cols)[k];
+        *made = k + 1;
+        if (column_init(c, PyTuple_GET_ITEM(specs, k), n) < 0) return -1;
+        c->slot = slots;
+        slots += c->width;
+        if (slots > MAX_SLOTS) {
+            PyErr_SetString(PyExc_ValueError, "too many keys");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The list of the m columns' results. */
+PyObject *columns_end(Column *cols, Py_ssize_t m) {
+    PyObject *result = PyList_New(m);
+    if (result == NULL) return NULL;
+    for (Py_ssize_t k = 0; k < m; k++) {
+        PyObject *item = column_result(&cols[k]);
+        if (item == NULL) {
+            Py_DECREF(result);
+            return NULL;
+        }
+        PyList_SET_ITEM(result, k, item);
+    }
+    return result;
+}
+
+void columns_free(Column *cols, Py_ssize_t made) {
+    for (Py_ssize_t k = 0; k < made; k++) column_clear(&cols[k]);
+    PyMem_Free(cols);
+}
+
 static PyObject *columns(PyObject *self, PyObject *args) {
     PyObject *entries, *specs;
     Py_ssize_t max_leaves;
     if (!PyArg_ParseTuple(args, "OO!n", &entries, &PyTuple_Type, &specs, &max_leaves)) return NULL;
     if (check_entries(entries) < 0) return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(entries), m = PyTuple_GET_SIZE(specs), slots = 0;
-    Column *cols = PyMem_Calloc(m ? m : 1, sizeof(Column));
-    if (cols == NULL) return PyErr_NoMemory();
+    Py_ssize_t n = PyList_GET_SIZE(entries), m = PyTuple_GET_SIZE(specs), made = 0;
+    Column *cols = NULL;
     PyObject *result = NULL;
-    Py_ssize_t made = 0;
-    for (; made < m; made++) {
-        Column *c = &cols[made];
-        if (column_init(c, PyTuple_GET_ITEM(specs, made), n) < 0) {
-            made++;
-            goto done;
-        }
-        c->slot = slots;
-        slots += c->width;
-        if (slots > MAX_SLOTS) {
-            made++;
-            PyErr_SetString(PyExc_ValueError, "too many keys");
-            goto done;
-        }
-    }
+    if (columns_begin(specs, n, &cols, &made) < 0) goto done;
     /* The entries were just decoded and are far larger than the CPU's caches: every value of
      * an entry is looked up first and the memory it lives in asked for, so that the reads
      * then wait for many values at once rather than for one after another. */
@@ -410,29 +409,22 @@ static PyObject *columns(PyObject *self, PyObject *args) {
             if (c->ok && column_take(c, i, &staged[c->slot], max_leaves) < 0) goto done;
         }
     }
-    result = PyList_New(m);
-    if (result == NULL) goto done;
-    for (Py_ssize_t k = 0; k < m; k++) {
-        PyObject *item = column_result(&cols[k]);
-        if (item == NULL) {
-            Py_CLEAR(result);
-            goto done;
-        }
-        PyList_SET_ITEM(result, k, item);
-    }
+    result = columns_end(cols, m);
 done:
-    for (Py_ssize_t k = 0; k < made; k++) column_clear(&cols[k]);
-    PyMem_Free(cols);
+    columns_free(cols, made);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"columns", columns, METH_VARARGS, columns_doc},
+    {"read", tree_read, METH_O, tree_read_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_scan", "One pass over a dump's decoded entries, in C.", -1, methods,
+    PyModuleDef_HEAD_INIT, "_scan",
+    "One pass over a dump's entries, in C: decoded ones, or read from a pickle as nodes.", -1,
+    methods,
     NULL, NULL, NULL, NULL,
 };
 
@@ -446,7 +438,7 @@ PyMODINIT_FUNC PyInit__scan(void) {
         PyModule_AddIntConstant(m, "PAIR", K_PAIR) < 0 ||
         PyModule_AddIntConstant(m, "FRAMES", K_FRAMES) < 0 ||
         PyModule_AddIntConstant(m, "NONE", K_NONE) < 0 ||
-        PyModule_AddIntConstant(m, "SHAPES", K_SHAPES) < 0) {
+        PyModule_AddIntConstant(m, "SHAPES", K_SHAPES) < 0 || tree_types_ready(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1,4 +1,5 @@
 # The C pass over decoded entries (_scan.c); frtrace.load.native wraps it.
+from collections.abc import Iterator
 from typing import Any
 
 INT64: int
@@ -10,6 +11,20 @@ FRAMES: int
 NONE: int
 SHAPES: int
 
+class Entries:
+    """A dump's list of entries read from its pickle; each entry is made when asked for."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+    def __iter__(self) -> Iterator[dict[str, Any]]: ...
+    def all_dicts(self) -> bool: ...
+    def columns(
+        self,
+        specs: tuple[tuple[str | tuple[str, ...], int, bool], ...],
+        max_leaves: int,
+    ) -> list[Any]: ...
+
+def read(data: bytes) -> Any: ...
 def columns(
     entries: list[dict[str, Any]],
     specs: tuple[tuple[str | tuple[str, ...], int, bool], ...],

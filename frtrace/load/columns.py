@@ -54,7 +54,7 @@ _UNSEEN = object()
 class Columns:
     """Builds the ENTRIES columns of one file; invalid values become null and are reported."""
 
-    def __init__(self, path: Path, rank: int, entries: list[dict[str, Any]]) -> None:
+    def __init__(self, path: Path, rank: int, entries: Sequence[dict[str, Any]]) -> None:
         self.path = path
         self.rank = rank
         self.entries = entries

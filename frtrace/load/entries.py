@@ -62,7 +62,7 @@ _PREFETCH = frozenset(key for key, _, _ in _SPECS if isinstance(key, str)) - {
 
 
 def entries_batch(
-    path: Path, rank: int, entries: list[dict[str, Any]], from_json: bool
+    path: Path, rank: int, entries: Sequence[dict[str, Any]], from_json: bool
 ) -> tuple[pa.RecordBatch, tuple[Stack, ...], list[str]]:
     cols = Columns(path, rank, entries)
     cols.scan(_SPECS, _PREFETCH)

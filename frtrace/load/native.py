@@ -1,18 +1,21 @@
-"""The C pass over a file's decoded entries (``frtrace.load._scan``), where it was built.
+"""The C parts of reading a file (``frtrace.load._scan``), where they were built.
 
-``columns`` reads many columns of every entry in one pass (each entry's sizes and dtypes keyed
-together among them) without a Python object per value. It is a fast path only: a column whose
-values are not all of the plain kind it expects is given up, and the caller reads it in Python
-(``frtrace.load.columns``), the reference, with the same result. Where the module is not built
-(no C compiler at install time) or ``FRTRACE_PURE_PYTHON`` is set, every column is read in
-Python."""
+``read_pickle`` reads a pickle's opcodes into a table of nodes instead of Python objects, and
+hands the list of entries out as a view (``Entries``) whose entries are made only when asked
+for. ``columns`` reads many columns of every entry (decoded dicts, or such a view) in one pass
+(each entry's sizes and dtypes keyed together among them) without a Python object per value.
+Both are fast paths only: a stream ``read_pickle`` does not read is unpickled
+(``frtrace.load.unpickle``), and a column whose values are not all of the plain kind it
+expects is given up and read in Python (``frtrace.load.columns``), the reference, with the
+same result. Where the module is not built (no C compiler at install time) or
+``FRTRACE_PURE_PYTHON`` is set, files are unpickled and every column is read in Python."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -31,7 +34,10 @@ __all__ = [
     "Numbers",
     "Spec",
     "active",
+    "all_dicts",
     "columns",
+    "is_entry_list",
+    "read_pickle",
     "shapes",
 ]
 
@@ -62,6 +68,9 @@ def _load() -> ModuleType | None:
 
 
 _SCAN = _load()
+# What a list of entries can be: a decoded list, or the C reader's view of one.
+_ENTRY_LISTS: tuple[type, ...] = (list,) if _SCAN is None else (list, _SCAN.Entries)
+_ONLY_DICTS = frozenset((dict,))
 
 
 def active() -> bool:
@@ -69,8 +78,29 @@ def active() -> bool:
     return _SCAN is not None and not os.environ.get("FRTRACE_PURE_PYTHON")
 
 
+def read_pickle(data: bytes) -> Any:
+    """The pickle in ``data`` as ``pickle`` decodes it, with its list of entries (the top-level
+    list, or the top-level dict's ``entries``) an ``Entries`` view; None where the C reader is
+    not active or does not read this stream (another opcode, damage: unpickle it instead)."""
+    if not active() or _SCAN is None:
+        return None
+    return _SCAN.read(data)
+
+
+def is_entry_list(value: object) -> TypeGuard[Sequence[Any]]:
+    """Whether ``value`` is a list of entries: a decoded list, or ``read_pickle``'s view."""
+    return isinstance(value, _ENTRY_LISTS)
+
+
+def all_dicts(entries: Sequence[Any]) -> bool:
+    """Whether every entry is a dict (a view answers without making them)."""
+    if _SCAN is not None and isinstance(entries, _SCAN.Entries):
+        return bool(entries.all_dicts())
+    return _ONLY_DICTS.issuperset(map(type, entries))
+
+
 def columns(
-    entries: list[dict[str, Any]], specs: Sequence[Spec]
+    entries: Sequence[dict[str, Any]], specs: Sequence[Spec]
 ) -> dict[str | tuple[str, ...], Any] | None:
     """Each spec's column read in one pass: ``Numbers`` for INT64, FLOAT64 and BOOL,
     ``Codes`` for TEXT, PAIR and FRAMES, True for an empty NONE column, for SHAPES a code per
@@ -80,7 +110,10 @@ def columns(
     if not active() or _SCAN is None:
         return None
     try:
-        results = _SCAN.columns(entries, tuple(specs), MAX_LEAVES)
+        if isinstance(entries, _SCAN.Entries):  # (read from the pickle's nodes)
+            results = entries.columns(tuple(specs), MAX_LEAVES)
+        else:
+            results = _SCAN.columns(entries, tuple(specs), MAX_LEAVES)
     except TypeError:  # not a list of plain dicts
         return None
     out: dict[str | tuple[str, ...], Any] = {}
@@ -99,7 +132,9 @@ def columns(
     return out
 
 
-def shapes(entries: list[dict[str, Any]], keys: tuple[str, ...]) -> tuple[np.ndarray, list[int]]:
+def shapes(
+    entries: Sequence[dict[str, Any]], keys: tuple[str, ...]
+) -> tuple[np.ndarray, list[int]]:
     """``columns`` of one SHAPES column: per entry a code standing for its values under
     ``keys``, and the first entry with each code. Raises LookupError where the pass is not
     active or gives the column up."""

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from frtrace.errors import DumpFormatError, DumpTooLargeError
+from frtrace.load import native
 from frtrace.load.discover import Candidate
 from frtrace.load.entries import entries_batch
 from frtrace.load.formats import group_rows, parse_version, pg_status_rows
@@ -49,7 +50,6 @@ __all__ = [
 # The recorder keeps TORCH_FR_BUFFER_SIZE entries (2,000 by default). A pickle can repeat one
 # entry a million times in a few MB (memo references), and each entry costs ~1 KB here.
 MAX_ENTRIES = 1 << 20
-_ONLY_DICTS = frozenset((dict,))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -113,7 +113,7 @@ def parse_payload(payload: Any, encoding: str, cand: Candidate) -> ParsedDump:
     path, rank = cand.path, cand.rank
     problems: list[str] = []
     top: dict[str, Any]
-    if isinstance(payload, list):  # torch 2.2: the entries themselves
+    if native.is_entry_list(payload):  # torch 2.2: the entries themselves
         top = {"entries": payload}
         layout = "list"
     elif isinstance(payload, dict):
@@ -132,7 +132,7 @@ def parse_payload(payload: Any, encoding: str, cand: Candidate) -> ParsedDump:
     raw_entries = top.get("entries", [])
     if raw_entries is None:
         raw_entries = []
-    if not isinstance(raw_entries, list):
+    if not native.is_entry_list(raw_entries):
         raise DumpFormatError(
             f"{path}: 'entries' is a {type(raw_entries).__name__}, not a list; the file is "
             "damaged or not a dump."
@@ -143,7 +143,8 @@ def parse_payload(payload: Any, encoding: str, cand: Candidate) -> ParsedDump:
             f"buffer holds ({MAX_ENTRIES:,} limit; TORCH_FR_BUFFER_SIZE is 2,000 by default); "
             "the file is damaged or built to exhaust memory."
         )
-    if _ONLY_DICTS.issuperset(map(type, raw_entries)):  # (the usual case: checked in C)
+    entries: Sequence[dict[str, Any]]
+    if native.all_dicts(raw_entries):  # (the usual case: checked in C)
         entries = raw_entries
     else:
         entries = [e for e in raw_entries if isinstance(e, dict)]

@@ -1,8 +1,11 @@
 """The only unpickler, and the size guard in front of it: bytes in, plain data out.
 
 A restricted ``pickle.Unpickler`` that refuses every global, so nothing in a file can be
-called; JSON is sniffed by its first byte. Every failure is one ``DumpFormatError`` line that
-names the file and says what to do next.
+called; before it, where built, the C reader (``native.read_pickle``), which reads plain data
+opcodes only and leaves the list of entries as nodes until they are asked for; anything it
+does not read (damage included) goes to the unpickler, which gives the result or the error.
+JSON is sniffed by its first byte. Every failure is one ``DumpFormatError`` line that names
+the file and says what to do next.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from frtrace.errors import DumpFormatError, DumpTooLargeError, UnsafePickleError
+from frtrace.load import native
 from frtrace.load.values import short_message
 
 __all__ = ["MAX_DUMP_BYTES", "read_payload", "safe_loads"]
@@ -83,7 +87,8 @@ def read_payload(path: Path, size_bytes: int, data: bytes | None = None) -> tupl
                 "re-dump the rank or analyse without it."
             ) from exc
     try:
-        return safe_loads(data), "pickle"
+        read = native.read_pickle(data)
+        return (safe_loads(data) if read is None else read), "pickle"
     except UnsafePickleError as exc:
         raise UnsafePickleError(
             f"{path}: refused to load: {exc}; Flight Recorder dumps contain only plain data. "
