@@ -394,8 +394,12 @@ static PyObject *make_leaf(Tree *t, Node *nd) {
     }
     case T_STR: return PyUnicode_DecodeUTF8(bytes, nd->len, "surrogatepass");
     case T_BYTES: return PyBytes_FromStringAndSize(bytes, nd->len);
-    default: { /* T_BIG: int.from_bytes(bytes, "little", signed=True) */
+    default: /* T_BIG: int.from_bytes(bytes, "little", signed=True) */
+#if PY_VERSION_HEX >= 0x030D0000
+        return PyLong_FromNativeBytes(bytes, nd->len, Py_ASNATIVEBYTES_LITTLE_ENDIAN);
+#else
         return _PyLong_FromByteArray((const unsigned char *)bytes, nd->len, 1, 1);
+#endif
     }
     }
 }
