@@ -401,7 +401,6 @@ static PyObject *make_leaf(Tree *t, Node *nd) {
         return _PyLong_FromByteArray((const unsigned char *)bytes, nd->len, 1, 1);
 #endif
     }
-    }
 }
 
 static PyObject *make_empty(Node *nd) {
