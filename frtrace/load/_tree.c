@@ -38,6 +38,54 @@ typedef struct {
     size_t size, cap;
 } U32s;
 
+/* The arrays of the last tree freed and of the last read, kept for the next file: a fresh
+ * allocation per file costs its pages faulted in again (a sixth of the time). One of each,
+ * none past SPARE_LIMIT (a huge file's arrays are not kept). */
+enum { S_NODES, S_KIDS, S_MADE, S_STACK, S_MARKS, S_PARENTS, S_CHILDREN, S_MEMO, N_SPARES };
+#define SPARE_LIMIT ((size_t)64 << 20)
+
+static struct {
+    void *at;
+    size_t bytes;
+} spares[N_SPARES];
+
+static void *spare_take(int slot, size_t *bytes) {
+    void *at = spares[slot].at;
+    *bytes = at != NULL ? spares[slot].bytes : 0;
+    spares[slot].at = NULL;
+    return at;
+}
+
+static void spare_give(int slot, void *at, size_t bytes) {
+    if (at != NULL && spares[slot].at == NULL && bytes <= SPARE_LIMIT) {
+        spares[slot].at = at;
+        spares[slot].bytes = bytes;
+    } else {
+        PyMem_Free(at);
+    }
+}
+
+/* A buffer of at least `bytes`, the spare one where it is large enough. */
+static void *spare_sized(int slot, size_t bytes, size_t *got) {
+    void *at = spare_take(slot, got);
+    if (*got >= bytes) return at;
+    void *more = PyMem_Realloc(at, bytes ? bytes : 1);
+    if (more == NULL) {
+        PyMem_Free(at);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    *got = bytes;
+    return more;
+}
+
+static void u32_take(U32s *a, int slot) {
+    size_t bytes;
+    a->at = spare_take(slot, &bytes);
+    a->cap = bytes / sizeof(uint32_t);
+    a->size = 0;
+}
+
 static int u32_push(U32s *a, uint32_t x) {
     if (a->size == a->cap) {
         size_t cap = a->cap ? 2 * a->cap : 1024;
@@ -60,6 +108,7 @@ typedef struct {
     size_t n_nodes, cap_nodes;
     uint32_t *kids;   /* every container's children, container after container */
     PyObject **made;  /* node -> the object made for it (NULL: not yet) */
+    size_t kids_bytes, made_bytes;
     int broken;       /* making objects failed half way (out of memory): nothing more is made */
 } Tree;
 
@@ -365,12 +414,11 @@ static int finish(Reader *r) {
         start += t->nodes[i].len;
         t->nodes[i].len = 0;  /* (counted again as the children are placed) */
     }
-    t->kids = PyMem_Malloc((edges ? edges : 1) * sizeof(uint32_t));
-    t->made = PyMem_Calloc(t->n_nodes ? t->n_nodes : 1, sizeof(PyObject *));
-    if (t->kids == NULL || t->made == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    t->kids = spare_sized(S_KIDS, edges * sizeof(uint32_t), &t->kids_bytes);
+    if (t->kids == NULL) return -1;
+    t->made = spare_sized(S_MADE, t->n_nodes * sizeof(PyObject *), &t->made_bytes);
+    if (t->made == NULL) return -1;
+    memset(t->made, 0, t->n_nodes * sizeof(PyObject *));
     for (size_t e = 0; e < edges; e++) {
         Node *parent = &t->nodes[r->parents.at[e]];
         t->kids[parent->v + parent->len++] = r->children.at[e];
@@ -683,9 +731,9 @@ static void tree_dealloc(Tree *t) {
     if (t->made != NULL) {
         for (size_t i = 0; i < t->n_nodes; i++) Py_XDECREF(t->made[i]);
     }
-    PyMem_Free(t->made);
-    PyMem_Free(t->kids);
-    PyMem_Free(t->nodes);
+    spare_give(S_MADE, t->made, t->made_bytes);
+    spare_give(S_KIDS, t->kids, t->kids_bytes);
+    spare_give(S_NODES, t->nodes, t->cap_nodes * sizeof(Node));
     Py_XDECREF(t->data);
     Py_TYPE(t)->tp_free((PyObject *)t);
 }
@@ -804,13 +852,23 @@ PyObject *tree_read(PyObject *self, PyObject *data) {
     if (t == NULL) return NULL;
     Py_INCREF(data);
     t->data = data;
-    t->nodes = NULL;
-    t->n_nodes = t->cap_nodes = 0;
+    size_t bytes;
+    t->nodes = spare_take(S_NODES, &bytes);
+    t->cap_nodes = bytes / sizeof(Node);
+    t->n_nodes = 0;
     t->kids = NULL;
     t->made = NULL;
+    t->kids_bytes = t->made_bytes = 0;
     t->broken = 0;
     Reader r;
     memset(&r, 0, sizeof(r));
+    u32_take(&r.stack, S_STACK);
+    u32_take(&r.marks, S_MARKS);
+    u32_take(&r.parents, S_PARENTS);
+    u32_take(&r.children, S_CHILDREN);
+    r.memo = spare_take(S_MEMO, &bytes);
+    r.memo_cap = bytes / sizeof(uint32_t);
+    if (r.memo != NULL) memset(r.memo, 0, bytes);
     r.s = (const unsigned char *)PyBytes_AS_STRING(data);
     r.n = (size_t)PyBytes_GET_SIZE(data);
     r.t = t;
@@ -824,11 +882,11 @@ PyObject *tree_read(PyObject *self, PyObject *data) {
     } else if (got == NOT_HERE) {
         result = Py_NewRef(Py_None);
     }
-    PyMem_Free(r.stack.at);
-    PyMem_Free(r.marks.at);
-    PyMem_Free(r.parents.at);
-    PyMem_Free(r.children.at);
-    PyMem_Free(r.memo);
+    spare_give(S_STACK, r.stack.at, r.stack.cap * sizeof(uint32_t));
+    spare_give(S_MARKS, r.marks.at, r.marks.cap * sizeof(uint32_t));
+    spare_give(S_PARENTS, r.parents.at, r.parents.cap * sizeof(uint32_t));
+    spare_give(S_CHILDREN, r.children.at, r.children.cap * sizeof(uint32_t));
+    spare_give(S_MEMO, r.memo, r.memo_cap * sizeof(uint32_t));
     Py_DECREF(t);
     return result;
 }
