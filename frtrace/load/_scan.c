@@ -4,10 +4,10 @@
  * value costs an object (a row tuple, an int for an id, a marshal key); here each is read once
  * and written where it belongs. This is only a fast path: wherever a value is not the plain
  * kind its column expects (a wrong type, a number past int64, a missing required key), that
- * column is given up (None) and Python's careful path reads it, with the same result. The
- * module reads Python objects through the C API only (no bytes of the file are parsed here),
- * and never calls Python code: every object it hashes or compares is a str, bytes or a
- * tuple of str.
+ * column is given up (None) and Python's careful path reads it, with the same result. This
+ * file reads Python objects through the C API only, and never calls Python code: every object
+ * it hashes or compares is a str, bytes or a tuple of str. The column helpers are shared
+ * (_scan.h) with _tree.c, which reads a pickle into nodes and runs the same pass over them.
  */
 #include "_scan.h"
 
@@ -344,16 +344,33 @@ int columns_begin(PyObject *specs, Py_ssize_t n, Column **cols, Py_ssize_t *made
         PyErr_NoMemory();
         return -1;
     }
+    PyObject *keys[MAX_SLOTS];
     for (Py_ssize_t k = 0; k < m; k++) {
         Column *c = &(*cols)[k];
         *made = k + 1;
         if (column_init(c, PyTuple_GET_ITEM(specs, k), n) < 0) return -1;
         c->slot = slots;
-        slots += c->width;
-        if (slots > MAX_SLOTS) {
+        if (slots + c->width > MAX_SLOTS) {
             PyErr_SetString(PyExc_ValueError, "too many keys");
             return -1;
         }
+        /* every key once, and UTF-8 (the pass over a pickle's nodes finds keys by their bytes) */
+        for (Py_ssize_t j = 0; j < c->width; j++) {
+            PyObject *key = c->kind == K_SHAPES ? PyTuple_GET_ITEM(c->key, j) : c->key;
+            if (PyUnicode_AsUTF8AndSize(key, NULL) == NULL) {
+                PyErr_Clear();
+                PyErr_SetString(PyExc_ValueError, "a spec's key is not UTF-8 text");
+                return -1;
+            }
+            for (Py_ssize_t before = 0; before < slots + j; before++) {
+                if (PyUnicode_Compare(keys[before], key) == 0) {
+                    PyErr_SetString(PyExc_ValueError, "a key is in two specs");
+                    return -1;
+                }
+            }
+            keys[slots + j] = key;
+        }
+        slots += c->width;
     }
     return 0;
 }

@@ -414,9 +414,9 @@ static int finish(Reader *r) {
         start += t->nodes[i].len;
         t->nodes[i].len = 0;  /* (counted again as the children are placed) */
     }
-    t->kids = spare_sized(S_KIDS, edges * sizeof(uint32_t), &t->kids_bytes);
+    t->kids = spare_sized(S_KIDS, (edges ? edges : 1) * sizeof(uint32_t), &t->kids_bytes);
     if (t->kids == NULL) return -1;
-    t->made = spare_sized(S_MADE, t->n_nodes * sizeof(PyObject *), &t->made_bytes);
+    t->made = spare_sized(S_MADE, (t->n_nodes ? t->n_nodes : 1) * sizeof(PyObject *), &t->made_bytes);
     if (t->made == NULL) return -1;
     memset(t->made, 0, t->n_nodes * sizeof(PyObject *));
     for (size_t e = 0; e < edges; e++) {
@@ -463,10 +463,37 @@ typedef struct {
     uint32_t node, pos;
 } Frame;
 
+/* After a failure half way: every slot of a list or tuple made so far holds an object (None
+ * where it was not filled), so that nothing (the collector, gc.get_objects()) finds a hole. */
+static void plug_holes(Tree *t) {
+    for (size_t i = 0; i < t->n_nodes; i++) {
+        PyObject *x = t->made[i];
+        if (x == NULL || !(PyList_CheckExact(x) || PyTuple_CheckExact(x))) continue;
+        for (Py_ssize_t k = 0; k < Py_SIZE(x); k++) {
+            PyObject **slot = PyList_CheckExact(x) ? &((PyListObject *)x)->ob_item[k]
+                                                   : &((PyTupleObject *)x)->ob_item[k];
+            if (*slot == NULL) *slot = Py_NewRef(Py_None);
+        }
+    }
+}
+
+static PyObject *fill_from(Tree *t, uint32_t i);
+
 /* The object of node i (borrowed: the tree holds it), made with everything under it. Each
  * container is made empty first and filled from a stack, not by recursion: nesting as deep
- * as a pickle can make costs no C stack, and a list that holds itself is the same object. */
+ * as a pickle can make costs no C stack, and a list that holds itself is the same object.
+ * The cyclic collector is off meanwhile: no Python code (a gc callback, a finalizer) runs
+ * while a list or tuple has slots not yet filled. */
 static PyObject *made(Tree *t, uint32_t i) {
+    if (t->made[i] != NULL) return t->made[i];
+    int was_enabled = PyGC_Disable();
+    PyObject *x = fill_from(t, i);
+    if (x == NULL) plug_holes(t);
+    if (was_enabled) PyGC_Enable();
+    return x;
+}
+
+static PyObject *fill_from(Tree *t, uint32_t i) {
     if (t->made[i] != NULL) return t->made[i];
     if (t->broken) return PyErr_NoMemory();
     Node *nd = &t->nodes[i];
@@ -812,19 +839,48 @@ int tree_types_ready(PyObject *module) {
     return 0;
 }
 
+/* The list of entries payload() makes a view of: the top-level list, or the list under the
+ * top-level dict's (last) "entries"; NO_NODE where there is none. */
+static uint32_t entries_node(Tree *t, uint32_t root) {
+    Node *nd = &t->nodes[root];
+    if (nd->kind == T_LIST) return root;
+    uint32_t found = NO_NODE;
+    for (uint32_t j = 0; nd->kind == T_DICT && j + 1 < nd->len; j += 2) {
+        Node *kn = &t->nodes[t->kids[nd->v + j]];
+        uint32_t value = t->kids[nd->v + j + 1];
+        if (kn->kind == T_STR && kn->len == 7 && memcmp(PyBytes_AS_STRING(t->data) + kn->v, "entries", 7) == 0) {
+            found = t->nodes[value].kind == T_LIST ? value : NO_NODE;
+        }
+    }
+    return found;
+}
+
+/* Whether the top level or its list of entries is also held somewhere inside (pickle would
+ * give the same object there; payload() makes the top dict anew and the entries a view, so
+ * such a stream is left to the unpickler: only damage or a crafted file does this). */
+static int shared_top(Reader *r, uint32_t root) {
+    uint32_t entries = entries_node(r->t, root);
+    size_t held = 0;
+    for (size_t e = 0; e < r->children.size; e++) {
+        uint32_t child = r->children.at[e];
+        if (child == root) return 1;
+        held += child == entries;
+    }
+    return held > (entries == root ? 0 : 1);  /* (once: the top dict's own "entries") */
+}
+
 /* The decoded top level: a dict's values made, but its "entries" list a view; a list (torch
  * 2.2: the entries themselves) a view; anything else made. */
 static PyObject *payload(Tree *t, uint32_t root) {
     Node *nd = &t->nodes[root];
     if (nd->kind == T_LIST) return entries_view(t, root);
     if (nd->kind != T_DICT) return made_new(t, root);
+    uint32_t view = entries_node(t, root);
     PyObject *top = PyDict_New();
     if (top == NULL) return NULL;
     for (uint32_t j = 0; j + 1 < nd->len; j += 2) {
         uint32_t key = t->kids[nd->v + j], value = t->kids[nd->v + j + 1];
-        Node *kn = &t->nodes[key];
-        int entries = kn->kind == T_STR && kn->len == 7 && t->nodes[value].kind == T_LIST &&
-                      memcmp(PyBytes_AS_STRING(t->data) + kn->v, "entries", 7) == 0;
+        int entries = value == view;
         PyObject *k = made(t, key);
         PyObject *v = entries ? entries_view(t, value) : made_new(t, value);
         int failed = k == NULL || v == NULL || PyDict_SetItem(top, k, v) < 0;
@@ -878,7 +934,7 @@ PyObject *tree_read(PyObject *self, PyObject *data) {
     while (got == 1) got = step(&r);
     if (got == 2) {
         uint32_t root = r.stack.at[r.stack.size - 1];
-        if (finish(&r) == 0) result = payload(t, root);
+        if (finish(&r) == 0) result = shared_top(&r, root) ? Py_NewRef(Py_None) : payload(t, root);
     } else if (got == NOT_HERE) {
         result = Py_NewRef(Py_None);
     }
