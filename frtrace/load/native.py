@@ -64,6 +64,8 @@ def _load() -> ModuleType | None:
         return None
     if tuple(getattr(_scan, name, None) for name in _NAMES) != tuple(range(len(_NAMES))):
         return None  # (a stale build of another version of _scan.c)
+    if not all(hasattr(_scan, name) for name in ("columns", "read", "Entries")):
+        return None  # (a build from before the reader)
     return _scan
 
 

@@ -14,6 +14,7 @@ import gc
 import os
 import pickle
 import subprocess
+import sys
 import tracemalloc
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -312,3 +313,23 @@ def test_the_console_script_says_the_same_without_the_c_pass(fixture: str, tmp_p
         assert proc.returncode in (0, 1), proc.stderr
         outputs.append(proc.stdout)
     assert outputs[0] == outputs[1] and '"culprit_ranks"' in outputs[0]
+
+
+def test_a_stale_build_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build of another version of the C module (other kind numbers, or from before the
+    reader) is passed over: every file is then unpickled and read in Python."""
+    import types
+
+    from frtrace.load import _scan
+
+    old = types.ModuleType("frtrace.load._scan")
+    for name in ("INT64", "FLOAT64", "BOOL", "TEXT", "PAIR", "FRAMES", "NONE", "SHAPES"):
+        setattr(old, name, getattr(_scan, name))
+    old.columns = _scan.columns  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "frtrace.load._scan", old)
+    monkeypatch.delattr("frtrace.load._scan", raising=False)
+    assert native._load() is None  # (no reader: before it)
+    old.read, old.Entries = _scan.read, _scan.Entries  # type: ignore[attr-defined]
+    assert native._load() is old
+    old.SHAPES = 99  # type: ignore[attr-defined]
+    assert native._load() is None
