@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GLOO = FIXTURES / "gloo"
@@ -175,3 +177,16 @@ def fr211_set(directory: Path, *, bad_split: bool = True) -> Path:
         )
         write_pickle(directory / f"comm_lib_trace_rank_{rank}", dump)
     return directory
+
+
+# Property tests (hypothesis): FRTRACE_EXAMPLES sets how many examples (FRTRACE_EXAMPLES=1000
+# runs longer), seeded unless FRTRACE_RANDOM is set.
+EXAMPLES = int(os.environ.get("FRTRACE_EXAMPLES", "40"))
+DERANDOMIZE = os.environ.get("FRTRACE_RANDOM", "") in ("", "0")
+# the loader's properties: each example is cheap, so five times as many
+LOADER_SETTINGS = settings(
+    max_examples=EXAMPLES * 5,
+    deadline=None,
+    derandomize=DERANDOMIZE,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)

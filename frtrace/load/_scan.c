@@ -175,6 +175,12 @@ static int shapes_take(Column *c, Py_ssize_t i, PyObject **values, Py_ssize_t ma
             return written;
         }
     }
+    return shape_code(c, i);
+}
+
+/* Entry i's code in a K_SHAPES column, from the key its values wrote (c->shape): 0, or -1
+ * with an exception set. */
+int shape_code(Column *c, Py_ssize_t i) {
     PyObject *key = PyBytes_FromStringAndSize(c->shape.data, c->shape.size);
     if (key == NULL) return -1;
     int32_t code = code_of(c, key, NULL, i);

@@ -50,6 +50,7 @@ int32_t code_of(Column *c, PyObject *key, PyObject *value, Py_ssize_t i);
 int put(Buffer *b, const void *bytes, Py_ssize_t count);
 int put_tagged(Buffer *b, char tag, int64_t number);
 void column_null(Column *c, Py_ssize_t i, int absent);
+int shape_code(Column *c, Py_ssize_t i);
 PyObject *column_result(Column *c);
 int columns_begin(PyObject *specs, Py_ssize_t n, Column **cols, Py_ssize_t *made);
 PyObject *columns_end(Column *cols, Py_ssize_t m);

@@ -134,6 +134,8 @@ typedef struct {
 /* 1: read; 0: not a stream read here (the caller unpickles it); -1: an exception. */
 #define NOT_HERE 0
 
+/* A new node: its index, or -2 with an exception set (nodes are fewer than the data's
+ * bytes, which read() keeps under NO_NODE). */
 static int64_t new_node(Reader *r, uint8_t kind, uint32_t len, uint64_t v) {
     Tree *t = r->t;
     if (t->n_nodes == t->cap_nodes) {
@@ -153,8 +155,6 @@ static int64_t new_node(Reader *r, uint8_t kind, uint32_t len, uint64_t v) {
     return (int64_t)t->n_nodes++;
 }
 
-/* (new_node: the node's index, or -2 with an exception set; nodes are fewer than the
- * data's bytes, which read() keeps under NO_NODE) */
 /* Push a new node: 1, or -1 (an exception). */
 static int push_new(Reader *r, uint8_t kind, uint32_t len, uint64_t v) {
     int64_t at = new_node(r, kind, len, v);
@@ -603,13 +603,7 @@ static int node_shapes_take(Tree *t, Column *c, Py_ssize_t i, uint32_t *nodes, P
             return written;
         }
     }
-    PyObject *key = PyBytes_FromStringAndSize(c->shape.data, c->shape.size);
-    if (key == NULL) return -1;
-    int32_t code = code_of(c, key, NULL, i);
-    Py_DECREF(key);
-    if (code < 0) return -1;
-    ((int32_t *)PyBytes_AS_STRING(c->values))[i] = code;
-    return 0;
+    return shape_code(c, i);
 }
 
 static int all_kids(Tree *t, Node *nd, uint8_t kind) {

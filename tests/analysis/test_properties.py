@@ -13,7 +13,6 @@ code, not for the luck of the draw; ``FRTRACE_RANDOM=1`` draws new ones to explo
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import tempfile
@@ -27,9 +26,8 @@ from frsim import Capture, Fault, FaultKind, JobSpec, Moment, Truth, simulate, w
 from frsim.spec import HANGING_KINDS, RetireOrder
 from frtrace.analysis.findings import Confidence, FindingKind, Report, Verdict
 from frtrace.pipeline import analyze
+from tests.conftest import DERANDOMIZE, EXAMPLES
 
-EXAMPLES = int(os.environ.get("FRTRACE_EXAMPLES", "40"))
-DERANDOMIZE = os.environ.get("FRTRACE_RANDOM", "") in ("", "0")
 MESHES = [(4, 1, 1), (4, 2, 2), (8, 2, 2), (8, 4, 2), (8, 1, 2), (16, 2, 2), (16, 4, 1)]
 KINDS = [None, *FaultKind]
 

@@ -9,7 +9,6 @@ batch that reading them one at a time gives; the text encoding the one Arrow giv
 
 from __future__ import annotations
 
-import os
 import pickle
 from pathlib import Path
 from pickletools import genops
@@ -17,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from frtrace.load import entries as load_entries
@@ -25,16 +24,9 @@ from frtrace.load import native
 from frtrace.load.columns import Columns, text_column
 from frtrace.load.tables import load_dumps
 from frtrace.load.values import strings
-from tests.conftest import make_dump, make_entry, write_pickle
+from tests.conftest import LOADER_SETTINGS, make_dump, make_entry, write_pickle
 
-EXAMPLES = int(os.environ.get("FRTRACE_EXAMPLES", "40"))
-DERANDOMIZE = os.environ.get("FRTRACE_RANDOM", "") in ("", "0")
-SETTINGS = settings(
-    max_examples=EXAMPLES * 5,
-    deadline=None,
-    derandomize=DERANDOMIZE,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+SETTINGS = LOADER_SETTINGS
 
 _SHARED = [4, 8]
 _FRAME = {"name": "f", "filename": "a.py", "line": 1}  # (one object, as the pickle memo shares)

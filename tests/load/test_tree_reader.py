@@ -14,7 +14,6 @@ from __future__ import annotations
 import gc
 import io
 import math
-import os
 import pickle
 import random
 import struct
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from frtrace.errors import DumpFormatError, UnsafePickleError
@@ -35,20 +34,14 @@ from frtrace.load import native, unpickle
 from frtrace.load.columns import SHAPE_KEYS
 from frtrace.load.entries import _SPECS, entries_batch
 from frtrace.load.values import MAX_LEAVES
+from tests.conftest import LOADER_SETTINGS
 
 try:
     from frtrace.load import _scan
 except ImportError:  # built without a C compiler: nothing to test here
     pytest.skip("frtrace.load._scan is not built", allow_module_level=True)
 
-EXAMPLES = int(os.environ.get("FRTRACE_EXAMPLES", "40"))
-DERANDOMIZE = os.environ.get("FRTRACE_RANDOM", "") in ("", "0")
-SETTINGS = settings(
-    max_examples=EXAMPLES * 5,
-    deadline=None,
-    derandomize=DERANDOMIZE,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+SETTINGS = LOADER_SETTINGS
 
 PROTOCOLS = (2, 3, 4, 5)
 
