@@ -1,7 +1,9 @@
-"""The one compiled part: frtrace.load._scan, a C pass over decoded entries (optional).
+"""The one compiled part: frtrace.load._scan (optional), the C reader of a dump's pickle and
+the C pass that reads its columns.
 
 Everything else is in pyproject.toml. Where the module cannot be built (no C compiler), the
-install goes on without it and frtrace reads every column in Python, with the same results.
+install goes on without it and frtrace unpickles every file and reads every column in Python,
+with the same results.
 """
 
 from setuptools import Extension, setup

@@ -84,7 +84,7 @@ def read_pickle(data: bytes) -> Any:
     """The pickle in ``data`` as ``pickle`` decodes it, with its list of entries (the top-level
     list, or the top-level dict's ``entries``) an ``Entries`` view; None where the C reader is
     not active or does not read this stream (another opcode, damage: unpickle it instead)."""
-    if not active() or _SCAN is None:
+    if not active() or _SCAN is None or type(data) is not bytes:  # (it reads bytes only)
         return None
     return _SCAN.read(data)
 

@@ -333,3 +333,10 @@ def test_a_stale_build_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
     assert native._load() is old
     old.SHAPES = 99  # type: ignore[attr-defined]
     assert native._load() is None
+
+
+def test_the_reader_declines_what_is_not_bytes() -> None:
+    data = pickle.dumps([{"k": 1}], protocol=2)
+    assert native.read_pickle(data) is not None
+    assert native.read_pickle(bytearray(data)) is None  # type: ignore[arg-type]
+    assert native.read_pickle(memoryview(data)) is None  # type: ignore[arg-type]
