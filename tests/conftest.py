@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import pickle
+import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -190,3 +193,22 @@ LOADER_SETTINGS = settings(
     derandomize=DERANDOMIZE,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
+
+
+def memory_kept(run: Callable[[], object], times: int, warm: int = 1) -> int:
+    """Bytes Python's allocator holds after ``times`` more calls of ``run`` than before them
+    (after ``warm`` calls, and one more while tracing: caches filled once are not a leak)."""
+    for _ in range(warm):
+        run()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        run()
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(times):
+            run()
+        gc.collect()
+        return int(tracemalloc.get_traced_memory()[0] - before)
+    finally:
+        tracemalloc.stop()

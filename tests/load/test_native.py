@@ -10,12 +10,10 @@ of the same entries pickled (``via``).
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import pickle
 import subprocess
 import sys
-import tracemalloc
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,7 @@ from frtrace.load.discover import Candidate, discover
 from frtrace.load.entries import _SPECS
 from frtrace.load.parse import ParsedDump, try_parse
 from frtrace.load.values import MAX_LEAVES
+from tests.conftest import memory_kept
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 SHAPE_KEYS = ("input_sizes", "output_sizes", "input_dtypes", "output_dtypes")
@@ -271,19 +270,7 @@ def test_no_memory_is_kept_from_one_call_to_the_next(via: Via) -> None:
         native.columns(via(entries), _SPECS)
         native.shapes(entries, SHAPE_KEYS)
 
-    run()
-    gc.collect()
-    tracemalloc.start()
-    try:
-        run()
-        gc.collect()
-        before = tracemalloc.get_traced_memory()[0]
-        for _ in range(50):
-            run()
-        gc.collect()
-        grown = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+    grown = memory_kept(run, 50)
     assert grown < 50_000, grown
     assert np.asarray(native.columns(via(entries), _SPECS)["record_id"][0]).sum() == sum(range(500))
 

@@ -20,7 +20,6 @@ import struct
 import subprocess
 import sys
 import time
-import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from frtrace.load import native, unpickle
 from frtrace.load.columns import SHAPE_KEYS
 from frtrace.load.entries import _SPECS, entries_batch
 from frtrace.load.values import MAX_LEAVES
-from tests.conftest import LOADER_SETTINGS
+from tests.conftest import LOADER_SETTINGS, memory_kept
 
 try:
     from frtrace.load import _scan
@@ -923,18 +922,7 @@ def test_reading_and_dropping_does_not_grow_memory() -> None:
         view.columns(_SPECS, MAX_LEAVES)
         assert _scan.read(data[:-1]) is None  # (a declined stream frees its nodes too)
 
-    for _ in range(20):
-        once()
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        for _ in range(200):
-            once()
-        gc.collect()
-        grown = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+    grown = memory_kept(once, 200, warm=20)
     assert grown < 64 * 1024, f"{grown} bytes kept after 200 reads"
 
 
