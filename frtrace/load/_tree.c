@@ -86,17 +86,24 @@ static void u32_take(U32s *a, int slot) {
     a->size = 0;
 }
 
-static int u32_push(U32s *a, uint32_t x) {
-    if (a->size == a->cap) {
-        size_t cap = a->cap ? 2 * a->cap : 1024;
-        uint32_t *at = PyMem_Realloc(a->at, cap * sizeof(uint32_t));
-        if (at == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        a->at = at;
-        a->cap = cap;
+/* Make room in an array of *cap items of `width` bytes for item `index`: doubled (from
+ * `first`) until it fits. 0, or -1 with an exception set (the array is left as it was). */
+static int grow(void **at, size_t *cap, size_t index, size_t first, size_t width) {
+    if (index < *cap) return 0;
+    size_t more = *cap ? *cap : first;
+    while (more <= index) more *= 2;
+    void *bigger = PyMem_Realloc(*at, more * width);
+    if (bigger == NULL) {
+        PyErr_NoMemory();
+        return -1;
     }
+    *at = bigger;
+    *cap = more;
+    return 0;
+}
+
+static int u32_push(U32s *a, uint32_t x) {
+    if (grow((void **)&a->at, &a->cap, a->size, 1024, sizeof(uint32_t)) < 0) return -1;
     a->at[a->size++] = x;
     return 0;
 }
@@ -138,16 +145,7 @@ typedef struct {
  * bytes, which read() keeps under NO_NODE). */
 static int64_t new_node(Reader *r, uint8_t kind, uint32_t len, uint64_t v) {
     Tree *t = r->t;
-    if (t->n_nodes == t->cap_nodes) {
-        size_t cap = t->cap_nodes ? 2 * t->cap_nodes : 4096;
-        Node *nodes = PyMem_Realloc(t->nodes, cap * sizeof(Node));
-        if (nodes == NULL) {
-            PyErr_NoMemory();
-            return -2;
-        }
-        t->nodes = nodes;
-        t->cap_nodes = cap;
-    }
+    if (grow((void **)&t->nodes, &t->cap_nodes, t->n_nodes, 4096, sizeof(Node)) < 0) return -2;
     Node *nd = &t->nodes[t->n_nodes];
     nd->kind = kind;
     nd->len = len;
@@ -231,18 +229,9 @@ static int collect(Reader *r, size_t x, uint8_t kind) {
 static int memo_put(Reader *r, uint64_t index) {
     if (r->stack.size <= fence(r)) return NOT_HERE;
     if (index > r->n) return NOT_HERE;  /* past anything a real pickle numbers: pickle decides */
-    if (index >= r->memo_cap) {
-        size_t cap = r->memo_cap ? r->memo_cap : 1024;
-        while (cap <= index) cap *= 2;
-        uint32_t *memo = PyMem_Realloc(r->memo, cap * sizeof(uint32_t));
-        if (memo == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        memset(memo + r->memo_cap, 0, (cap - r->memo_cap) * sizeof(uint32_t));
-        r->memo = memo;
-        r->memo_cap = cap;
-    }
+    size_t had = r->memo_cap;
+    if (grow((void **)&r->memo, &r->memo_cap, index, 1024, sizeof(uint32_t)) < 0) return -1;
+    memset(r->memo + had, 0, (r->memo_cap - had) * sizeof(uint32_t));  /* (new slots: empty) */
     r->memo_len += r->memo[index] == 0;
     r->memo[index] = r->stack.at[r->stack.size - 1] + 1;
     return 1;
