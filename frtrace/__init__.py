@@ -18,9 +18,9 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from frtrace.analysis.findings import Report, Verdict
     from frtrace.errors import FrtraceError, InputError
     from frtrace.load.tables import DumpSet, load_dumps
+    from frtrace.model import Report, Verdict
     from frtrace.pipeline import analyze, analyze_dumps
 
 __version__ = "0.1.0"
@@ -43,8 +43,8 @@ _LAZY = {
     "analyze_dumps": "frtrace.pipeline",
     "load_dumps": "frtrace.load.tables",
     "DumpSet": "frtrace.load.tables",
-    "Report": "frtrace.analysis.findings",
-    "Verdict": "frtrace.analysis.findings",
+    "Report": "frtrace.model",
+    "Verdict": "frtrace.model",
     "FrtraceError": "frtrace.errors",
     "InputError": "frtrace.errors",
 }

@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from frtrace.analysis.codec import CodecError, decode, decode_report, encode, encode_report
-from frtrace.analysis.findings import Report
 from frtrace.errors import FrtraceError
 from frtrace.load.cache import DirectoryCache, cache_disabled, cache_root, path_fingerprint
 from frtrace.load.discover import Discovery, discover
 from frtrace.load.problems import LoadProblem
+from frtrace.model import Report
 from frtrace.pystack.discover import discover_stacks
 
 __all__ = ["CODE", "FORMAT", "SIDECAR", "Diagnosis", "DiagnosisCache", "code_digest"]
@@ -51,6 +51,7 @@ CODE = (
     "errors.py",
     "job",
     "load",
+    "model.py",
     "pipeline.py",
     "printable.py",
     "pystack",

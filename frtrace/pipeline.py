@@ -7,9 +7,9 @@ from pathlib import Path
 
 from frtrace.analysis.capture import dump_times_from_entries
 from frtrace.analysis.diagnose import diagnose
-from frtrace.analysis.findings import Report
 from frtrace.analysis.stackjoin import join_stacks
 from frtrace.load.tables import DumpSet, load_dumps
+from frtrace.model import Report
 from frtrace.pystack.discover import StackSet, load_stacks
 
 __all__ = ["analyze", "analyze_dumps"]

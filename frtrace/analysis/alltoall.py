@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-from frtrace.analysis.findings import Confidence, Finding, FindingKind, Severity
 from frtrace.analysis.groups import Membership
 from frtrace.analysis.ops import MatchResult
 from frtrace.analysis.signatures import signature_at
 from frtrace.load.tables import DumpSet
+from frtrace.model import Confidence, Finding, FindingKind, Severity
 from frtrace.ranges import format_ranks
 
 __all__ = ["ALL_TO_ALL_OPS", "split_mismatches"]

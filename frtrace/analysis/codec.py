@@ -23,7 +23,7 @@ import types
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
-from frtrace.analysis.findings import Report
+from frtrace.model import Report
 
 __all__ = ["FORMAT", "CodecError", "decode", "decode_report", "encode", "encode_report"]
 

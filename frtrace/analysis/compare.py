@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from frtrace.analysis.findings import GroupRef, Report
 from frtrace.load.tables import DumpSet
+from frtrace.model import GroupRef, Report
 from frtrace.ranges import format_ranks
 
 __all__ = ["GroupMotion", "SnapshotComparison", "compare_snapshots", "render_comparison"]

@@ -21,12 +21,12 @@ from __future__ import annotations
 from collections import defaultdict
 from itertools import combinations
 
-from frtrace.analysis.findings import Confidence, Finding, FindingKind, Severity
 from frtrace.analysis.groups import Membership
 from frtrace.analysis.ops import COLLECTIVE, MatchResult, OpRef
 from frtrace.analysis.signatures import signature_at
 from frtrace.analysis.waitgraph import EdgeKind, WaitGraph, victims_of
 from frtrace.load.tables import DumpSet
+from frtrace.model import Confidence, Finding, FindingKind, Severity
 from frtrace.ranges import format_ranks
 
 __all__ = ["find_deadlocks"]

@@ -20,14 +20,6 @@ from dataclasses import replace
 from frtrace.analysis.alltoall import split_mismatches
 from frtrace.analysis.capture import dump_moments
 from frtrace.analysis.deadlock import find_deadlocks
-from frtrace.analysis.findings import (
-    Finding,
-    FindingKind,
-    GroupProgress,
-    Report,
-    Severity,
-    Verdict,
-)
 from frtrace.analysis.groups import Membership, resolve_groups
 from frtrace.analysis.hang import hang_findings
 from frtrace.analysis.match import match
@@ -40,6 +32,14 @@ from frtrace.analysis.stuck import in_flight_findings, stuck_findings
 from frtrace.analysis.unrecorded import unrecorded_finding, unrecorded_ops
 from frtrace.analysis.waitgraph import WaitGraph, build_wait_graph, victims_of
 from frtrace.load.tables import DumpSet, give_back_memory
+from frtrace.model import (
+    Finding,
+    FindingKind,
+    GroupProgress,
+    Report,
+    Severity,
+    Verdict,
+)
 from frtrace.ranges import format_ranks
 
 __all__ = ["diagnose"]

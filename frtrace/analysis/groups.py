@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from frtrace.analysis.findings import GroupRef
 from frtrace.load.tables import DumpSet, recorded_groups
+from frtrace.model import GroupRef
 
 __all__ = ["Membership", "resolve_groups"]
 

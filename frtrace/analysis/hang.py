@@ -13,18 +13,18 @@ from collections import defaultdict
 import pyarrow.compute as pc
 
 from frtrace.analysis.capture import DumpMoments
-from frtrace.analysis.findings import (
-    Confidence,
-    Finding,
-    FindingKind,
-    Severity,
-)
 from frtrace.analysis.groups import Membership
 from frtrace.analysis.ops import MatchResult
 from frtrace.analysis.signatures import call_site, entry_at, signature_at
 from frtrace.analysis.stuck import stateless_ranks
 from frtrace.analysis.waitgraph import Edge, EdgeKind, WaitGraph, victims_of
 from frtrace.load.tables import DumpSet
+from frtrace.model import (
+    Confidence,
+    Finding,
+    FindingKind,
+    Severity,
+)
 from frtrace.ranges import format_ranks
 
 __all__ = ["hang_findings", "in_sink_cycle", "last_seen"]

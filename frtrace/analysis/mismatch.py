@@ -21,11 +21,11 @@ from typing import Any
 
 import pandas as pd
 
-from frtrace.analysis.findings import Confidence, Finding, FindingKind, OpSignature, Severity
 from frtrace.analysis.groups import Membership
 from frtrace.analysis.ops import MatchResult
 from frtrace.analysis.signatures import signature_at
 from frtrace.load.tables import DumpSet
+from frtrace.model import Confidence, Finding, FindingKind, OpSignature, Severity
 from frtrace.ranges import format_ranks
 
 __all__ = ["find_mismatches"]

@@ -3,14 +3,14 @@ settle it: the data notes of a report."""
 
 from __future__ import annotations
 
-from frtrace.analysis.findings import (
-    Verdict,
-)
 from frtrace.analysis.groups import Membership
 from frtrace.analysis.ops import MatchResult
 from frtrace.analysis.stuck import stateless_ranks
 from frtrace.analysis.waitgraph import WaitGraph
 from frtrace.load.tables import DumpSet
+from frtrace.model import (
+    Verdict,
+)
 from frtrace.ranges import format_ranks
 
 __all__ = ["data_notes", "unexplained_ranks"]

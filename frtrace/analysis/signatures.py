@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from frtrace.analysis.findings import OpSignature
 from frtrace.load.tables import DumpSet
+from frtrace.model import OpSignature
 
 __all__ = ["entry_at", "format_frame", "signature_at"]
 

@@ -17,7 +17,7 @@ import os
 from collections import Counter
 from dataclasses import replace
 
-from frtrace.analysis.findings import CulpritWhere, Finding, Report, StackEvidence, Verdict
+from frtrace.model import CulpritWhere, Finding, Report, StackEvidence, Verdict
 from frtrace.pystack.classes import StackClass, group_stacks
 from frtrace.pystack.discover import StackSet
 from frtrace.pystack.model import Frame, ProcessStacks

@@ -19,11 +19,11 @@ import networkx as nx
 import numpy as np
 import pandas as pd
 
-from frtrace.analysis.findings import Straggler
 from frtrace.analysis.groups import Membership
 from frtrace.analysis.ops import MatchResult
 from frtrace.analysis.segments import op_blocks, per_row
 from frtrace.load.tables import DumpSet
+from frtrace.model import Straggler
 
 __all__ = ["find_stragglers"]
 

@@ -7,17 +7,17 @@ the same picture is also a healthy dump taken a moment after an op, so it is inf
 from __future__ import annotations
 
 from frtrace.analysis.capture import DumpMoments
-from frtrace.analysis.findings import (
-    Confidence,
-    Finding,
-    FindingKind,
-    Severity,
-)
 from frtrace.analysis.groups import Membership
 from frtrace.analysis.ops import MatchResult
 from frtrace.analysis.signatures import signature_at
 from frtrace.analysis.waitgraph import WaitGraph, victims_of
 from frtrace.load.tables import DumpSet
+from frtrace.model import (
+    Confidence,
+    Finding,
+    FindingKind,
+    Severity,
+)
 from frtrace.ranges import format_ranks
 
 __all__ = ["in_flight_findings", "stateless_ranks", "stuck_findings"]

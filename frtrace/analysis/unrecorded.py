@@ -16,10 +16,10 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from frtrace.analysis.findings import Confidence, Finding, FindingKind, Severity
 from frtrace.analysis.groups import Membership
 from frtrace.analysis.ops import codes
 from frtrace.load.tables import DumpSet
+from frtrace.model import Confidence, Finding, FindingKind, Severity
 from frtrace.ranges import format_ranks
 
 __all__ = ["unrecorded_finding", "unrecorded_ops"]

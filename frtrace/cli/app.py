@@ -34,10 +34,10 @@ from frtrace.gate.exitcodes import EXIT_INPUT, EXIT_OK, EXIT_PROBLEM
 from frtrace.printable import printable
 
 if TYPE_CHECKING:
-    from frtrace.analysis.findings import Report
     from frtrace.diagnosis_cache import Diagnosis, DiagnosisCache
     from frtrace.load.problems import LoadProblem
     from frtrace.load.tables import DumpSet
+    from frtrace.model import Report
     from frtrace.report.select import Selection
 
 __all__ = ["app", "main"]

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from frtrace.analysis.findings import Finding, Report, Severity, Verdict
 from frtrace.errors import InputError
+from frtrace.model import Finding, Report, Severity, Verdict
 from frtrace.ranges import format_ranks, parse_ranks
 
 __all__ = [

@@ -20,7 +20,7 @@ analysis' alone.
 
 from __future__ import annotations
 
-from frtrace.analysis.findings import Report
+from frtrace.model import Report
 
 __all__ = ["EXIT_INPUT", "EXIT_OK", "EXIT_PROBLEM", "analysis_exit_code", "incomplete_ranks"]
 

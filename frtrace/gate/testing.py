@@ -22,9 +22,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from frtrace.analysis.findings import Report
 from frtrace.gate.check import compare, load_expectation, validate_expectation
 from frtrace.gate.exitcodes import incomplete_ranks
+from frtrace.model import Report
 from frtrace.pipeline import analyze
 from frtrace.ranges import format_ranks
 

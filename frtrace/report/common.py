@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from frtrace.analysis.findings import Finding, FindingKind, OpSignature, Report, Severity, Verdict
+from frtrace.model import Finding, FindingKind, OpSignature, Report, Severity, Verdict
 from frtrace.ranges import format_ranks
 
 __all__ = [

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from frtrace.analysis.findings import Finding, Report, Severity
+from frtrace.model import Finding, Report, Severity
 from frtrace.ranges import format_ranks
 from frtrace.report.common import (
     MAX_DETAILED_FINDINGS,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from html import escape
 
-from frtrace.analysis.findings import GroupProgress, Report
+from frtrace.model import GroupProgress, Report
 from frtrace.report.common import compact_ranks, plural
 
 __all__ = ["Status", "build_rows", "render_heatmap_svg"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from html import escape
 
-from frtrace.analysis.findings import Report, Verdict
+from frtrace.model import Report, Verdict
 from frtrace.report.common import headline
 from frtrace.report.document import (
     Block,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from frtrace.analysis.findings import (
+from frtrace.model import (
     Finding,
     GroupProgress,
     GroupRef,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from frtrace.analysis.findings import Report
+from frtrace.model import Report
 from frtrace.report.document import (
     Block,
     Bullets,

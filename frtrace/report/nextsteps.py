@@ -6,7 +6,7 @@ enough to print for every report.
 
 from __future__ import annotations
 
-from frtrace.analysis.findings import Finding, FindingKind, Report, Severity
+from frtrace.model import Finding, FindingKind, Report, Severity
 from frtrace.report.common import compact_ranks, idle_in_host_code, ranks_phrase, short_frame
 
 __all__ = ["DUMP_LOCATIONS", "MAX_STEPS", "finding_steps", "next_steps"]

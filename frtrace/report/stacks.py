@@ -11,7 +11,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from frtrace.analysis.findings import CulpritWhere, Report, StackEvidence
+from frtrace.model import CulpritWhere, Report, StackEvidence
 from frtrace.pystack.classes import PrefixNode, render_classes, tree_to_dict
 from frtrace.pystack.model import Frame
 from frtrace.pystack.where import frame_label, short_filename

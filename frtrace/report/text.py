@@ -6,7 +6,7 @@ import textwrap
 
 from tabulate import tabulate
 
-from frtrace.analysis.findings import Report
+from frtrace.model import Report
 from frtrace.report.document import (
     Block,
     Bullets,

@@ -14,7 +14,7 @@ from html import escape
 
 import networkx as nx
 
-from frtrace.analysis.findings import Report
+from frtrace.model import Report
 from frtrace.ranges import format_ranks
 from frtrace.report.common import compact_ranks, plural
 

@@ -13,7 +13,7 @@ import pytest
 
 from frtrace.analysis import codec
 from frtrace.analysis.codec import CodecError, decode, decode_report, encode, encode_report
-from frtrace.analysis.findings import Finding, FindingKind, OpSignature, Report, Severity
+from frtrace.model import Finding, FindingKind, OpSignature, Report, Severity
 from frtrace.pipeline import analyze
 from frtrace.report.html import render_html
 from frtrace.report.json import render_json

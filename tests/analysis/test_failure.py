@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from frtrace.analysis.findings import FindingKind, Verdict
+from frtrace.model import FindingKind, Verdict
 from frtrace.pipeline import analyze
 from tests.conftest import make_dump, make_entry, write_pickle
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from frtrace.analysis.findings import Verdict
 from frtrace.load.tables import load_dumps
+from frtrace.model import Verdict
 from frtrace.pipeline import analyze
 from tests.conftest import FIXTURES
 

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from frsim import Capture, Fault, FaultKind, JobSpec, Moment, Truth, simulate, write_dumps
 from frsim.spec import HANGING_KINDS, RetireOrder
-from frtrace.analysis.findings import Confidence, FindingKind, Report, Verdict
+from frtrace.model import Confidence, FindingKind, Report, Verdict
 from frtrace.pipeline import analyze
 from tests.conftest import DERANDOMIZE, EXAMPLES
 

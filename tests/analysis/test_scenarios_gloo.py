@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from frtrace.analysis.findings import Verdict
+from frtrace.model import Verdict
 from frtrace.pipeline import analyze
 from tests.conftest import GLOO, GLOO_JSON
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from frsim import Fault, FaultKind, JobSpec, simulate, write_dumps
-from frtrace.analysis.findings import FindingKind, Verdict
+from frtrace.model import FindingKind, Verdict
 from frtrace.pipeline import analyze
 from tests.conftest import make_dump, make_entry, write_pickle
 

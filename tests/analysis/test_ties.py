@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from frtrace.analysis.findings import Verdict
+from frtrace.model import Verdict
 from frtrace.pipeline import analyze
 from tests.conftest import make_dump, make_entry, write_pickle
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from frtrace.analysis.findings import Report
+from frtrace.model import Report
 from frtrace.pipeline import analyze
 from frtrace.report.json import SCHEMA_VERSION, render_json
 from frtrace.report.markdown import render_markdown
@@ -77,8 +77,8 @@ def test_every_golden_json_has_the_current_schema_version() -> None:
 
 
 def test_readme_lists_every_finding_code() -> None:
-    """The README's finding-code table matches frtrace.analysis.findings.KIND_CODES."""
-    from frtrace.analysis.findings import KIND_CODES
+    """The README's finding-code table matches frtrace.model.KIND_CODES."""
+    from frtrace.model import KIND_CODES
 
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     for kind, code in KIND_CODES.items():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from frtrace.analysis.findings import Report
+from frtrace.model import Report
 from frtrace.pipeline import analyze
 from frtrace.report.html import render_html
 from frtrace.report.text import render_text

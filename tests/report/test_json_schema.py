@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from frtrace.analysis.findings import Confidence, FindingKind, Verdict
+from frtrace.model import Confidence, FindingKind, Verdict
 from frtrace.report.json import SCHEMA_VERSION
 from frtrace.report.json_schema import report_schema
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from frtrace.analysis.findings import (
+from frtrace.model import (
     Confidence,
     Finding,
     FindingKind,
