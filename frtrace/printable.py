@@ -13,8 +13,12 @@ import re
 
 __all__ = ["json_safe", "printable"]
 
-# C0 controls but tab and newline, DEL, C1 controls, and the bidirectional formatting marks.
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# C0 controls but tab and newline, DEL, C1 controls, the bidirectional formatting marks, and
+# lone surrogates (how Python spells a file name's bytes that are not UTF-8: no encoder can
+# write them, so a strict UTF-8 stdout would fail on them).
+_UNSAFE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
 
 
 def _escape(match: re.Match[str]) -> str:

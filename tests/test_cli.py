@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -418,3 +420,87 @@ def test_env_output_can_be_evaluated_by_bash(tmp_path: Path) -> None:
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == f"20000|{target}/comm_lib_trace_rank_"
     assert target.is_dir()
+
+
+# ---------------------------------------------------------------------------------------------
+# Unexpected errors: one line and where to report it, never a traceback (FRTRACE_DEBUG=1 shows it)
+
+_INJECT = """
+import frtrace.report.json_schema as m
+
+def _boom():
+    raise RuntimeError("injected\\\\nfailure")
+
+m.schema_text = _boom
+"""
+
+
+def _assert_unexpected(code: int, stderr: str, kind: str) -> None:
+    assert code == 2, stderr
+    assert "Traceback" not in stderr, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith(f"error: unexpected {kind}: ")
+    assert "report it" in lines[0] and "FRTRACE_DEBUG=1" in lines[0]
+
+
+def test_an_unexpected_error_is_one_line_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    import frtrace.report.json_schema as json_schema
+
+    def boom() -> str:
+        raise RuntimeError("injected\nfailure")
+
+    monkeypatch.setattr(json_schema, "schema_text", boom)
+    result = run("schema")
+    _assert_unexpected(result.exit_code, result.stderr, "RuntimeError")
+    assert "injected failure" in result.stderr
+    monkeypatch.setenv("FRTRACE_DEBUG", "1")
+    result = run("schema")
+    assert result.exit_code == 2
+    assert "Traceback" in result.stderr and result.stderr.strip().endswith("injected failure")
+
+
+def _script(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess[bytes]:
+    from tests.test_commands import frtrace_script
+
+    environ = {k: v for k, v in os.environ.items() if k != "FRTRACE_DEBUG"}
+    environ |= {"XDG_CACHE_HOME": str(tmp_path / "cache"), **env}
+    return subprocess.run(
+        [frtrace_script(), *args], env=environ, capture_output=True, check=False, timeout=120
+    )
+
+
+def test_an_unexpected_error_is_one_line_through_the_console_script(tmp_path: Path) -> None:
+    """A library call made to fail (sitecustomize), as a user runs frtrace; the traceback
+    only with FRTRACE_DEBUG=1."""
+    (tmp_path / "sitecustomize.py").write_text(_INJECT)
+    path = os.pathsep.join([str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])
+    proc = _script(["schema"], tmp_path, PYTHONPATH=path)
+    _assert_unexpected(proc.returncode, proc.stderr.decode(), "RuntimeError")
+    proc = _script(["schema"], tmp_path, PYTHONPATH=path, FRTRACE_DEBUG="1")
+    assert proc.returncode == 2 and b"Traceback" in proc.stderr
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+def test_a_full_output_is_one_line(tmp_path: Path) -> None:
+    """`frtrace schema > /dev/full`: one line (no second error when stdout is flushed)."""
+    from tests.test_commands import frtrace_script
+
+    with open("/dev/full", "wb") as full:
+        proc = subprocess.run(
+            [frtrace_script(), "schema"], stdout=full, stderr=subprocess.PIPE, check=False
+        )
+    _assert_unexpected(proc.returncode, proc.stderr.decode(), "OSError")
+    assert "No space left" in proc.stderr.decode()
+
+
+def test_a_file_name_that_is_not_utf8_prints_under_a_strict_utf8_stdout(tmp_path: Path) -> None:
+    """A non-UTF-8 name next to the dumps is shown as an escape, never an encoding crash."""
+    dumps = tmp_path / "dumps"
+    shutil.copytree(HANG, dumps)
+    os.close(os.open(os.path.join(os.fsencode(dumps), b"bad\xffname.log"), os.O_CREAT, 0o600))
+    for command in ("analyze", "show", "summary"):
+        proc = _script([command, str(dumps)], tmp_path, PYTHONIOENCODING="utf-8:strict")
+        assert b"Traceback" not in proc.stderr, proc.stderr
+        assert proc.returncode in (0, 1), proc.stderr
+    assert b"bad\\udcffname.log" in proc.stdout  # (summary lists the files skipped)

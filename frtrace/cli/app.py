@@ -28,6 +28,7 @@ from frtrace.cli.params import (
     RanksOption,
     SchedulerOption,
     dump_source,
+    unexpected,
 )
 from frtrace.errors import FrtraceError, InputError
 from frtrace.gate.exitcodes import EXIT_INPUT, EXIT_OK, EXIT_PROBLEM
@@ -408,3 +409,6 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         sys.exit(130)
+    except Exception as exc:  # (OneLineErrors catches these first; this is the last net)
+        unexpected(exc)
+        sys.exit(EXIT_INPUT)

@@ -7,8 +7,11 @@ the one line that matters.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
@@ -19,6 +22,8 @@ import typer.core
 from typer.core import TyperGroup
 
 from frtrace.errors import InputError
+from frtrace.gate.exitcodes import EXIT_INPUT
+from frtrace.printable import printable
 
 # The click that typer runs on: its own copy since typer 0.2x, the click package before.
 _click: Any = getattr(typer.core, "_click", None) or importlib.import_module("click")
@@ -36,7 +41,15 @@ __all__ = [
     "RanksOption",
     "SchedulerOption",
     "dump_source",
+    "unexpected",
 ]
+
+# Where an unexpected error is to be reported (printed with it).
+REPORT_TO = (
+    "please report it to the frtrace maintainers (the issue tracker of the project you "
+    "installed it from) with the command and the output of the same command run with "
+    "FRTRACE_DEBUG=1"
+)
 
 
 class Format(StrEnum):
@@ -120,6 +133,41 @@ def dump_source(positional: Path | None, option: Path | None) -> Path:
     return source
 
 
+def unexpected(exc: BaseException) -> None:
+    """Say in one line on stderr that ``exc`` was not expected, and where to report it; the
+    traceback too where ``FRTRACE_DEBUG=1``. Never raises (stdout or stderr may be the
+    failure: a full disk, a closed pipe, an encoding that cannot show a file name)."""
+    debug = os.environ.get("FRTRACE_DEBUG", "").strip().lower() not in ("", "0", "false")
+    if debug:
+        with contextlib.suppress(Exception):
+            traceback.print_exception(exc, file=sys.stderr)
+    what = " ".join(str(exc).split())[:300]
+    where = "" if debug else f"; {REPORT_TO}"
+    _say(f"error: unexpected {type(exc).__name__}: {what}{where}")
+    _quiet_stdout()
+
+
+def _say(line: str) -> None:
+    """Write ``line`` to stderr in whatever encoding it has (unencodable text as escapes)."""
+    with contextlib.suppress(Exception):
+        encoding = getattr(sys.stderr, "encoding", None) or "utf-8"
+        text = printable(line).encode(encoding, "backslashreplace").decode(encoding)
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+
+
+def _quiet_stdout() -> None:
+    """Where stdout cannot take what is pending (``> /dev/full``, a closed pipe), point it at
+    /dev/null, so that flushing it at exit prints no second error."""
+    try:
+        sys.stdout.flush()
+    except Exception:
+        with contextlib.suppress(Exception):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+
+
 class OneLineErrors(TyperGroup):
     """A command group whose usage errors are one line on stderr (exit code 2)."""
 
@@ -156,11 +204,16 @@ class OneLineErrors(TyperGroup):
                 raise
             _click.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
             sys.exit(exc.exit_code)
-        except _click.exceptions.Abort:
+        except typer.Abort:  # (typer's own class: its bundled click has none)
             if not standalone_mode:
                 raise
             _click.echo("interrupted", err=True)
             sys.exit(130)
+        except Exception as exc:  # a bug, or a failure nobody foresaw: one line, exit 2
+            if not standalone_mode:
+                raise
+            unexpected(exc)
+            sys.exit(EXIT_INPUT)
         if not standalone_mode:
             return code
         sys.exit(code if isinstance(code, int) else 0)
