@@ -331,3 +331,17 @@ def test_a_miss_lists_and_fingerprints_each_dump_once(
     assert _sidecars()  # and it was stored, under the one identity both took
     code, _ = _invoke("analyze", str(directory))  # the hit: nothing fingerprinted twice
     assert code == 0
+
+
+def test_an_edit_in_the_middle_with_size_and_mtime_kept_is_a_miss(tmp_path: Path) -> None:
+    """rank 1's op in the middle of its dump becomes another one, size and mtime kept
+    (``cp -p``, ``rsync -t``): the verdict is the new one, not the cached one."""
+    from tests.load.test_cache import edit_keeping_size_and_mtime, edited_in_the_middle
+
+    target = edited_in_the_middle(tmp_path / "d")
+    first = _invoke("analyze", str(target.parent), "-f", "json")
+    edit_keeping_size_and_mtime(target)
+    again = _invoke("analyze", str(target.parent), "-f", "json")
+    fresh = _invoke("analyze", str(target.parent), "-f", "json", "--no-cache")
+    assert fresh != first  # (the edit changes the answer)
+    assert again == fresh

@@ -12,7 +12,8 @@ Layout, under ``$XDG_CACHE_HOME/frtrace`` (else ``~/.cache/frtrace``)::
         diagnosis.json         a sidecar: what later stages derived from the same files
 
 Key and invalidation: the manifest holds a fingerprint of every dump file (path as given and
-absolute, size, mtime_ns, and blake2b of its size, first and last 16 KiB) and of the code that
+absolute, size, mtime_ns, inode change time (ctime_ns: a user cannot set it back, as mtime can
+be), device and inode, and blake2b of its size, first and last 16 KiB) and of the code that
 reads them (the sources of ``frtrace/load``). The tables are used only when all of it matches:
 a changed, added or removed file, or another frtrace, reads the dumps again and replaces the
 entry. Each table's byte count and checksum (adler32, 2.5 GB/s) are checked before it is used, so a
@@ -90,7 +91,14 @@ def _code_version() -> str:
 
 
 def path_fingerprint(path: str | os.PathLike[str]) -> list[Any]:
-    """What identifies one file's content cheaply: absolute path, size, mtime, ends of it."""
+    """What identifies one file's content cheaply: absolute path, size, mtime, inode change
+    time, device and inode, ends of it.
+
+    mtime can be set back (``cp -p``, ``rsync -t``, ``tar x``, ``os.utime``), so an edit
+    between the ends that keeps the size would pass; the inode change time cannot be set by
+    a user and moves with every write (and with the ``utime`` that puts mtime back), and a
+    file replaced by another has another inode. All from the one ``fstat`` taken anyway.
+    """
     path = os.path.abspath(path)
     with open(path, "rb") as f:
         info = os.fstat(f.fileno())
@@ -99,13 +107,15 @@ def path_fingerprint(path: str | os.PathLike[str]) -> list[Any]:
         if info.st_size > HASH_BYTES:
             f.seek(max(HASH_BYTES, info.st_size - HASH_BYTES))
             digest.update(f.read(HASH_BYTES))
-    return [path, info.st_size, info.st_mtime_ns, digest.hexdigest()]
+    changed = [info.st_ctime_ns, info.st_dev, info.st_ino]
+    return [path, info.st_size, info.st_mtime_ns, changed, digest.hexdigest()]
 
 
 def file_fingerprint(cand: Candidate) -> list[Any]:
-    """What identifies one dump's content cheaply: paths, size, mtime, ends of the file."""
-    path, size, mtime_ns, digest = path_fingerprint(cand.path)
-    return [str(cand.path), path, cand.rank, size, mtime_ns, digest]
+    """What identifies one dump's content cheaply: paths, size, mtime, inode change time and
+    identity, ends of the file (``path_fingerprint``)."""
+    path, size, mtime_ns, changed, digest = path_fingerprint(cand.path)
+    return [str(cand.path), path, cand.rank, size, mtime_ns, changed, digest]
 
 
 def _crc(path: Path) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -196,3 +197,50 @@ def test_path_spelling_is_part_of_the_key(tmp_path: Path, monkeypatch: pytest.Mo
     relative = load_dumps(Path("d"), cache=True)
     assert absolute.problems[0].path == str(directory / "nccl_trace_rank_1")
     assert relative.problems[0].path == str(Path("d") / "nccl_trace_rank_1")
+
+
+def edited_in_the_middle(directory: Path, *, world: int = 2, steps: int = 400) -> Path:
+    """A set of dumps larger than twice the bytes hashed at each end, then rank 1's op in the
+    middle of its file edited (all_reduce -> all_gather) with its size and mtime put back, as
+    ``cp -p``, ``rsync -t`` or ``tar x`` leave them. Returns the edited file."""
+    for rank in range(world):
+        entries = [
+            # (a string object per entry: pickle writes each one, not a memo reference)
+            make_entry(
+                record_id=i,
+                collective_seq_id=i + 1,
+                profiling_name="".join(["nccl:", "all_reduce"]),
+            )
+            for i in range(steps)
+        ]
+        write_pickle(directory / f"nccl_trace_rank_{rank}", make_dump(entries, world=world))
+    target = directory / "nccl_trace_rank_1"
+    assert target.stat().st_size > 2 * cache_mod.HASH_BYTES
+    return target
+
+
+def edit_keeping_size_and_mtime(target: Path) -> None:
+    before = target.stat()
+    data = bytearray(target.read_bytes())
+    middle = data.find(b"nccl:all_reduce", len(data) // 2)
+    assert cache_mod.HASH_BYTES < middle < len(data) - cache_mod.HASH_BYTES
+    data[middle : middle + 15] = b"nccl:all_gather"
+    target.write_bytes(bytes(data))
+    os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+    while target.stat().st_ctime_ns == before.st_ctime_ns:  # (a coarse clock: the next tick)
+        time.sleep(0.005)
+        os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = target.stat()
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+
+
+def test_an_edit_in_the_middle_with_size_and_mtime_kept_is_read_again(tmp_path: Path) -> None:
+    """The ends of the file, its size and mtime are the same: the inode change time (which
+    nobody can set back) tells the edit."""
+    target = edited_in_the_middle(tmp_path / "d")
+    first = load_dumps(target.parent, cache=True)
+    edit_keeping_size_and_mtime(target)
+    cached = load_dumps(target.parent, cache=True)
+    fresh = load_dumps(target.parent, cache=False)
+    assert not fresh.entries.equals(first.entries)  # (the edit shows in the tables)
+    _same(cached, fresh)
