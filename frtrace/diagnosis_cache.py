@@ -9,7 +9,8 @@ by ``frtrace.analysis.codec``: plain JSON, never pickle) and the load problems t
 It is a sidecar of the directory's table-cache entry (``sets/<key>/diagnosis.json``): the
 same place, the same size budget and eviction. It is used only when its identity matches:
 
-- each dump's fingerprint, as the table cache takes it (paths, size, mtime, ends of the file);
+- each dump's fingerprint, as the table cache takes it (paths, size, mtime, inode change time
+  and identity, ends of the file);
 - each collected Python stack file's fingerprint (the files ``load_stacks`` would read);
 - a digest of the code the Report depends on (``CODE``: the load, analysis and pystack stages,
   the pipeline, this module...) and the Python version (which modules are the standard library).

@@ -20,7 +20,9 @@ entry. Each table's byte count and checksum (adler32, 2.5 GB/s) are checked befo
 damaged entry is deleted and rebuilt, never used.
 
 Writes are atomic (a new ``<token>`` folder, then ``os.replace`` of the manifest) and never
-fatal: a read-only or full cache disables caching for the run with one note on stderr.
+fatal: a read-only or full cache disables caching for the run with one note on stderr. The
+tables hold what the dumps hold: every folder is made 0700 (``frtrace`` itself is narrowed to
+0700 where an earlier version left it open) and every file 0600, whatever the umask.
 Eviction: after each write, whole entries are deleted, least recently used first (the
 manifest's mtime, touched on every hit), until the cache holds at most
 ``FRTRACE_CACHE_MAX_BYTES`` (default 4 GiB); an entry larger than that is not stored.
@@ -35,11 +37,13 @@ of the entry; it goes with the entry when the tables are found damaged or evicte
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
 import secrets
 import shutil
+import stat
 import sys
 import zlib
 from collections.abc import Mapping, Sequence
@@ -51,7 +55,7 @@ from frtrace.load.discover import Candidate
 if TYPE_CHECKING:  # imported where used: a hit of the diagnosis cache needs no pyarrow
     import pyarrow as pa
 
-__all__ = ["TABLES", "DirectoryCache", "cache_disabled", "cache_root"]
+__all__ = ["TABLES", "DirectoryCache", "cache_disabled", "cache_root", "private_directory"]
 
 FORMAT = "frtrace-tables-1"
 TABLES = ("entries", "stacks", "groups", "pg_status", "files")
@@ -67,6 +71,39 @@ def cache_root() -> Path:
     """Where the cache lives: ``$XDG_CACHE_HOME/frtrace``, else ``~/.cache/frtrace``."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "frtrace" / "v1"
+
+
+def private_directory(path: Path, *, narrow: Path | None = None) -> bool:
+    """Make ``path`` and its missing parents, each 0700 (``mkdir(parents=True)`` would make
+    the parents 0777 less the umask); narrow ``narrow`` (frtrace's folder in the cache) to 0700
+    where it is this user's and open to others (as earlier versions left it). True where
+    ``path`` is a directory of this user's (not a link: another user's name is never used)."""
+    missing = []
+    at = path
+    while not os.path.lexists(at) and at.parent != at:
+        missing.append(at)
+        at = at.parent
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir(mode=0o700)
+    if narrow is not None:
+        with contextlib.suppress(OSError):
+            info = os.lstat(narrow)
+            mine = stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
+            if mine and stat.S_IMODE(info.st_mode) & 0o077:
+                os.chmod(narrow, 0o700)
+    info = os.lstat(path)
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
+
+
+def _private_file(path: Path) -> int:
+    """A new file only this user can read (0600, whatever the umask), open for writing."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    with open(_private_file(path), "wb") as f:
+        f.write(data)
 
 
 def cache_disabled() -> bool:
@@ -205,11 +242,16 @@ class DirectoryCache:
         folder = self.entry / token
         try:
             identity = self._identity()
-            folder.mkdir(parents=True)
+            if not private_directory(self.entry, narrow=self.root.parent):
+                raise OSError(errno.EPERM, "not a folder of this user's", str(self.entry))
+            folder.mkdir(mode=0o700)
             described = {}
             for name in TABLES:
                 path = folder / f"{name}.arrow"
-                with ipc.new_file(str(path), tables[name].schema) as writer:
+                with (
+                    open(_private_file(path), "wb") as sink,
+                    ipc.new_file(sink, tables[name].schema) as writer,
+                ):
                     writer.write_table(tables[name])
                 described[name] = {
                     "bytes": path.stat().st_size,
@@ -222,7 +264,7 @@ class DirectoryCache:
                 return
             manifest = {**identity, "token": token, "tables": described}
             partial = self.entry / f".manifest.{token}"
-            partial.write_text(json.dumps(manifest))
+            _write_private(partial, json.dumps(manifest).encode())
             os.replace(partial, self.entry / "manifest.json")
         except (OSError, pa.ArrowException) as exc:  # read-only, full, or a dump vanished
             shutil.rmtree(folder, ignore_errors=True)
@@ -255,8 +297,9 @@ class DirectoryCache:
             if len(data) > _max_bytes():  # would evict everything else: not stored
                 self.drop_sidecar(name)
                 return
-            self.entry.mkdir(parents=True, exist_ok=True)
-            partial.write_bytes(data)
+            if not private_directory(self.entry, narrow=self.root.parent):
+                raise OSError(errno.EPERM, "not a folder of this user's", str(self.entry))
+            _write_private(partial, data)
             os.replace(partial, self.entry / name)
         except OSError as exc:  # read-only or full
             with contextlib.suppress(OSError):

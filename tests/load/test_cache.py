@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import time
 from pathlib import Path
 
@@ -244,3 +245,25 @@ def test_an_edit_in_the_middle_with_size_and_mtime_kept_is_read_again(tmp_path: 
     fresh = load_dumps(target.parent, cache=False)
     assert not fresh.entries.equals(first.entries)  # (the edit shows in the tables)
     _same(cached, fresh)
+
+
+def test_the_cache_is_private_whatever_the_umask(tmp_path: Path) -> None:
+    """Folders 0700, files 0600 (tables written by Arrow, the manifest, a sidecar) under umask
+    022; a cache folder an earlier version left 0755 is narrowed."""
+    directory = healthy_set(tmp_path / "d", world=2, steps=3)
+    top = cache_mod.cache_root().parent  # .../frtrace
+    top.mkdir(parents=True, mode=0o755)
+    os.chmod(top, 0o755)
+    old = os.umask(0o022)
+    try:
+        load_dumps(directory, cache=True)
+        (entry,) = _entries(tmp_path)
+        store = cache_mod.DirectoryCache(cache_mod.cache_root(), directory, [])
+        store.write_sidecar("extra.json", b"{}", "test")
+    finally:
+        os.umask(old)
+    made = [top, *top.rglob("*")]
+    assert {p.name for p in made} >= {"manifest.json", "entries.arrow", "extra.json", entry.name}
+    for path in made:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        assert mode == (0o700 if path.is_dir() else 0o600), (path, oct(mode))
