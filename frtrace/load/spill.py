@@ -16,6 +16,13 @@ first on a disk (on a tmpfs the columns would be memory all the same; where ever
 one, the columns stay in memory). Any failure to write keeps the column in memory, as for
 small sets (below ``SPILL_MIN_BYTES`` of dumps, or ``FRTRACE_SPILL_MIN_BYTES``),
 so spilling never changes a result.
+
+The columns hold what the dumps hold: each load's directory is 0700 and its files 0600, in a
+base directory this user owns (another user's, or a link, is passed over). The directory is
+named ``<host>-<pid>-<random>`` and holds a lock file that the load keeps locked (``flock``)
+until it removes the directory. Directories of loads that died (killed mid-load) are removed by
+the next load on the same host, and only where their process is gone and nobody holds their
+lock: a cache directory shared between hosts (NFS) never loses a live load's columns.
 """
 
 from __future__ import annotations
@@ -23,8 +30,10 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import re
 import secrets
 import shutil
+import socket
 import tempfile
 import weakref
 from pathlib import Path
@@ -34,11 +43,13 @@ import numpy as np
 import pyarrow as pa
 
 from frtrace.errors import InputError
+from frtrace.load.cache import private_directory
 
 __all__ = [
     "SPILL_MIN_BYTES",
     "SpilledColumn",
     "release_pages",
+    "remove_spill_directory",
     "spill_directory",
     "spill_min_bytes",
 ]
@@ -89,26 +100,65 @@ MOUNTS = Path("/proc/self/mounts")
 _MEMORY_FILESYSTEMS = frozenset({"tmpfs", "ramfs"})
 
 
+# The lock file each load's directory holds, locked while the load runs.
+LOCK_NAME = ".lock"
+# Opened and locked lock files of this process's directories (closed when they are removed).
+_LOCKS: dict[Path, int] = {}
+
+
 def spill_directory(cache_root: Path) -> Path | None:
     """A new private directory for this load's column files, or None where none can be made.
 
     ``cache_root`` is the table cache's root; spill files go beside it, else under /var/tmp or
     the temporary directory: the first of those on a disk (columns on a tmpfs are memory all
-    the same, so none there). Directories of processes that are gone (killed mid-load) are
-    removed first.
+    the same, so none there) that this user owns. Directories of this host's loads that are
+    gone (killed mid-load) are removed first. The directory stays locked until
+    ``remove_spill_directory``.
     """
     for base in (cache_root.parent / "spill", *(b / "frtrace-spill" for b in FALLBACK_BASES)):
         try:
-            base.mkdir(parents=True, exist_ok=True)
-            if _in_memory(base):
+            if not private_directory(base, narrow=cache_root.parent) or _in_memory(base):
                 continue
             _remove_orphans(base)
-            path = base / f"{os.getpid()}-{secrets.token_hex(4)}"
-            path.mkdir()
+            path = base / f"{_host()}-{os.getpid()}-{secrets.token_hex(4)}"
+            path.mkdir(mode=0o700)
         except OSError:
+            continue
+        try:
+            _lock(path)
+        except OSError:
+            shutil.rmtree(path, ignore_errors=True)
             continue
         return path
     return None
+
+
+def remove_spill_directory(path: Path) -> None:
+    """Remove a directory made by ``spill_directory`` (its mapped files live on unlinked) and
+    let go of its lock."""
+    shutil.rmtree(path, ignore_errors=True)
+    fd = _LOCKS.pop(path, None)
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _host() -> str:
+    """This host's name as a directory name part (no ``-``, no ``/``)."""
+    return re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname())[:64] or "host"
+
+
+def _lock(path: Path) -> None:
+    """Create the directory's lock file and hold an exclusive lock on it for the load."""
+    import fcntl
+
+    fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise
+    _LOCKS[path] = fd
 
 
 def _in_memory(path: Path) -> bool:
@@ -131,12 +181,46 @@ def _in_memory(path: Path) -> bool:
 
 
 def _remove_orphans(base: Path) -> None:
-    if not Path("/proc/self").exists():  # (no way to tell a live process: leave them)
-        return
+    """Remove the directories of this host's loads that died: their process is gone and
+    their lock is free. Another host's are never touched (its processes are not seen here)."""
+    host = _host()
     for entry in base.iterdir():
-        pid = entry.name.split("-", 1)[0]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            shutil.rmtree(entry, ignore_errors=True)
+        parts = entry.name.split("-")
+        if len(parts) != 3 or parts[0] != host or not parts[1].isdigit():
+            continue  # another host's (or not a load's)
+        if _alive(int(parts[1])) or _locked(entry):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    """Is process ``pid`` running on this host? (True where it cannot be told.)"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError, ValueError):  # (PermissionError: another user's, alive)
+        return pid > 0
+    return True
+
+
+def _locked(entry: Path) -> bool:
+    """Does a load hold ``entry``'s lock? (True where it cannot be told.)"""
+    import fcntl
+
+    try:
+        fd = os.open(entry / LOCK_NAME, os.O_RDWR | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return False  # (its process is gone, and it never took the lock)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # (releases the lock taken)
+    return False
 
 
 class SpilledColumn:
@@ -161,7 +245,9 @@ class SpilledColumn:
         self.pending_bytes = 0
         self.written = 0  # rows in the file
         try:
-            self.out = open(self.path, "wb", buffering=0)  # noqa: SIM115 (closed in finish)
+            # only this user may read it (the columns hold what the dumps hold)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            self.out = open(fd, "wb", buffering=0)  # noqa: SIM115 (closed in finish)
         except OSError:
             self.memory = []
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -289,7 +288,7 @@ class _Assembler:
     def finish(self, skipped: Iterable[SkippedFile] = ()) -> DumpSet:
         if not self.loaded:
             if self.spill_dir is not None:
-                shutil.rmtree(self.spill_dir, ignore_errors=True)
+                spill.remove_spill_directory(self.spill_dir)
             first = self.problems[0].message if self.problems else "no files"
             raise NoReadableDumps(
                 f"{self.directory}: none of the {len(self.candidates)} dump files could be "
@@ -311,7 +310,7 @@ class _Assembler:
                 columns.append(self.coded.pop(i).finish(spec.type))
             give_back_memory()
         if self.spill_dir is not None:  # (its files are unlinked once mapped)
-            shutil.rmtree(self.spill_dir, ignore_errors=True)
+            spill.remove_spill_directory(self.spill_dir)
         entries = pa.Table.from_arrays(columns, schema=schema.ENTRIES)
         frames = {sid: stack for stack, sid in self.interned.items()}
         stacks = pa.Table.from_pylist(

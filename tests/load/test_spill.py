@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import subprocess
 from pathlib import Path
 
@@ -135,10 +136,80 @@ def test_an_empty_column_is_not_mapped(tmp_path: Path) -> None:
 
 def test_orphans_of_dead_processes_are_removed(tmp_path: Path) -> None:
     base = tmp_path / "spill"
-    (base / "999999999-dead").mkdir(parents=True)
+    dead = base / f"{spill._host()}-999999999-dead"
+    dead.mkdir(parents=True)
     made = spill.spill_directory(tmp_path / "v1")
     assert made is not None and made.parent == base
-    assert not (base / "999999999-dead").exists()
+    assert not dead.exists()
+    spill.remove_spill_directory(made)
+    assert not made.exists()
+
+
+def test_only_this_hosts_unlocked_orphans_are_removed(tmp_path: Path) -> None:
+    """A cache shared over NFS: another host's load (its pid means nothing here) and a load
+    that holds its lock keep their directories; this host's dead, unlocked ones go."""
+    import fcntl
+
+    base = tmp_path / "spill"
+    other = base / "otherhost-999999999-abcd"  # another host's live load
+    older = base / "999999996-abcd"  # an earlier frtrace's (which host's cannot be told)
+    older.mkdir(parents=True)
+    held = base / f"{spill._host()}-999999998-abcd"  # its lock held (same name on another host)
+    dead = base / f"{spill._host()}-999999997-abcd"
+    for folder in (other, held, dead):
+        folder.mkdir(parents=True)
+        (folder / spill.LOCK_NAME).touch()
+        (folder / "entries.values").write_bytes(b"x")
+    with open(held / spill.LOCK_NAME, "rb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        made = spill.spill_directory(tmp_path / "v1")
+        assert made is not None
+        assert other.exists() and held.exists() and older.exists() and not dead.exists()
+        assert made.name.startswith(f"{spill._host()}-{os.getpid()}-")
+        # this load's own directory is locked while it lives: another load leaves it
+        again = spill.spill_directory(tmp_path / "v1")
+        assert again is not None and made.exists()
+    spill.remove_spill_directory(made)
+    spill.remove_spill_directory(again)
+
+
+def test_spill_directories_and_files_are_private(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """0700 directories and 0600 files under the usual umask: they hold what the dumps hold."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    old = os.umask(0o022)
+    try:
+        made = spill.spill_directory(tmp_path / "cache" / "frtrace" / "v1")
+        assert made is not None
+        column = SpilledColumn(made, "op_id", np.dtype(np.int64))
+        column.append(np.arange(4), None)
+        column._write_pending()
+        assert _mode(column.path) == 0o600
+        for folder in (made, made.parent, tmp_path / "cache" / "frtrace"):
+            assert _mode(folder) == 0o700, folder
+        assert column.finish(pa.int64()).to_pylist() == [0, 1, 2, 3]
+        spill.remove_spill_directory(made)
+    finally:
+        os.umask(old)
+
+
+def test_a_base_directory_of_another_owner_is_passed_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A link planted where the spill base would be is never written through."""
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "spill").symlink_to(tmp_path / "elsewhere")
+    monkeypatch.setattr(spill, "FALLBACK_BASES", (tmp_path / "disk",))
+    made = spill.spill_directory(tmp_path / "cache" / "v1")
+    assert made is not None and made.parent == tmp_path / "disk" / "frtrace-spill"
+    assert not any((tmp_path / "elsewhere").iterdir())
+    spill.remove_spill_directory(made)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
 
 
 SETS = ["nccl/host_stall/2.10-pickle", "gloo/never_joins", "damaged"]
