@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 import socket
 import sys
@@ -268,9 +269,7 @@ def dump(
         # The stacks first: they show the moment of the request, before the dump's own work.
         stacks = _capture(st, rank, trigger, detail, frame)
         data = _trace_bytes(st.fmt)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        _write_new(path, data)
         st.written.append(path)
         if stacks is not None:
             side = path.with_name(STACKS_PREFIX + path.name.removeprefix(DUMP_PREFIX))
@@ -283,6 +282,22 @@ def dump(
     if st.verbose:
         print(f"frtrace.recorder: wrote {path} ({reason})", file=sys.stderr, flush=True)
     return path
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """``path`` replaced atomically by ``data``, through a new temporary file whose name no one
+    can guess: a link planted in a shared dump directory is never followed."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(8)}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(tmp, flags, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 def _capture(

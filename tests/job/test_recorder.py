@@ -129,3 +129,25 @@ def test_hung_gloo_job_dumps_on_sigusr1_and_analyze_names_the_rank(tmp_path: Pat
     first = result.output.splitlines()[0]
     assert first.startswith("HANG: culprit rank 2;"), result.output
     assert "rank 2 never joined all_reduce" in result.output
+
+
+def test_dump_never_writes_through_a_link_planted_in_the_dump_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dump directory is often shared: a link planted under the temporary name of the
+    next dump (it used to be predictable: the pid) is never written through."""
+    monkeypatch.setenv("FRTRACE_RUNTIME_DIR", str(tmp_path / "rt"))
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    name = f"{DUMP_PREFIX}0"
+    (dumps / f".{name}.{os.getpid()}.tmp").symlink_to(victim)
+    recorder.enable(dumps, signals=(), on_exception=False, verbose=False)
+    try:
+        path = recorder.dump(rank=0)
+    finally:
+        recorder.disable()
+    assert victim.read_bytes() == b"precious\n", "the dump was written through the link"
+    assert path == dumps.resolve() / name and path.stat().st_size > 0
+    assert not path.is_symlink()
