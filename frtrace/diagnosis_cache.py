@@ -12,6 +12,7 @@ same place, the same size budget and eviction. It is used only when its identity
 - each dump's fingerprint, as the table cache takes it (paths, size, mtime, inode change time
   and identity, ends of the file);
 - each collected Python stack file's fingerprint (the files ``load_stacks`` would read);
+- each log and error file's fingerprint (the files ``load_evidence`` would read);
 - a digest of the code the Report depends on (``CODE``: the load, analysis and pystack stages,
   the pipeline, this module...) and the Python version (which modules are the standard library).
 
@@ -32,6 +33,7 @@ from typing import Any
 
 from frtrace.analysis.codec import CodecError, decode, decode_report, encode, encode_report
 from frtrace.errors import FrtraceError
+from frtrace.evidence.discover import find_evidence_files
 from frtrace.load.cache import DirectoryCache, cache_disabled, cache_root, path_fingerprint
 from frtrace.load.discover import Discovery, discover
 from frtrace.load.problems import LoadProblem
@@ -50,6 +52,7 @@ CODE = (
     "analysis",
     "diagnosis_cache.py",
     "errors.py",
+    "evidence",
     "job",
     "load",
     "model.py",
@@ -109,6 +112,7 @@ class DiagnosisCache:
                 "code": code_digest(),
                 "files": self.tables.file_fingerprints(),
                 "stacks": [path_fingerprint(p) for p in discover_stacks(self.directory)],
+                "evidence": [path_fingerprint(p) for p, _ in find_evidence_files(self.directory)],
             }
         return self.identity
 

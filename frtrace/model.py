@@ -22,6 +22,13 @@ FR011  sequence_shift         a rank's later collectives line up with the others
                               some positions: it skipped or added a collective
 FR012  unrecorded_ops         ranks ran ops the recorder counted but did not write (Gloo's
                               send/recv): a rank blocked in one cannot be seen
+FR013  first_failure          a rank's own failure (an exception in its code, a crash, OOM, a
+                              CUDA error) came first; the other ranks' failures followed it
+FR014  named_by_error         an error message names the ranks that failed (monitored_barrier)
+FR015  stack_outlier          the entries are silent; the other ranks wait in torch.distributed
+                              calls while these ranks are in host code (their Python stacks)
+FR016  unseen_members         a rank is blocked in an op of a group whose other members
+                              recorded nothing of it: they never entered it, or have no dump
 =====  =====================  ===========================================================
 """
 
@@ -30,6 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 
+from frtrace.evidence.model import Failure
 from frtrace.pystack.classes import StackClasses
 
 __all__ = [
@@ -80,6 +88,10 @@ class FindingKind(StrEnum):
     IN_FLIGHT = "in_flight"
     SEQUENCE_SHIFT = "sequence_shift"
     UNRECORDED_OPS = "unrecorded_ops"
+    FIRST_FAILURE = "first_failure"
+    NAMED_BY_ERROR = "named_by_error"
+    STACK_OUTLIER = "stack_outlier"
+    UNSEEN_MEMBERS = "unseen_members"
 
 
 KIND_CODES: dict[FindingKind, str] = {
@@ -181,6 +193,7 @@ class Finding:
     evidence: tuple[str, ...] = ()  # facts a user can check in the dumps
     cycle: tuple[int, ...] = ()  # deadlock: ranks in wait order, r0 waits on r1 ...
     where: tuple[CulpritWhere, ...] = ()  # each culprit with a collected stack, by rank
+    failures: tuple[Failure, ...] = ()  # what the job's logs and sidecars said, as evidence
 
     @property
     def code(self) -> str:
@@ -242,6 +255,13 @@ class Report:
     victim_ranks: tuple[int, ...] = ()  # ranks blocked, directly or not, by the culprits
     progress: tuple[GroupProgress, ...] = ()  # one per group, same order as ``groups``
     stacks: StackEvidence | None = None  # collected Python stacks, when any were found
+    # What failed where and when, across ranks, from the logs, error files and sidecars:
+    # the cross-rank timeline (time order, unknown times last), and the files it came from
+    timeline: tuple[Failure, ...] = ()
+    evidence_files: tuple[str, ...] = ()
+    evidence_problems: tuple[str, ...] = ()  # files that could not be read, one line each
+    # Where two kinds of evidence name different ranks: each says which, and who
+    disagreements: tuple[str, ...] = ()
 
     @property
     def has_problems(self) -> bool:

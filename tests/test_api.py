@@ -27,7 +27,7 @@ PUBLIC = {
     ],
     "frtrace.testing": ["assert_culprits", "assert_expected", "assert_healthy"],
     "frtrace.recorder": ["RecorderState", "disable", "dump", "dump_path", "enable", "state"],
-    "frtrace.pipeline": ["analyze", "analyze_dumps"],
+    "frtrace.pipeline": ["analyze", "analyze_dumps", "analyze_loaded"],
     "frtrace.cli": ["app", "main"],
 }
 
@@ -36,12 +36,32 @@ PUBLIC = {
 ALLOWED = {
     "job": {"job"},
     "pystack": {"pystack", "job", "errors", "ranges", "printable"},
+    "evidence": {"evidence", "pystack", "job", "errors", "ranges", "printable"},
     "load": {"load", "errors", "printable", "ranges"},
-    "analysis": {"analysis", "model", "load", "pystack", "errors", "ranges", "printable"},
+    "analysis": {
+        "analysis",
+        "model",
+        "load",
+        "pystack",
+        "evidence",
+        "errors",
+        "ranges",
+        "printable",
+    },
     "collect": {"collect", "job", "errors", "ranges", "printable"},
     # report and gate read the model (``frtrace.model``), never the analysis that made it
-    "report": {"report", "model", "load", "pystack", "errors", "ranges", "printable"},
-    "gate": {"gate", "pipeline", "model", "load", "report", "errors", "ranges", "printable"},
+    "report": {"report", "model", "load", "pystack", "evidence", "errors", "ranges", "printable"},
+    "gate": {
+        "gate",
+        "pipeline",
+        "model",
+        "load",
+        "report",
+        "evidence",
+        "errors",
+        "ranges",
+        "printable",
+    },
 }
 
 

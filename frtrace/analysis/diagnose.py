@@ -1,192 +1,88 @@
-"""From matched entries and the wait graph to findings, culprits and a verdict.
+"""A dump set (and what else the job left) in, a ``Report`` out: facts, rules, verdict.
 
-Order of reasoning:
-
-1. mismatches (``mismatch``): the majority of a (group, seq) against the odd ones out;
-2. the wait graph (``waitgraph``): each root cause gets one finding per op it holds up —
-   never joined, p2p peer never posted, GPU never started it, no dump (inferred), or a
-   cross-group deadlock when the roots wait on each other in a cycle;
-3. ops every member entered that did not finish: the cause is below the Flight Recorder;
-4. stragglers (``stragglers``);
-5. what the dumps could not show (missing, unreadable, wrapped, inferred), with what would
-   settle it.
+1. ``facts.gather_facts``: everything the rules read, computed once (groups, matched ops,
+   dump moments, the wait graph, unrecorded ops, the job's failures, where each rank's stack is);
+2. every rule of ``rules.RULES`` reads the facts and says what it sees (``check(facts)``);
+3. ``verdict.verdict`` weighs the findings against each other (its docstring is the order
+   of precedence) into the verdict and the culprits;
+4. stragglers (``stragglers``) and what the dumps could not show (``notes``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 
-from frtrace.analysis.alltoall import split_mismatches
-from frtrace.analysis.capture import dump_moments
-from frtrace.analysis.deadlock import find_deadlocks
-from frtrace.analysis.groups import Membership, resolve_groups
-from frtrace.analysis.hang import hang_findings
-from frtrace.analysis.match import match
-from frtrace.analysis.mismatch import find_mismatches
-from frtrace.analysis.notes import data_notes, unexplained_ranks
+from frtrace.analysis.facts import Facts, gather_facts
+from frtrace.analysis.groups import Membership
+from frtrace.analysis.notes import data_notes
 from frtrace.analysis.ops import MatchResult
+from frtrace.analysis.rules import RULES
 from frtrace.analysis.segments import rank_group_spans
 from frtrace.analysis.stragglers import find_stragglers
-from frtrace.analysis.stuck import in_flight_findings, stuck_findings
-from frtrace.analysis.unrecorded import unrecorded_finding, unrecorded_ops
-from frtrace.analysis.waitgraph import WaitGraph, build_wait_graph, victims_of
+from frtrace.analysis.verdict import verdict
+from frtrace.analysis.waitgraph import victims_of
+from frtrace.evidence.model import JobEvidence
 from frtrace.load.tables import DumpSet, give_back_memory
-from frtrace.model import (
-    Finding,
-    FindingKind,
-    GroupProgress,
-    Report,
-    Severity,
-    Verdict,
-)
+from frtrace.model import GroupProgress, Report, Severity
+from frtrace.pystack.discover import StackSet
 from frtrace.ranges import format_ranks
 
-__all__ = ["diagnose"]
+__all__ = ["diagnose", "diagnose_facts"]
 
 
 def diagnose(
     dumps: DumpSet,
     dumped_at_ns: Mapping[int, int] | None = None,
     failed_ranks: frozenset[int] = frozenset(),
+    evidence: JobEvidence | None = None,
+    stacks: StackSet | None = None,
 ) -> Report:
     """Analyse a loaded dump set; ``dumped_at_ns``: when each rank's dump was written, where
     known (the recorder's stack sidecar), to tell a running job from a stall; ``failed_ranks``:
-    ranks whose dump was written because something failed there (an exception)."""
-    membership = resolve_groups(dumps)
-    matched = match(dumps, membership)
-    give_back_memory()  # (matching's per-entry temporaries: before the next steps allocate)
-    moments = dump_moments(dumps, dumped_at_ns or {}, failed_ranks)
-    waits = build_wait_graph(dumps, membership, matched, running=moments.running)
-    unrecorded = unrecorded_ops(dumps, membership)
-    findings = find_mismatches(dumps, membership, matched)
-    findings += split_mismatches(dumps, membership, matched)  # FR 2.11 all_to_all splits
-    findings += hang_findings(dumps, membership, matched, waits, unrecorded, moments)
-    findings += find_deadlocks(dumps, membership, matched, waits)
-    explained = {(f.group, f.seq) for f in findings if f.group is not None}  # e.g. FR003 splits
-    findings += [
-        f
-        for f in stuck_findings(dumps, membership, matched, waits, moments.running)
-        if (f.group, f.seq) not in explained  # not "with matching arguments" after a mismatch
-    ]
-    findings += in_flight_findings(membership, matched, waits, moments)
-    findings, presumed = _explain_missing(findings, membership, waits, set(dumps.loaded_ranks))
-    hidden = unrecorded_finding(membership, unrecorded)
-    if hidden is not None:
-        findings.append(hidden)
-    give_back_memory()  # (the pages of mapped columns the findings read, and their garbage)
-    stragglers = find_stragglers(dumps, membership, matched)
-    give_back_memory()
-    findings.sort(key=Finding.sort_key)
+    ranks whose dump was written because something failed there (an exception); ``evidence``:
+    the failures the job's logs, error files and sidecars report; ``stacks``: the ranks'
+    Python stacks."""
+    return diagnose_facts(gather_facts(dumps, dumped_at_ns, failed_ranks, evidence, stacks))
 
-    errors = [f for f in findings if f.severity == Severity.ERROR]
-    culprits = sorted({r for f in errors for r in f.culprit_ranks})
-    suspected = sorted(
-        {r for f in findings if f.kind == FindingKind.MISSING_DUMP for r in f.culprit_ranks}
-        - {r for f in errors if f.kind != FindingKind.MISSING_DUMP for r in f.culprit_ranks}
-    )
-    kinds = {f.kind for f in errors}
-    desync = {
-        FindingKind.OP_MISMATCH,
-        FindingKind.SIZE_MISMATCH,
-        FindingKind.DTYPE_MISMATCH,
-        FindingKind.SEQUENCE_SHIFT,
-    }
-    if kinds & desync:
-        verdict = Verdict.DESYNC
-    elif errors:
-        verdict = Verdict.HANG
-    elif (
-        any(f.kind == FindingKind.STUCK_IN_COLLECTIVE for f in findings)
-        or any(f.kind == FindingKind.MISSING_DUMP for f in findings)
-        or unexplained_ranks(matched, waits)
-        or hidden is not None  # every recorded op finished, but a send/recv may not have
-    ):
-        verdict = Verdict.CANNOT_TELL
-    elif stragglers:
-        verdict = Verdict.STRAGGLERS
-    else:
-        verdict = Verdict.HEALTHY
-    notes = data_notes(dumps, membership, matched, waits, verdict)
+
+def diagnose_facts(facts: Facts) -> Report:
+    """Run every rule over the facts and decide."""
+    found = [finding for rule in RULES for finding in rule(facts)]
+    give_back_memory()  # (the pages of mapped columns the findings read, and their garbage)
+    stragglers = find_stragglers(facts.dumps, facts.membership, facts.matched)
+    give_back_memory()
+    decision = verdict(found, facts, stragglers)
+    notes = data_notes(facts.dumps, facts.membership, facts.matched, facts.waits, decision.verdict)
     notes += [
         f"rank {r} has no dump, but its peers in {label} wait on {format_ranks(by)}: it is "
         "presumably held up there too, not a cause"
-        for r, (label, by) in sorted(presumed.items())
+        for r, (label, by) in sorted(decision.presumed.items())
     ]
-    victims = victims_of(waits, tuple(culprits)) | {r for f in errors for r in f.waiting_ranks}
-    victims |= set(presumed) | victims_of(waits, tuple(presumed))
+    culprits = decision.culprits
+    errors = [f for f in decision.findings if f.severity == Severity.ERROR]
+    victims = victims_of(facts.waits, culprits) | {r for f in errors for r in f.waiting_ranks}
+    victims |= set(decision.presumed) | victims_of(facts.waits, tuple(decision.presumed))
+    dumps = facts.dumps
     return Report(
-        verdict=verdict,
-        culprit_ranks=tuple(culprits),
-        findings=tuple(findings),
+        verdict=decision.verdict,
+        culprit_ranks=culprits,
+        findings=decision.findings,
         stragglers=stragglers,
         world_size=dumps.world.size,
         ranks_loaded=dumps.loaded_ranks,
         ranks_missing=dumps.missing_ranks,
         ranks_unreadable=dumps.unreadable_ranks,
         data_notes=tuple(notes),
-        groups=membership.groups,
-        wait_edges=tuple(sorted({(e.waiter, e.target, str(e.kind)) for e in waits.edges})),
-        suspected_ranks=tuple(suspected),
+        groups=facts.membership.groups,
+        wait_edges=tuple(sorted({(e.waiter, e.target, str(e.kind)) for e in facts.waits.edges})),
+        suspected_ranks=decision.suspected,
         victim_ranks=tuple(sorted(victims - set(culprits))),
-        progress=_progress(membership, matched),
+        progress=_progress(facts.membership, facts.matched),
+        timeline=facts.evidence.failures,
+        evidence_files=facts.evidence.files,
+        evidence_problems=facts.evidence.problems,
+        disagreements=decision.disagreements,
     )
-
-
-def _explain_missing(
-    findings: list[Finding], membership: Membership, waits: WaitGraph, loaded: set[int]
-) -> tuple[list[Finding], dict[int, tuple[str, tuple[int, ...]]]]:
-    """Drop a no-dump suspect that a confirmed culprit already explains.
-
-    A rank without a dump is only suspected when nothing else explains its peers' wait. It is
-    presumed a victim when it is a member of a group whose other members wait on a confirmed
-    culprit (it is presumably stuck in that same collective), or when every peer it has with
-    a dump is itself held up by a confirmed culprit (it cannot have got further than them).
-    """
-    confirmed = [
-        f for f in findings if f.severity == Severity.ERROR and f.kind != FindingKind.MISSING_DUMP
-    ]
-    culprits = tuple(sorted({r for f in confirmed for r in f.culprit_ranks}))
-    held = victims_of(waits, culprits) if culprits else set()
-    presumed: dict[int, tuple[str, tuple[int, ...]]] = {}
-    out: list[Finding] = []
-    for f in findings:
-        if f.kind != FindingKind.MISSING_DUMP:
-            out.append(f)
-            continue
-        keep = []
-        # Per group, once: its members that could be r's peers, and the groups of each rank
-        # (asking every group about every missing rank is quadratic: 10^10 steps for a
-        # 100,000-rank job with a handful of dumps).
-        waiting_on_r = set(f.waiting_ranks)
-        eligible = [
-            {m for m in g.members if m in loaded and m not in waiting_on_r and m not in culprits}
-            for g in membership.groups
-        ]
-        groups_of: dict[int, list[int]] = {}
-        for gi, g in enumerate(membership.groups):
-            for m in g.members:
-                groups_of.setdefault(m, []).append(gi)
-        confirmed_members = [set(c.group.members) if c.group else set() for c in confirmed]
-        for r in f.culprit_ranks:
-            why = next(
-                (
-                    c
-                    for c, members in zip(confirmed, confirmed_members, strict=True)
-                    if c.group is not None and r in members and r not in c.culprit_ranks
-                ),
-                None,
-            )
-            peers = {m for gi in groups_of.get(r, ()) for m in eligible[gi] if m != r}
-            if why is not None and why.group is not None:
-                presumed[r] = (why.group.label, why.culprit_ranks)
-            elif culprits and peers and peers <= held:
-                presumed[r] = (f"groups with ranks {format_ranks(peers)}", culprits)
-            else:
-                keep.append(r)
-        if keep:
-            out.append(replace(f, culprit_ranks=tuple(keep)))
-    return out, presumed
 
 
 def _progress(membership: Membership, matched: MatchResult) -> tuple[GroupProgress, ...]:

@@ -115,12 +115,10 @@ def _load(
 
 
 def _analyze(dumps: DumpSet) -> Report:
-    from frtrace.pipeline import analyze_dumps
-    from frtrace.pystack.discover import load_stacks
+    from frtrace.pipeline import analyze_loaded
 
     try:
-        stacks = load_stacks(dumps.directory) if dumps.directory.is_dir() else None
-        return analyze_dumps(dumps, stacks)
+        return analyze_loaded(dumps)
     except FrtraceError as exc:
         raise _fail(exc) from None
 

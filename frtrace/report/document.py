@@ -30,6 +30,7 @@ from frtrace.report.common import (
 from frtrace.report.nextsteps import next_steps
 from frtrace.report.select import Selection
 from frtrace.report.stacks import class_lines, where_line
+from frtrace.report.timeline import timeline_lines
 
 __all__ = [
     "Block",
@@ -99,6 +100,7 @@ def build_document(report: Report, selection: Selection | None = None) -> list[B
     """Every block of the report, in reading order."""
     doc = _Doc()
     _answer(doc, report, selection or Selection())
+    _timeline(doc, report)
     doc.add(Figure("progress"), Figure("waitgraph"))
     detailed = [f for f in report.findings if f.severity >= Severity.WARNING]
     shown = detailed[:MAX_DETAILED_FINDINGS]
@@ -233,6 +235,27 @@ def _other_findings(doc: _Doc, rest: list[Finding]) -> None:
         counts = Counter(f.code for f in rest[MAX_OTHER_FINDINGS:])
         text = ", ".join(f"{code} ×{n}" for code, n in sorted(counts.items()))
         doc.add(Para(f"… +{len(rest) - MAX_OTHER_FINDINGS} more ({text}); see the JSON report"))
+
+
+def _timeline(doc: _Doc, report: Report) -> None:
+    """What failed where and when (the job's logs, error files, sidecars), and where two kinds
+    of evidence disagree: a few lines after the root causes."""
+    lines = timeline_lines(report)
+    if not lines and not report.disagreements:
+        return
+    doc.add(Heading(2, "What failed, and when"))
+    if report.disagreements:
+        doc.add(Para("The evidence disagrees: " + "; ".join(report.disagreements), strong=True))
+    if lines:
+        first = next((f for f in report.timeline if f.role == "cause"), None)
+        title = (
+            f"first cause: rank {first.rank}, {first.exc_type or first.kind}"
+            if first is not None and first.rank is not None
+            else "no rank reported a cause of its own: every failure is a symptom"
+        )
+        doc.add(Bullets(tuple(lines), title=title))
+    if report.evidence_problems:
+        doc.add(Bullets(report.evidence_problems, title="files not read"))
 
 
 def _stacks(doc: _Doc, report: Report) -> None:

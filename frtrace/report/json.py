@@ -24,10 +24,11 @@ from frtrace.report.common import headline
 from frtrace.report.nextsteps import finding_steps, next_steps
 from frtrace.report.select import Selection
 from frtrace.report.stacks import stacks_to_dict, where_to_dict
+from frtrace.report.timeline import failure_to_dict
 
 __all__ = ["SCHEMA_VERSION", "dumps_compact", "render_json", "report_to_dict"]
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 
 
 def _group(g: GroupRef | None) -> dict[str, Any] | None:
@@ -77,6 +78,8 @@ def _finding(f: Finding, report: Report) -> dict[str, Any]:
     }
     if f.where:  # 1.1: only when stack files were found (reports without stay as in 1.0)
         out["where"] = [where_to_dict(w) for w in f.where]
+    if f.failures:  # 1.2: the job's own failures this finding rests on
+        out["failures"] = [failure_to_dict(x) for x in f.failures]
     return out
 
 
@@ -131,6 +134,12 @@ def report_to_dict(report: Report, selection: Selection | None = None) -> dict[s
     }
     if report.stacks is not None:  # 1.1: only when stack files were found
         out["stacks"] = stacks_to_dict(report.stacks)
+    if report.timeline or report.evidence_files or report.evidence_problems:
+        out["timeline"] = [failure_to_dict(f) for f in report.timeline]  # 1.2
+        out["evidence_files"] = list(report.evidence_files)
+        out["evidence_problems"] = list(report.evidence_problems)
+    if report.disagreements:
+        out["disagreements"] = list(report.disagreements)  # 1.2
     return out
 
 

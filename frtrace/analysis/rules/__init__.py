@@ -1,0 +1,49 @@
+"""The rules of the diagnosis: each a module with ``check(facts) -> list[Finding]``.
+
+A rule reads the ``Facts`` (``analysis.facts``) and says what it sees, with its evidence; it
+never reads another rule's findings and no rule imports another. Which findings win when
+they disagree is decided in one place, ``analysis.verdict``.
+
+From the Flight Recorder entries: ``desync`` (mismatched op, sizes, dtypes, a shifted
+sequence, all_to_all splits), ``hang`` (a member never joined, a p2p peer never posted, a GPU
+never started, a dump is missing), ``deadlock``, ``stuck`` (every member entered, nothing
+finished), ``in_flight`` (a running job's ops), ``unrecorded`` (Gloo's send/recv),
+``unseen`` (blocked in a group no other member recorded). From the rest of the evidence:
+``first_failure`` (which rank failed first, and with a cause), ``named`` (an error message
+naming ranks), ``stack_outlier`` (the ranks' Python stacks, where the entries are silent).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from frtrace.analysis.facts import Facts
+from frtrace.analysis.rules import (
+    deadlock,
+    desync,
+    first_failure,
+    hang,
+    in_flight,
+    named,
+    stack_outlier,
+    stuck,
+    unrecorded,
+    unseen,
+)
+from frtrace.model import Finding
+
+__all__ = ["RULES", "Rule"]
+
+Rule = Callable[[Facts], list[Finding]]
+RULES: tuple[Rule, ...] = (
+    desync.check,
+    hang.check,
+    deadlock.check,
+    stuck.check,
+    in_flight.check,
+    unrecorded.check,
+    unseen.check,
+    first_failure.check,
+    named.check,
+    stack_outlier.check,
+)

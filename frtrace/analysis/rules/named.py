@@ -1,0 +1,34 @@
+"""Ranks an error message names as the ones that failed: ``monitored_barrier``'s
+"Ranks 3 failed to pass monitoredBarrier in 5000 ms" (raised on rank 0, about rank 3)."""
+
+from __future__ import annotations
+
+from frtrace.analysis.facts import Facts
+from frtrace.model import Confidence, Finding, FindingKind, Severity
+from frtrace.ranges import format_ranks
+
+__all__ = ["check"]
+
+
+def check(facts: Facts) -> list[Finding]:
+    naming = [f for f in facts.evidence.failures if f.named_ranks]
+    if not naming:
+        return []
+    named = tuple(sorted({r for f in naming for r in f.named_ranks}))
+    reporters = tuple(sorted({f.rank for f in naming if f.rank is not None} - set(named)))
+    first = naming[0]
+    who = f"rank{'s' if len(named) > 1 else ''} {format_ranks(named)}"
+    by = f" (rank {format_ranks(reporters)} says so)" if reporters else ""
+    return [
+        Finding(
+            kind=FindingKind.NAMED_BY_ERROR,
+            severity=Severity.ERROR,
+            summary=f"{who} failed to reach the barrier its peers waited in{by}: {first.message}",
+            culprit_ranks=named,
+            waiting_ranks=reporters,
+            confidence=Confidence.HIGH,
+            why="an error message written by the job names the ranks",
+            evidence=tuple(f"{f.source}: {f.message}" for f in naming[:4]),
+            failures=tuple(naming[:8]),
+        )
+    ]

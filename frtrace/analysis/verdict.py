@@ -1,0 +1,244 @@
+"""The one place where findings are weighed against each other: culprits and the verdict.
+
+Every rule (``analysis.rules``) says what it sees; ``verdict`` decides, in this order of
+precedence:
+
+1. **Desync.** A member that called another op, size or dtype than its peers (or a shifted
+   sequence) is the culprit, whatever else is seen: ``DESYNC``.
+2. **Positive evidence names culprits.** Two kinds, each trusted:
+
+   - what the job said: the first rank to fail with a cause of its own (``first_failure``),
+     ranks an error message names (``named_by_error``);
+   - what the entries show: a member with a dump never joined the op its peers wait in, a
+     p2p peer never posted, a GPU never started the op, a cross-group cycle.
+
+   A rank the entries name whose own failures are all symptoms that came at or after the
+   first cause (it timed out or lost its connection, then stopped) is a victim of that cause,
+   not a culprit. Where the two kinds still name different ranks, both are named and
+   ``Report.disagreements`` says which evidence named whom. Any positive culprit: ``HANG``.
+3. **Suspicion from a missing dump** (a rank without a dump that its peers wait on) counts
+   only when nothing positive names a culprit; a missing rank that sits in a group whose
+   other members wait on a named culprit is presumed a victim (``_explain_missing``).
+4. **The stacks** (``stack_outlier``) name culprits only where something is wrong that
+   nothing above pins on a rank (ranks blocked unexplained, a failure reported, unrecorded
+   send/recv, groups no other member recorded): ``HANG`` with medium confidence. Elsewhere
+   they are a running job's ordinary picture and are dropped.
+5. **Something is wrong, nobody is named**: an op every member entered that did not finish,
+   a suspect without a dump, a rank blocked in an op that nothing explains (not finished, not
+   in flight at a known dump time, not matched by its group's members), unrecorded send/recv,
+   a reported failure: ``CANNOT_TELL``. Never ``HEALTHY``.
+6. ``HEALTHY_WITH_STRAGGLERS`` when ranks were consistently late, else ``HEALTHY``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from frtrace.analysis.facts import Facts
+from frtrace.analysis.groups import Membership
+from frtrace.analysis.notes import unexplained_ranks
+from frtrace.analysis.waitgraph import WaitGraph, victims_of
+from frtrace.evidence.model import Role
+from frtrace.model import Finding, FindingKind, Severity, Straggler, Verdict
+from frtrace.ranges import format_ranks
+
+__all__ = ["Decision", "verdict"]
+
+DESYNC_KINDS = frozenset(
+    {
+        FindingKind.OP_MISMATCH,
+        FindingKind.SIZE_MISMATCH,
+        FindingKind.DTYPE_MISMATCH,
+        FindingKind.SEQUENCE_SHIFT,
+    }
+)
+FROM_THE_JOB = frozenset({FindingKind.FIRST_FAILURE, FindingKind.NAMED_BY_ERROR})
+# Warnings that say something is wrong without naming who (step 5)
+WRONG_UNNAMED = frozenset(
+    {
+        FindingKind.STUCK_IN_COLLECTIVE,
+        FindingKind.MISSING_DUMP,
+        FindingKind.UNRECORDED_OPS,
+        FindingKind.UNSEEN_MEMBERS,
+        FindingKind.NEVER_JOINED,  # kept as a warning: the rank may be in an unrecorded op
+    }
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decision:
+    """The verdict, the findings it rests on, and who is named."""
+
+    verdict: Verdict
+    findings: tuple[Finding, ...]  # sorted, most severe first
+    culprits: tuple[int, ...]
+    suspected: tuple[int, ...]  # named only from missing dumps
+    presumed: dict[int, tuple[str, tuple[int, ...]]]  # no dump, presumed held up: (where, by)
+    disagreements: tuple[str, ...]
+
+
+def verdict(found: list[Finding], facts: Facts, stragglers: tuple[Straggler, ...]) -> Decision:
+    """Weigh the rules' findings; see the module docstring for the order."""
+    # An op that did not finish because members called different things is not also "stuck
+    # with matching arguments" (the same (group, seq) as a desync or split finding).
+    explained = {
+        (f.group.name, f.seq)
+        for f in found
+        if f.group is not None and f.kind != FindingKind.STUCK_IN_COLLECTIVE
+    }
+    found = [
+        f
+        for f in found
+        if f.kind != FindingKind.STUCK_IN_COLLECTIVE
+        or f.group is None
+        or (f.group.name, f.seq) not in explained
+    ]
+    errors = [f for f in found if f.severity == Severity.ERROR]
+    job = [f for f in errors if f.kind in FROM_THE_JOB]
+    entries = [
+        f
+        for f in errors
+        if f.kind not in FROM_THE_JOB
+        and f.kind not in (FindingKind.STACK_OUTLIER, FindingKind.MISSING_DUMP)
+    ]
+    victims = _victims_of_first_cause(facts)
+    disagreements: list[str] = []
+    if job and entries:
+        entries = [_without(f, victims) for f in entries]
+        entries = [f for f in entries if f.culprit_ranks or f.kind in DESYNC_KINDS]
+        named_by_job = {r for f in job for r in f.culprit_ranks}
+        named_by_entries = {r for f in entries for r in f.culprit_ranks}
+        if named_by_entries and named_by_job and named_by_entries != named_by_job:
+            disagreements.append(
+                f"the job's own failures name rank(s) {format_ranks(sorted(named_by_job))}; "
+                "the Flight Recorder entries name rank(s) "
+                f"{format_ranks(sorted(named_by_entries))}: both are shown"
+            )
+    has_positive = bool(job or entries)
+    something_wrong = bool(
+        any(f.kind in WRONG_UNNAMED for f in found)
+        or unexplained_ranks(facts.matched, facts.waits)
+        or facts.evidence.failures
+    )
+    missing = [f for f in errors if f.kind == FindingKind.MISSING_DUMP]
+    outliers = [f for f in found if f.kind == FindingKind.STACK_OUTLIER]
+    kept = [f for f in found if f.severity != Severity.ERROR] + job + entries + missing
+    # step 4: the stacks decide only where nothing else named anyone and something is wrong
+    use_stacks = not has_positive and not missing and something_wrong and bool(outliers)
+    if use_stacks:
+        kept += outliers
+    kept, presumed = _explain_missing(kept, facts.membership, facts.waits, facts.loaded)
+    kept.sort(key=Finding.sort_key)
+
+    def names_culprits(f: Finding) -> bool:
+        if f.severity != Severity.ERROR:
+            return False
+        if has_positive:  # step 2 outranks step 3: a missing dump is only a suspicion
+            return f.kind not in (FindingKind.MISSING_DUMP, FindingKind.STACK_OUTLIER)
+        return f.kind in (FindingKind.MISSING_DUMP, FindingKind.STACK_OUTLIER)
+
+    positive = [f for f in kept if names_culprits(f)]
+    culprits = tuple(sorted({r for f in positive for r in f.culprit_ranks}))
+    suspected = tuple(
+        sorted(
+            {r for f in kept if f.kind == FindingKind.MISSING_DUMP for r in f.culprit_ranks}
+            - {r for f in positive if f.kind != FindingKind.MISSING_DUMP for r in f.culprit_ranks}
+        )
+    )
+    kinds = {f.kind for f in positive}
+    if kinds & DESYNC_KINDS:
+        decided = Verdict.DESYNC
+    elif positive:
+        decided = Verdict.HANG
+    elif something_wrong or suspected:
+        decided = Verdict.CANNOT_TELL
+    elif stragglers:
+        decided = Verdict.STRAGGLERS
+    else:
+        decided = Verdict.HEALTHY
+    return Decision(
+        verdict=decided,
+        findings=tuple(kept),
+        culprits=culprits,
+        suspected=suspected,
+        presumed=presumed,
+        disagreements=tuple(disagreements),
+    )
+
+
+def _victims_of_first_cause(facts: Facts) -> set[int]:
+    """Ranks whose own failures are all symptoms at or after the first cause's time."""
+    failures = facts.evidence.failures
+    causes = [f.at_ns for f in failures if f.role == Role.CAUSE and f.at_ns is not None]
+    if not causes:
+        return set()
+    t0 = min(causes)
+    by_rank: dict[int, list[bool]] = {}
+    for f in failures:
+        if f.rank is None:
+            continue
+        after = f.role == Role.SYMPTOM and (f.at_ns is None or f.at_ns >= t0)
+        by_rank.setdefault(f.rank, []).append(after)
+    return {r for r, flags in by_rank.items() if flags and all(flags)}
+
+
+def _without(f: Finding, victims: set[int]) -> Finding:
+    if f.kind in DESYNC_KINDS or not set(f.culprit_ranks) & victims:
+        return f
+    return replace(f, culprit_ranks=tuple(r for r in f.culprit_ranks if r not in victims))
+
+
+def _explain_missing(
+    findings: list[Finding], membership: Membership, waits: WaitGraph, loaded: frozenset[int]
+) -> tuple[list[Finding], dict[int, tuple[str, tuple[int, ...]]]]:
+    """Drop a no-dump suspect that a confirmed culprit already explains.
+
+    A rank without a dump is only suspected when nothing else explains its peers' wait. It is
+    presumed a victim when it is a member of a group whose other members wait on a confirmed
+    culprit (it is presumably stuck in that same collective), or when every peer it has with
+    a dump is itself held up by a confirmed culprit (it cannot have got further than them).
+    """
+    confirmed = [
+        f for f in findings if f.severity == Severity.ERROR and f.kind != FindingKind.MISSING_DUMP
+    ]
+    culprits = tuple(sorted({r for f in confirmed for r in f.culprit_ranks}))
+    held = victims_of(waits, culprits) if culprits else set()
+    presumed: dict[int, tuple[str, tuple[int, ...]]] = {}
+    out: list[Finding] = []
+    for f in findings:
+        if f.kind != FindingKind.MISSING_DUMP:
+            out.append(f)
+            continue
+        keep = []
+        # Per group, once: its members that could be r's peers, and the groups of each rank
+        # (asking every group about every missing rank is quadratic: 10^10 steps for a
+        # 100,000-rank job with a handful of dumps).
+        waiting_on_r = set(f.waiting_ranks)
+        eligible = [
+            {m for m in g.members if m in loaded and m not in waiting_on_r and m not in culprits}
+            for g in membership.groups
+        ]
+        groups_of: dict[int, list[int]] = {}
+        for gi, g in enumerate(membership.groups):
+            for m in g.members:
+                groups_of.setdefault(m, []).append(gi)
+        confirmed_members = [set(c.group.members) if c.group else set() for c in confirmed]
+        for r in f.culprit_ranks:
+            why = next(
+                (
+                    c
+                    for c, members in zip(confirmed, confirmed_members, strict=True)
+                    if c.group is not None and r in members and r not in c.culprit_ranks
+                ),
+                None,
+            )
+            peers = {m for gi in groups_of.get(r, ()) for m in eligible[gi] if m != r}
+            if why is not None and why.group is not None:
+                presumed[r] = (why.group.label, why.culprit_ranks)
+            elif culprits and peers and peers <= held:
+                presumed[r] = (f"groups with ranks {format_ranks(peers)}", culprits)
+            else:
+                keep.append(r)
+        if keep:
+            out.append(replace(f, culprit_ranks=tuple(keep)))
+    return out, presumed

@@ -1,0 +1,262 @@
+"""Failures in a job's text logs: per-rank files, ``--tee`` and ``srun -l`` output.
+
+A line's rank comes from its prefix where it has one (``[rank3]:`` from c10d,
+``[default3]:`` from torchrun ``--tee``, ``3: `` from ``srun -l`` when most lines of the file
+start so), else from the file (torchrun ``--log-dir``'s ``attempt_0/<rank>/stderr.log``).
+Each rank's lines are read as a stream: a Python traceback becomes one failure (its
+exception line, the innermost frame of the job's own code); an error line that names a known
+failure (a watchdog timeout, Gloo's size check, ``terminate called``...) becomes one; so do
+the failures in torchelastic's ``ChildFailedError`` summary (``rank : 3 (local_rank: 3)``,
+its time, exit code and traceback). Times: glog's ``[E1125 10:00:00.123456 ...]`` (the year is
+taken from ``year``), Python logging's ``2026-11-25 10:00:00,123``, torchelastic's
+``2026-11-25_10:00:00``, all read as this machine's local time.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from frtrace.evidence.messages import classify, exception_line
+from frtrace.evidence.model import Failure, FailureKind, Role
+
+__all__ = ["MAX_MESSAGE", "frames_of", "parse_log", "short", "user_frame"]
+
+MAX_MESSAGE = 300  # characters of a failure message kept
+_TEE = re.compile(r"^\[(?P<who>[A-Za-z_]*?)(?P<n>\d{1,7})\]:\s?")
+_SRUN = re.compile(r"^\s{0,6}(?P<n>\d{1,7}): ")
+_GLOG = re.compile(r"\[?[IWEF](?P<mo>\d\d)(?P<d>\d\d) (?P<t>\d\d:\d\d:\d\d)(?:\.(?P<f>\d{1,9}))?")
+_ISO = re.compile(r"(?P<date>\d{4}-\d\d-\d\d)[ T_](?P<t>\d\d:\d\d:\d\d)(?:[,.](?P<f>\d{1,9}))?")
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>.+)$')
+_ERRORISH = re.compile(
+    r"\b(?:error|fatal|failed|failure|exception|terminate|watchdog|abort|signal|segmentation|"
+    r"killed|timed out|timeout|closed|reset)\b|^\[?[EF]\d{4} ",
+    re.IGNORECASE,
+)
+_CHILD_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)(?:\s*\(local_rank:\s*(\d+)\))?")
+_CHILD_FIELD = re.compile(r"^\s*(time|host|exitcode|error_file|traceback)\s*:\s?(.*)$")
+_AGENT_EXIT = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: \d+\)")
+_LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen ", "/torch/")
+
+
+@dataclass(slots=True)
+class _Stream:
+    """One rank's lines in one file, read in order."""
+
+    rank: int | None
+    traceback: list[tuple[str, int, str]] = field(default_factory=list)  # (file, line, fn)
+    in_traceback: bool = False
+    last_at_ns: int | None = None
+
+
+def _time_of(line: str, year: int | None) -> int | None:
+    if m := _ISO.search(line):
+        return _ns(f"{m['date']} {m['t']}", m["f"])
+    if year is not None and (m := _GLOG.match(line.lstrip("[")) or _GLOG.search(line[:40])):
+        return _ns(f"{year}-{m['mo']}-{m['d']} {m['t']}", m["f"])
+    return None
+
+
+def _ns(stamp: str, frac: str | None) -> int | None:
+    try:
+        at = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return None
+    return int(at.timestamp()) * 1_000_000_000 + int(((frac or "0") + "000000000")[:9])
+
+
+def short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
+
+
+def frames_of(lines: list[str]) -> list[tuple[str, int, str]]:
+    """The (file, line, function) of each ``File "...", line N, in f`` line."""
+    return [(f["file"], int(f["line"]), f["fn"].strip()) for ln in lines if (f := _FRAME.match(ln))]
+
+
+def user_frame(frames: list[tuple[str, int, str]]) -> str | None:
+    """The innermost frame that is the job's code: ``forward (model.py:42)``."""
+    for file, line, fn in reversed(frames):  # a traceback lists the innermost last
+        if not any(part in file for part in _LIBRARY):
+            return f"{fn} ({file.rsplit('/', 1)[-1]}:{line})"
+    return None
+
+
+def _prefix_style(lines: list[str]) -> str:
+    sample = [ln for ln in lines[:400] if ln.strip()]
+    if not sample:
+        return "none"
+    tee = sum(1 for ln in sample if _TEE.match(ln))
+    srun = sum(1 for ln in sample if _SRUN.match(ln))
+    if tee * 2 >= len(sample):
+        return "tee"
+    if srun * 2 >= len(sample):
+        return "srun"
+    return "none"
+
+
+def parse_log(text: str, source: str, *, rank: int | None, year: int | None) -> list[Failure]:
+    """Every failure the log's lines report; ``rank``: the file's own rank, if it has one."""
+    lines = text.splitlines()
+    style = _prefix_style(lines)
+    streams: dict[int | None, _Stream] = {}
+    out: list[Failure] = []
+    child: dict[str, str] | None = None  # a ChildFailedError summary entry being read
+    child_at = source
+    for lineno, raw in enumerate(lines, start=1):
+        line = raw.rstrip()
+        who = rank
+        if (style == "tee" and (m := _TEE.match(line))) or (
+            style == "srun" and (m := _SRUN.match(line))
+        ):
+            who, line = int(m["n"]), line[m.end() :]
+        if (m := re.match(r"^\[rank(\d+)\]:\s?", line)) is not None:
+            who, line = int(m[1]), line[m.end() :]
+        where = f"{source}:{lineno}"
+        # torchelastic's failure summary, one block per failed rank
+        if (m := _CHILD_RANK.match(line)) is not None and child is not None:
+            child["rank"] = m[1]
+            continue
+        if child is not None and "traceback" in child:
+            if line.startswith("  ") and not line.strip().startswith("="):
+                child["traceback"] += "\n" + line[2:]
+                continue
+            out.extend(_child_failure(child, child_at))
+            child = None
+        if (m := _CHILD_FIELD.match(line)) is not None and child is not None:
+            child[m[1]] = m[2]
+            child_at = where
+            continue
+        if re.match(r"^\s*\[\d+\]:\s*$", line):
+            child = {}
+            continue
+        stream = streams.setdefault(who, _Stream(rank=who))
+        at = _time_of(line, year)
+        if at is not None:
+            stream.last_at_ns = at
+        if (m := _AGENT_EXIT.search(line)) is not None:
+            code = int(m[1])
+            kind, role = (
+                (FailureKind.CRASH, Role.CAUSE) if code < 0 else (FailureKind.EXITED, Role.SYMPTOM)
+            )
+            out.append(_failure(int(m[2]), kind, role, line, where, at, signal_of=code))
+            continue
+        if line.lstrip().startswith("Traceback (most recent call last)"):
+            stream.in_traceback, stream.traceback = True, []
+            continue
+        if stream.in_traceback:
+            if (f := _FRAME.match(line)) is not None:
+                stream.traceback.append((f["file"], int(f["line"]), f["fn"].strip()))
+                continue
+            if line.startswith((" ", "\t")) or not line.strip():
+                continue  # the source line under a frame, a caret line
+            stream.in_traceback = False
+            exc = exception_line(line)
+            found = classify(line, exception=exc is not None)
+            if found is not None:
+                out.append(
+                    Failure(
+                        rank=who,
+                        kind=found.kind,
+                        role=found.role,
+                        message=short(line),
+                        source=where,
+                        at_ns=at if at is not None else stream.last_at_ns,
+                        exc_type=found.exc_type,
+                        named_ranks=found.named_ranks,
+                        op=found.op,
+                        seq=found.seq,
+                        where=user_frame(stream.traceback),
+                    )
+                )
+            continue
+        if "terminate called after throwing" in line and lineno < len(lines):
+            nxt = lines[lineno].strip()
+            if nxt.startswith("what():") or "what():" in nxt:
+                line = f"{line} {nxt}"
+        if not _ERRORISH.search(line) or exception_line(line) is not None:
+            continue  # an exception line outside a traceback: its traceback says it
+        found = classify(line)
+        if found is not None:
+            out.append(
+                Failure(
+                    rank=who,
+                    kind=found.kind,
+                    role=found.role,
+                    message=short(line),
+                    source=where,
+                    at_ns=at,
+                    exc_type=found.exc_type,
+                    named_ranks=found.named_ranks,
+                    op=found.op,
+                    seq=found.seq,
+                    signal=found.signal,
+                )
+            )
+    if child is not None and "traceback" in child:
+        out.extend(_child_failure(child, child_at))
+    return out
+
+
+def _failure(
+    rank: int | None,
+    kind: FailureKind,
+    role: Role,
+    message: str,
+    source: str,
+    at: int | None,
+    *,
+    signal_of: int | None = None,
+) -> Failure:
+    sig = None
+    if signal_of is not None and signal_of < 0:
+        found = classify(f"Signal {-signal_of}")
+        sig = found.signal if found else None
+    return Failure(
+        rank=rank,
+        kind=kind,
+        role=role,
+        message=short(message),
+        source=source,
+        at_ns=at,
+        signal=sig,
+    )
+
+
+def _child_failure(child: dict[str, str], where: str) -> list[Failure]:
+    """One entry of torchelastic's summary: its rank, time, exit code and message."""
+    if "rank" not in child:
+        return []
+    rank = int(child["rank"])
+    at = _time_of(child.get("time", ""), None)
+    text = child.get("traceback", "").strip()
+    lines = text.splitlines()
+    frames = frames_of(lines)
+    ends = [ln for ln in lines if exception_line(ln) is not None]
+    message = ends[-1].strip() if ends else (lines[0].strip() if lines else "")
+    code_text = child.get("exitcode", "")
+    code = int(m[0]) if (m := re.match(r"-?\d+", code_text.strip())) else None
+    found = classify(message, exception=bool(ends)) if message else None
+    if found is not None and not message.startswith("To enable traceback"):
+        return [
+            Failure(
+                rank=rank,
+                kind=found.kind,
+                role=found.role,
+                message=short(message),
+                source=where,
+                at_ns=at,
+                exc_type=found.exc_type,
+                named_ranks=found.named_ranks,
+                signal=found.signal,
+                where=user_frame(frames),
+            )
+        ]
+    if code is None or code == 0:
+        return []
+    # an exit code alone says the rank ended, not why: a symptom unless a signal killed it
+    kind, role = (FailureKind.CRASH, Role.CAUSE) if code < 0 else (FailureKind.EXITED, Role.SYMPTOM)
+    text = f"exit code {code}" + (f" ({message})" if message else "")
+    return [_failure(rank, kind, role, text, where, at, signal_of=code)]
