@@ -18,8 +18,11 @@ since Gloo has no dump on timeout of its own.
 Next to every dump it writes ``stacks_rank_<rank>.json`` (:mod:`frtrace.job.sidecar`): the
 Python stack of every thread, the dump time and what triggered it (the signal, the exception
 type and message, or on demand), so the report can say where the culprit is stuck. While
-enabled, ``<runtime dir>/recorder-<pid>.json`` says where this process dumps (see
-:func:`registry_path`), so ``frtrace collect`` can find and fetch the dump.
+enabled, ``<runtime dir>/recorder-<pid>.json`` says where this process dumps and
+``recorder-<pid>.sock`` takes ``frtrace collect``'s dump requests (:mod:`frtrace.job.registry`:
+collect asks there and never signals, so a SIGUSR1 handler installed after ``enable()`` is
+never triggered by it). A runtime directory that is not the user's own, or that others can
+write, is refused with a warning: the job runs on, unregistered.
 
 The signal is handled by a thread, not by the main thread: a rank blocked inside a
 collective never returns to Python to run a signal handler, yet it still dumps. (Python's
@@ -32,13 +35,12 @@ torch is imported inside the functions only: importing this module costs nothing
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
+import select
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import warnings
 from collections.abc import Callable, Iterable
@@ -47,13 +49,14 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
+from frtrace.job import registry as reg
 from frtrace.job.env import DEFAULT_BUFFER_SIZE, DUMP_PREFIX, job_environment
+from frtrace.job.registry import registry_path as registry_path  # read by collect
 from frtrace.job.sidecar import TriggerKind, capture_current_stacks, write_stacks
 
 __all__ = ["RecorderState", "disable", "dump", "dump_path", "enable", "state"]
 
 STACKS_PREFIX = "stacks_rank_"  # the sidecar: stacks_rank_<rank>.json
-REGISTRY_ENV = "FRTRACE_RUNTIME_DIR"  # where recorder-<pid>.json files go (default: temp dir)
 MAX_DETAIL_CHARS = 500  # an exception message is cut here in the sidecar
 
 _ExceptHook = Callable[[type[BaseException], BaseException, TracebackType | None], Any]
@@ -68,6 +71,9 @@ class RecorderState:
     verbose: bool
     stacks: bool = True  # write the stacks sidecar next to every dump
     registry: Path | None = None  # recorder-<pid>.json, removed by disable()
+    registration: reg.Registration | None = None  # the entry and collect's request socket
+    stop_r: socket.socket | None = None  # closing stop_w ends the watcher thread
+    stop_w: socket.socket | None = None
     env_set: dict[str, str | None] = field(default_factory=dict)  # name -> previous value
     signals: dict[int, Any] = field(default_factory=dict)  # signum -> previous handler
     wakeup_r: socket.socket | None = None
@@ -125,45 +131,24 @@ def enable(
         _install_signals(st, sigs)
     if on_exception:
         _install_excepthooks(st)
-    st.registry = _register(st, sigs)
+    _register(st, sigs)
+    _start_watcher(st, sigs)
     _state = st
     return st
 
 
-def registry_dir() -> Path:
-    """Where enabled recorders say where they dump: ``$FRTRACE_RUNTIME_DIR``, else
-    ``<tempdir>/frtrace-<uid>``; read by ``frtrace collect``."""
-    base = os.environ.get(REGISTRY_ENV)
-    if base:
-        return Path(base)
-    uid = os.getuid() if hasattr(os, "getuid") else 0
-    return Path(tempfile.gettempdir()) / f"frtrace-{uid}"
-
-
-def registry_path(pid: int) -> Path:
-    """``recorder-<pid>.json`` in :func:`registry_dir`."""
-    return registry_dir() / f"recorder-{pid}.json"
-
-
-def _register(st: RecorderState, sigs: list[int]) -> Path | None:
-    """Say where this process dumps, for ``frtrace collect``; a failure only costs that."""
-    path = registry_path(os.getpid())
-    doc = {
-        "pid": os.getpid(),
-        "dump_dir": str(st.dump_dir),
-        "fmt": st.fmt,
-        "stacks": st.stacks,
-        "signals": sorted(int(s) for s in sigs),
-        "rank_env": os.environ.get("RANK"),
-    }
-    try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps(doc) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        return None
-    return path
+def _register(st: RecorderState, sigs: list[int]) -> None:
+    """Say where this process dumps and listen for ``frtrace collect``'s requests; a failure
+    (one warning when the directory is not safe) costs only that, never the job."""
+    st.registration = reg.register(
+        {
+            "dump_dir": str(st.dump_dir),
+            "fmt": st.fmt,
+            "stacks": st.stacks,
+            "signals": sorted(int(s) for s in sigs),
+        }
+    )
+    st.registry = st.registration.entry if st.registration is not None else None
 
 
 def disable() -> None:
@@ -177,18 +162,19 @@ def disable() -> None:
         signal.signal(signum, previous)
     if st.wakeup_w is not None:
         signal.set_wakeup_fd(st.previous_wakeup_fd)
-        st.wakeup_w.close()  # wakes the watcher, which then exits
+    if st.stop_w is not None:
+        st.stop_w.close()  # wakes the watcher, which then exits
     if st.watcher is not None:
         st.watcher.join(timeout=2)
-    if st.wakeup_r is not None:
-        st.wakeup_r.close()
+    for sock in (st.wakeup_r, st.wakeup_w, st.stop_r):
+        if sock is not None:
+            sock.close()
     if st.excepthook is not None:
         sys.excepthook = st.excepthook
     if st.threading_excepthook is not None:
         threading.excepthook = st.threading_excepthook
-    if st.registry is not None:
-        with contextlib.suppress(OSError):
-            st.registry.unlink()
+    if st.registration is not None:
+        st.registration.close()
     for name, previous in st.env_set.items():
         if previous is None:
             os.environ.pop(name, None)
@@ -272,8 +258,7 @@ def dump(
         _write_new(path, data)
         st.written.append(path)
         if stacks is not None:
-            side = path.with_name(STACKS_PREFIX + path.name.removeprefix(DUMP_PREFIX))
-            side = side.with_name(side.name.removesuffix(".json") + ".json")
+            side = _sidecar_path(path)
             try:
                 write_stacks(side, stacks)
                 st.written.append(side)
@@ -377,25 +362,65 @@ def _install_signals(st: RecorderState, sigs: list[int]) -> None:
     st.wakeup_r, st.wakeup_w, st.previous_wakeup_fd = r, w, previous
     for signum in sigs:
         st.signals[signum] = signal.signal(signum, _noop_handler)
+
+
+def _start_watcher(st: RecorderState, sigs: list[int]) -> None:
+    """The helper thread: dumps on the signals (through the wakeup fd) and on collect's
+    requests (the registry's socket); it ends when disable() closes ``stop_w``."""
+    listener = st.registration.listener if st.registration is not None else None
+    if st.wakeup_r is None and listener is None:
+        return
+    st.stop_r, st.stop_w = socket.socketpair()
     wanted = frozenset(int(s) for s in sigs)
     st.watcher = threading.Thread(
-        target=_watch, args=(r, wanted), name="frtrace-recorder", daemon=True
+        target=_watch,
+        args=(st.stop_r, st.wakeup_r, listener, wanted),
+        name="frtrace-recorder",
+        daemon=True,
     )
     st.watcher.start()
 
 
-def _watch(sock: socket.socket, wanted: frozenset[int]) -> None:
+def _watch(
+    stop: socket.socket,
+    wakeup: socket.socket | None,
+    listener: socket.socket | None,
+    wanted: frozenset[int],
+) -> None:
+    watched = [s for s in (stop, wakeup, listener) if s is not None]
     while True:
         try:
-            data = sock.recv(64)
-        except OSError:
-            return
-        if not data:
-            return  # disable() closed the other end
-        for signum in data:
-            if signum in wanted:
-                name = signal.Signals(signum).name
-                _safe_dump(f"signal {name}", "signal", name)
+            ready, _, _ = select.select(watched, [], [])
+        except (OSError, ValueError):
+            return  # closed under us
+        if stop in ready:
+            return  # disable()
+        if wakeup is not None and wakeup in ready:
+            try:
+                data = wakeup.recv(64)
+            except OSError:
+                return
+            for signum in data:
+                if signum in wanted:
+                    name = signal.Signals(signum).name
+                    _safe_dump(f"signal {name}", "signal", name)
+        if listener is not None and listener in ready:
+            with contextlib.suppress(OSError):  # BlockingIOError: the client gave up
+                conn, _ = listener.accept()
+                reg.answer_request(conn, _dump_on_request)
+
+
+def _dump_on_request() -> tuple[Path, Path | None]:
+    """``frtrace collect`` asked: the dump and the sidecar written (None: no sidecar)."""
+    path = dump("frtrace collect request", trigger="on_demand", detail="frtrace collect")
+    st = _state
+    side = _sidecar_path(path)
+    return path, side if st is not None and st.written and st.written[-1] == side else None
+
+
+def _sidecar_path(path: Path) -> Path:
+    side = path.with_name(STACKS_PREFIX + path.name.removeprefix(DUMP_PREFIX))
+    return side.with_name(side.name.removesuffix(".json") + ".json")
 
 
 def _install_excepthooks(st: RecorderState) -> None:

@@ -1,0 +1,118 @@
+"""frtrace.recorder's registry on a shared machine (issue 23): where ``frtrace collect`` finds an
+enabled recorder, and the request socket it asks it to dump on (no signal).
+
+The registry directory is trusted only when it is the user's own and nobody else can write
+to it; otherwise the recorder warns in one line and does not register: the training job
+never fails for it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from frtrace import recorder
+from frtrace.job.registry import REGISTRY_ENV, process_start_time
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+
+@pytest.fixture(autouse=True)
+def _always_disabled() -> object:
+    yield None
+    recorder.disable()
+
+
+def test_recorder_refuses_a_registry_dir_writable_by_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A registry directory mode 0777 (anyone could plant recorder-<pid>.json files in it):
+    one warning naming it and what to do; no registration; recording itself goes on."""
+    runtime = tmp_path / "rt"
+    runtime.mkdir()
+    runtime.chmod(0o777)
+    monkeypatch.setenv(REGISTRY_ENV, str(runtime))
+    with pytest.warns(RuntimeWarning) as caught:
+        st = recorder.enable(tmp_path / "dumps", signals=(), on_exception=False)
+    text = str(caught[-1].message)
+    assert str(runtime) in text and "writable by group or others" in text, text
+    assert "\n" not in text
+    assert st.registry is None
+    assert os.listdir(runtime) == []
+    assert os.environ["TORCH_FR_BUFFER_SIZE"]  # enabled all the same
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root (chown)")
+def test_recorder_refuses_a_registry_dir_of_another_user(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A registry directory owned by another user, even mode 0700: not this user's."""
+    runtime = tmp_path / "rt"
+    runtime.mkdir(mode=0o700)
+    os.chown(runtime, 65534, 65534)
+    monkeypatch.setenv(REGISTRY_ENV, str(runtime))
+    with pytest.warns(RuntimeWarning, match="owned by uid 65534"):
+        st = recorder.enable(tmp_path / "dumps", signals=(), on_exception=False)
+    assert st.registry is None
+    assert os.listdir(runtime) == []
+
+
+def test_recorder_registers_privately_with_its_start_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The registry directory is created 0700 and the entry 0600 whatever the umask; the
+    entry names this very process (pid, start time, RANK) and its request socket; disable()
+    removes both."""
+    runtime = tmp_path / "new" / "rt"
+    monkeypatch.setenv(REGISTRY_ENV, str(runtime))
+    monkeypatch.setenv("RANK", "5")
+    old = os.umask(0)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            st = recorder.enable(tmp_path / "dumps", signals=(), on_exception=False)
+    finally:
+        os.umask(old)
+    assert st.registry == runtime / f"recorder-{os.getpid()}.json"
+    assert stat.S_IMODE(runtime.stat().st_mode) == 0o700
+    assert stat.S_IMODE(st.registry.stat().st_mode) == 0o600
+    doc = json.loads(st.registry.read_text())
+    assert doc["pid"] == os.getpid()
+    assert doc["start_time"] == process_start_time(os.getpid()) is not None
+    assert doc["rank_env"] == "5"
+    sock = runtime / doc["socket"]
+    assert stat.S_ISSOCK(sock.lstat().st_mode)
+    recorder.disable()
+    assert os.listdir(runtime) == []
+
+
+def test_recorder_dumps_on_a_request_and_says_where(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What frtrace collect does instead of a signal: a connection to the request socket,
+    ``dump``; the recorder dumps (stacks sidecar too) and answers with the two paths."""
+    pytest.importorskip("torch")
+    runtime = tmp_path / "rt"
+    monkeypatch.setenv(REGISTRY_ENV, str(runtime))
+    monkeypatch.setenv("RANK", "0")
+    st = recorder.enable(tmp_path / "dumps", signals=(), on_exception=False, verbose=False)
+    assert st.registry is not None
+    doc = json.loads(st.registry.read_text())
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(30)
+        conn.connect(str(runtime / doc["socket"]))
+        conn.sendall(b"dump\n")
+        reply = json.loads(conn.makefile("rb").readline())
+    assert reply["ok"] is True, reply
+    assert Path(reply["dump"]) == tmp_path.resolve() / "dumps" / "comm_lib_trace_rank_0"
+    assert Path(reply["dump"]).stat().st_size > 0
+    assert Path(reply["stacks"]).name == "stacks_rank_0.json"
+    side = json.loads(Path(reply["stacks"]).read_text())
+    assert side["trigger"] == {"kind": "on_demand", "detail": "frtrace collect"}
