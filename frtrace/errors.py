@@ -16,9 +16,12 @@ FrtraceError
 │   ├── DumpTooLargeError   the file is larger than any real dump, refused before reading,
 │   │                       or reading it needs more memory than any real dump does
 │   └── ReaderFailedError   the worker reading the file crashed or ran past its time limit
-└── StackFileError          one collected stack file (py-spy, faulthandler, sidecar) cannot
-                            be read; the dumps and the other stack files are still analysed
-                            (defined with its readers in ``frtrace.pystack.common``)
+├── StackFileError          one collected stack file (py-spy, faulthandler, sidecar) cannot
+│                           be read; the dumps and the other stack files are still analysed
+│                           (defined with its readers in ``frtrace.pystack.common``)
+└── UnsafePathError         ``frtrace collect`` will not use a path a rank's environment
+                            names (a link, another user's file, a directory others can
+                            write); that one way of collecting is skipped, and said why
 
 Messages are one line: where, what is wrong, what to do next.
 """
@@ -76,3 +79,7 @@ class DumpTooLargeError(DumpFormatError):
 
 class ReaderFailedError(DumpFormatError):
     """The worker process reading the file died or ran past its time limit."""
+
+
+class UnsafePathError(FrtraceError):
+    """A file, link or directory collect will not read, write or trust (see SECURITY.md)."""

@@ -49,13 +49,22 @@ def collect(
     timeout: Annotated[
         float, typer.Option("--timeout", help="Seconds to wait for each dump.", min=0.5)
     ] = 20.0,
+    any_user: Annotated[
+        bool,
+        typer.Option(
+            "--any-user",
+            help="Also other users' rank processes (as root); by default only this user's. "
+            "Their files are read only if they own them, never through a link.",
+        ),
+    ] = False,
 ) -> None:
     """Get every local rank's dump and stacks from a live, hung job, without killing it.
 
     Finds the rank processes on this host (RANK in their environment), takes a py-spy dump
     of each, asks each for a Flight Recorder dump (frtrace.recorder's SIGUSR1, the NCCL
     debug pipe, or torch's worker server), prints what was collected per rank and how,
-    then analyses DIR.
+    then analyses DIR. Only this user's processes unless --any-user; never signals; what it
+    writes is private (files 0600, folders 0700). See SECURITY.md.
 
     Example: frtrace collect /shared/incident --no-analyze   # on every host, then analyze once
     """
@@ -71,7 +80,9 @@ def collect(
         if not eq or not key:
             raise _fail(f"--env {item!r}: give NAME=VALUE, e.g. --env MASTER_PORT=29500")
         match[key] = value
-    options = CollectOptions(dump_timeout_s=timeout, pyspy=pyspy, match_env=match or None)
+    options = CollectOptions(
+        dump_timeout_s=timeout, pyspy=pyspy, match_env=match or None, any_user=any_user
+    )
     snaps = [out_dir] if twice is None else [out_dir / "snap1", out_dir / "snap2"]
     for i, snap in enumerate(snaps):
         if i:
@@ -82,15 +93,25 @@ def collect(
             result = run_collect(snap, options)
         except OSError as exc:
             raise _fail(f"{snap}: cannot collect there ({exc.strerror})") from None
+        others = ""
+        if result.others:
+            s = "es" if result.others != 1 else ""
+            others = (
+                f"{result.others} rank process{s} of other users left alone (--any-user to "
+                "collect them, as root)"
+            )
         if not result.ranks:
             raise _fail(
                 "no rank process found on this host (no process with RANK in its environment"
                 + (f" and {', '.join(env_match or [])}" if match else "")
                 + " that this user can read); run it as the job's user, on a host of the job"
+                + (f"; {others}" if others else "")
             )
         headers = ("rank", "pid", "Flight Recorder dump", "stacks", "not collected")
         _echo(f"collected into {snap}:")
         _echo(tabulate(render_table(result), headers=headers))
+        if others:
+            _echo(others)
     if no_analyze:
         raise typer.Exit(code=EXIT_OK)
     _echo("")

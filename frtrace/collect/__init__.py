@@ -7,9 +7,12 @@ and sockets. It imports only ``job`` (the file names and the recorder's registry
 with the job side), never the analysis; the CLI runs the analysis afterwards.
 
 ``procs`` finds the job's rank processes from ``/proc/*/environ`` (RANK / LOCAL_RANK; data
-loader workers, which inherit them, are told apart by their parent); ``mechanisms`` asks each
-for a Flight Recorder dump the ways torch supports (``frtrace.recorder``'s SIGUSR1, the NCCL
-debug pipe, the worker server) and takes its Python stack (``py-spy dump``, the worker
-server's ``dump_traceback``), each bounded in time; ``run`` does it for every rank at once
-and says per rank what was collected and how, and what was not and why.
+loader workers, which inherit them, are told apart by their parent; only this user's, unless
+asked); ``ask`` and ``mechanisms`` ask each for a Flight Recorder dump (a request to
+``frtrace.recorder`` through its registry, never a signal; the NCCL debug pipe; the worker
+server) and take its Python stack (``py-spy dump``, the worker server's ``dump_traceback``),
+each bounded in time; ``safety`` is how every file, pipe and socket a rank's environment names
+is touched (never through a link, only the rank user's own; copies 0600, see SECURITY.md);
+``run`` does it for every rank at once and says per rank what was collected and how, and
+what was not and why.
 """

@@ -5,9 +5,9 @@ why nothing was (not available here, refused, timed out). None raises for a rank
 gone or unresponsive, and none waits longer than its time limit. Facts on each mechanism
 (versions, paths, traps): ``FORMAT.md`` §10 in the project's shared notes.
 
-* ``recorder``: ``frtrace.recorder`` dumps on SIGUSR1 from a helper thread (a rank blocked in
-  a collective still dumps) and writes its stacks sidecar; its registry file says where.
-  Sent only when the process has a SIGUSR1 handler: the default action would kill it.
+* ``recorder`` (in ``ask.py``): ``frtrace.recorder`` is asked through its registry's socket,
+  never signalled; it dumps from its helper thread (a rank blocked in a collective still
+  dumps), writes its stacks sidecar and says where.
 * ``nccl_pipe``: ``TORCH_NCCL_DEBUG_INFO_PIPE_FILE=<stem>``: a byte into ``<stem><rank>.pipe``
   makes the NCCL watchdog dump to its usual file, asynchronously: wait until it stops changing.
 * ``worker_server``: ``TORCH_WORKER_SERVER_SOCKET`` (the script runs in
@@ -15,6 +15,10 @@ gone or unresponsive, and none waits longer than its time limit. Facts on each m
   ``POST /handler/fr_trace_json`` and ``/handler/dump_traceback``.
 * ``pyspy``: ``py-spy dump --pid`` (needs ptrace); never on a process in uninterruptible
   sleep (``D``), where py-spy can hang; killed at its time limit.
+
+Every file of a rank's is read, and its pipe and socket used, through ``safety.py``: as root
+on a shared machine, collect never follows a link of another user's, never copies a file the
+rank's user does not own, and writes its copies 0600.
 """
 
 from __future__ import annotations
@@ -22,9 +26,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import http.client
-import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -32,15 +34,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from frtrace.collect.procs import RankProcess, proc_state, signal_caught
+from frtrace.collect.procs import RankProcess, proc_state
+from frtrace.collect.safety import connect_to_process, copy_private, open_fifo, write_private
+from frtrace.errors import UnsafePathError
 from frtrace.job.env import DUMP_PREFIX
-from frtrace.job.recorder import STACKS_PREFIX, registry_path
+from frtrace.job.registry import process_start_time
 
 __all__ = [
     "Outcome",
     "nccl_pipe",
     "pyspy",
-    "recorder",
     "worker_server_dump",
     "worker_server_traceback",
 ]
@@ -63,7 +66,7 @@ class Outcome:
 
 def _stamp(path: Path) -> tuple[int, int] | None:
     try:
-        st = path.stat()
+        st = path.lstat()
     except OSError:
         return None
     return (st.st_mtime_ns, st.st_size)
@@ -82,68 +85,6 @@ def _wait_new_and_stable(path: Path, before: tuple[int, int] | None, deadline: f
                 return True
         time.sleep(_POLL_S)
     return False
-
-
-def _copy(src: Path, out_dir: Path, name: str) -> Path:
-    dst = out_dir / name
-    if src.resolve() != dst.resolve():
-        shutil.copyfile(src, dst)
-    return dst
-
-
-def recorder(proc: RankProcess, out_dir: Path, timeout_s: float) -> Outcome:
-    """SIGUSR1 to a process where ``frtrace.recorder`` is enabled; fetch dump and sidecar."""
-    reg = registry_path(proc.pid)
-    try:
-        info = json.loads(reg.read_text(encoding="utf-8"))
-        dump_dir = Path(str(info["dump_dir"]))
-        fmt = str(info.get("fmt", "pickle"))
-        sigs = [int(s) for s in info.get("signals", [])]
-    except (OSError, ValueError, KeyError, TypeError):
-        return Outcome(
-            mechanism="recorder",
-            kind="dump",
-            ok=False,
-            skipped=True,
-            detail="frtrace.recorder not enabled in it",
-        )
-    if signal.SIGUSR1 not in sigs or not signal_caught(proc.pid, signal.SIGUSR1):
-        return Outcome(
-            mechanism="recorder",
-            kind="dump",
-            ok=False,
-            skipped=True,
-            detail="recorder without a SIGUSR1 handler: not signalled (it would kill it)",
-        )
-    name = f"{DUMP_PREFIX}{proc.rank}" + (".json" if fmt == "json" else "")
-    dump, side = dump_dir / name, dump_dir / f"{STACKS_PREFIX}{proc.rank}.json"
-    before, side_before = _stamp(dump), _stamp(side)
-    try:
-        os.kill(proc.pid, signal.SIGUSR1)
-    except OSError as exc:
-        return Outcome(
-            mechanism="recorder", kind="dump", ok=False, detail=f"SIGUSR1 failed: {exc.strerror}"
-        )
-    deadline = time.monotonic() + timeout_s
-    if not _wait_new_and_stable(dump, before, deadline):
-        return Outcome(
-            mechanism="recorder",
-            kind="dump",
-            ok=False,
-            detail=f"SIGUSR1 sent, no new {name} within {timeout_s:g} s",
-        )
-    paths = [_copy(dump, out_dir, name)]
-    if info.get("stacks", True) and _wait_new_and_stable(
-        side, side_before, time.monotonic() + min(5.0, timeout_s)
-    ):
-        paths.append(_copy(side, out_dir, side.name))
-    return Outcome(
-        mechanism="recorder",
-        kind="dump",
-        ok=True,
-        detail="SIGUSR1" + (" (+ stacks sidecar)" if len(paths) > 1 else ""),
-        paths=tuple(str(p) for p in paths),
-    )
 
 
 def _default_dump_prefix(env: dict[str, str] | object) -> str:
@@ -168,7 +109,11 @@ def nccl_pipe(proc: RankProcess, out_dir: Path, timeout_s: float) -> Outcome:
             detail="TORCH_NCCL_DEBUG_INFO_PIPE_FILE not set",
         )
     fifo = Path(f"{stem}{proc.rank}.pipe")
-    if not fifo.exists():
+    target = Path(f"{_default_dump_prefix(dict(proc.env))}{proc.rank}")
+    before = _stamp(target)
+    try:
+        fd = open_fifo(fifo, proc.uid)
+    except FileNotFoundError:
         return Outcome(
             mechanism="nccl_pipe",
             kind="dump",
@@ -176,10 +121,8 @@ def nccl_pipe(proc: RankProcess, out_dir: Path, timeout_s: float) -> Outcome:
             skipped=True,
             detail=f"no FIFO {fifo.name} (NCCL process groups make it; not CPU/Gloo)",
         )
-    target = Path(f"{_default_dump_prefix(dict(proc.env))}{proc.rank}")
-    before = _stamp(target)
-    try:
-        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except UnsafePathError as exc:
+        return Outcome(mechanism="nccl_pipe", kind="dump", ok=False, detail=f"{exc}: not written")
     except OSError as exc:
         why = "no reader (rank gone?)" if exc.errno == errno.ENXIO else str(exc.strerror)
         return Outcome(mechanism="nccl_pipe", kind="dump", ok=False, detail=why)
@@ -194,24 +137,29 @@ def nccl_pipe(proc: RankProcess, out_dir: Path, timeout_s: float) -> Outcome:
             ok=False,
             detail=f"written to the pipe, no new {target.name} within {timeout_s:g} s",
         )
-    dst = _copy(target, out_dir, f"{DUMP_PREFIX}{proc.rank}")
+    try:
+        dst = copy_private(target, proc.uid, out_dir, f"{DUMP_PREFIX}{proc.rank}")
+    except UnsafePathError as exc:
+        return Outcome(mechanism="nccl_pipe", kind="dump", ok=False, detail=f"{exc}: not copied")
+    except OSError as exc:
+        why = f"{target.name}: {exc.strerror or exc}"
+        return Outcome(mechanism="nccl_pipe", kind="dump", ok=False, detail=why)
     return Outcome(mechanism="nccl_pipe", kind="dump", ok=True, detail=fifo.name, paths=(str(dst),))
 
 
 class _UnixHTTP(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout_s: float) -> None:
+    """HTTP over the rank's Unix socket, once the process serving it is the rank."""
+
+    def __init__(self, path: str, pid: int, timeout_s: float) -> None:
         super().__init__("localhost", timeout=timeout_s)
-        self._path = path
+        self._path, self._pid, self._timeout_s = path, pid, timeout_s
 
     def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        sock.connect(self._path)
-        self.sock = sock
+        self.sock: socket.socket = connect_to_process(self._path, self._pid, self._timeout_s)
 
 
-def _post(path: str, handler: str, timeout_s: float) -> bytes:
-    conn = _UnixHTTP(path, timeout_s)
+def _post(path: str, pid: int, handler: str, timeout_s: float) -> bytes:
+    conn = _UnixHTTP(path, pid, timeout_s)
     try:
         conn.request("POST", f"/handler/{handler}")
         resp = conn.getresponse()
@@ -274,10 +222,12 @@ def _worker_server_get(
     if isinstance(sock, Outcome):
         return sock
     try:
-        body = _post(sock, handler, timeout_s)
+        body = _post(sock, proc.pid, handler, timeout_s)
+    except UnsafePathError as exc:
+        return Outcome(mechanism=mechanism, kind=kind, ok=False, detail=f"{exc}: not asked")
     except (OSError, http.client.HTTPException) as exc:
         return Outcome(mechanism=mechanism, kind=kind, ok=False, detail=f"{exc}"[:120])
-    dst.write_bytes(body)
+    dst = write_private(dst.parent, dst.name, body)
     return Outcome(mechanism=mechanism, kind=kind, ok=True, detail=detail, paths=(str(dst),))
 
 
@@ -309,8 +259,10 @@ def pyspy(proc: RankProcess, out_dir: Path, timeout_s: float, exe: str | None) -
             check=False,
         )
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(OSError):  # py-spy killed while the rank was paused
-            os.kill(proc.pid, signal.SIGCONT)
+        # py-spy killed while the rank was paused: resume it, if it is still that process
+        if proc_state(proc.pid) in ("T", "t") and process_start_time(proc.pid) == proc.start_time:
+            with contextlib.suppress(OSError):
+                os.kill(proc.pid, signal.SIGCONT)
         return Outcome(
             mechanism="py-spy", kind="stacks", ok=False, detail=f"timed out after {timeout_s:g} s"
         )
@@ -323,6 +275,5 @@ def pyspy(proc: RankProcess, out_dir: Path, timeout_s: float, exe: str | None) -
         if "permission" in low or "not permitted" in low or "ptrace" in low:
             text = f"ptrace not permitted ({text[:80]})"
         return Outcome(mechanism="py-spy", kind="stacks", ok=False, detail=text[:120])
-    dst = out_dir / f"pyspy_rank_{proc.rank}.txt"
-    dst.write_bytes(run.stdout)
+    dst = write_private(out_dir, f"pyspy_rank_{proc.rank}.txt", run.stdout)
     return Outcome(mechanism="py-spy", kind="stacks", ok=True, detail="dump", paths=(str(dst),))

@@ -6,6 +6,11 @@ environment: a process whose parent has the same ``RANK`` is one of those and is
 is this process and its ancestors (``frtrace collect`` run from a shell inside the job).
 Only the environment a process started with is visible (``/proc/PID/environ``), which is
 where launchers put these variables.
+
+Only the invoking user's processes are taken (real, effective, saved and file-system uids all
+the real uid of ``collect``): root sees every user's environment, and another user's job is
+not root's to stir. ``any_user`` takes them all (root collecting another user's job); the
+mechanisms then hold each process to its own uid (``collect/safety.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +20,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["PROC", "RankProcess", "find_rank_processes", "proc_state", "signal_caught"]
+from frtrace.job.registry import process_start_time
+
+__all__ = [
+    "PROC",
+    "RankProcess",
+    "find_rank_processes",
+    "proc_state",
+    "scan_rank_processes",
+    "signal_caught",
+]
 
 PROC = Path("/proc")
 # The variables the collection mechanisms read; the rest of the environment is not kept.
@@ -29,6 +43,10 @@ KEPT = (
     "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
     "TORCH_NCCL_DEBUG_INFO_PIPE_FILE",
     "TORCH_WORKER_SERVER_SOCKET",
+    "FRTRACE_RUNTIME_DIR",  # where frtrace.recorder registers (job/registry.py)
+    "TMPDIR",
+    "TEMP",
+    "TMP",
 )
 
 
@@ -41,6 +59,8 @@ class RankProcess:
     local_rank: int | None
     cmdline: str
     env: Mapping[str, str] = field(default_factory=dict)  # only the KEPT variables
+    uid: int = -1  # its effective uid: the owner its files must have (-1: unknown)
+    start_time: str | None = None  # /proc/<pid>/stat field 22: this process, not its pid
 
 
 def _environ(pid: int) -> dict[str, str] | None:
@@ -63,6 +83,17 @@ def _ppid(pid: int) -> int | None:
         return None
     fields = stat.rsplit(")", 1)[-1].split()  # the command name may hold spaces and ')'
     return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
+
+
+def _uids(pid: int) -> tuple[int, ...] | None:
+    """(real, effective, saved, file-system) uids of the process (``Uid:`` in status)."""
+    try:
+        for line in (PROC / str(pid) / "status").read_text().splitlines():
+            if line.startswith("Uid:"):
+                return tuple(int(u) for u in line.split()[1:5])
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 def proc_state(pid: int) -> str | None:
@@ -105,10 +136,25 @@ def _ancestors(pid: int) -> set[int]:
 
 
 def find_rank_processes(
-    match_env: Mapping[str, str] | None = None, pids: tuple[int, ...] | None = None
+    match_env: Mapping[str, str] | None = None,
+    pids: tuple[int, ...] | None = None,
+    *,
+    any_user: bool = False,
 ) -> list[RankProcess]:
-    """Rank processes on this host, by rank; ``match_env``: only those whose environment
-    has these values (``MASTER_PORT=29500`` picks one job among several)."""
+    """Rank processes of this user on this host, by rank (``any_user``: of every user);
+    ``match_env``: only those whose environment has these values (``MASTER_PORT=29500``
+    picks one job among several)."""
+    return scan_rank_processes(match_env, pids, any_user=any_user)[0]
+
+
+def scan_rank_processes(
+    match_env: Mapping[str, str] | None = None,
+    pids: tuple[int, ...] | None = None,
+    *,
+    any_user: bool = False,
+) -> tuple[list[RankProcess], list[RankProcess]]:
+    """(the rank processes to collect, those of other users left alone), each by rank."""
+    me = os.getuid()
     mine = _ancestors(os.getpid())
     candidates: dict[int, tuple[int, dict[str, str]]] = {}
     listing = (
@@ -127,10 +173,12 @@ def find_rank_processes(
             continue
         candidates[pid] = (rank, env)
     found: list[RankProcess] = []
+    others: list[RankProcess] = []
     for pid, (rank, env) in candidates.items():
         parent = _ppid(pid)
         if parent in candidates and candidates[parent][0] == rank:
             continue  # a data loader worker (or another child) of the rank process
+        uids = _uids(pid)
         try:
             cmd = (
                 (PROC / str(pid) / "cmdline")
@@ -140,13 +188,18 @@ def find_rank_processes(
             )
         except OSError:
             continue
-        found.append(
-            RankProcess(
-                pid=pid,
-                rank=rank,
-                local_rank=_int(env.get("LOCAL_RANK")),
-                cmdline=cmd.strip()[:200],
-                env={k: env[k] for k in KEPT if k in env},
-            )
+        if uids is None:
+            continue
+        proc = RankProcess(
+            pid=pid,
+            rank=rank,
+            local_rank=_int(env.get("LOCAL_RANK")),
+            cmdline=cmd.strip()[:200],
+            env={k: env[k] for k in KEPT if k in env},
+            uid=uids[1],
+            start_time=process_start_time(pid),
         )
-    return sorted(found, key=lambda p: (p.rank, p.pid))
+        (found if any_user or set(uids) == {me} else others).append(proc)
+    return sorted(found, key=lambda p: (p.rank, p.pid)), sorted(
+        others, key=lambda p: (p.rank, p.pid)
+    )

@@ -2,8 +2,8 @@
 of what was collected per rank and how, and what was not and why.
 
 Per rank, the stack first (``py-spy dump``: the moment as found, before any dump request
-stirs the process), then one Flight Recorder dump, by the first way that works: the
-recorder's SIGUSR1, the NCCL debug pipe, the worker server; then the worker server's
+stirs the process), then one Flight Recorder dump, by the first way that works: a request to
+the recorder (never a signal), the NCCL debug pipe, the worker server; then the worker server's
 ``dump_traceback``. Ranks are collected at the same time, each step bounded in time, so a
 host of 8 ranks takes about as long as its slowest rank.
 """
@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from frtrace.collect import mechanisms as m
-from frtrace.collect.procs import RankProcess, find_rank_processes
+from frtrace.collect.ask import recorder
+from frtrace.collect.procs import RankProcess, scan_rank_processes
+from frtrace.collect.safety import make_private_dir
 
 __all__ = ["CollectOptions", "CollectResult", "RankCollection", "collect", "render_table"]
 
@@ -32,6 +34,7 @@ class CollectOptions:
     pyspy: bool = True  # take py-spy stacks when py-spy is installed
     match_env: Mapping[str, str] | None = None  # only processes with these variables
     pids: tuple[int, ...] | None = None  # only these processes
+    any_user: bool = False  # also other users' processes (root); else only the real uid's
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,6 +57,7 @@ class RankCollection:
 class CollectResult:
     directory: Path
     ranks: tuple[RankCollection, ...]
+    others: int = 0  # rank processes of other users left alone (no --any-user)
 
     @property
     def ok(self) -> bool:
@@ -64,7 +68,7 @@ def _one(proc: RankProcess, out: Path, opts: CollectOptions, exe: str | None) ->
     outcomes: list[m.Outcome] = []
     if opts.pyspy:
         outcomes.append(m.pyspy(proc, out, opts.pyspy_timeout_s, exe))
-    for ask in (m.recorder, m.nccl_pipe, m.worker_server_dump):
+    for ask in (recorder, m.nccl_pipe, m.worker_server_dump):
         if any(o.kind == "dump" and o.ok for o in outcomes):
             break
         timeout = opts.http_timeout_s if ask is m.worker_server_dump else opts.dump_timeout_s
@@ -74,16 +78,16 @@ def _one(proc: RankProcess, out: Path, opts: CollectOptions, exe: str | None) ->
 
 
 def collect(directory: Path, options: CollectOptions | None = None) -> CollectResult:
-    """Collect every rank process found on this host into ``directory`` (created)."""
+    """Collect every rank process found on this host into ``directory`` (created 0700)."""
     opts = options or CollectOptions()
-    directory.mkdir(parents=True, exist_ok=True)
-    procs = find_rank_processes(opts.match_env, opts.pids)
+    make_private_dir(directory)
+    procs, others = scan_rank_processes(opts.match_env, opts.pids, any_user=opts.any_user)
     exe = shutil.which("py-spy") if opts.pyspy else None
     if not procs:
-        return CollectResult(directory=directory, ranks=())
+        return CollectResult(directory=directory, ranks=(), others=len(others))
     with ThreadPoolExecutor(max_workers=min(32, len(procs))) as pool:
         done = list(pool.map(lambda p: _one(p, directory, opts, exe), procs))
-    return CollectResult(directory=directory, ranks=tuple(done))
+    return CollectResult(directory=directory, ranks=tuple(done), others=len(others))
 
 
 def _cell(outcomes: list[m.Outcome]) -> str:

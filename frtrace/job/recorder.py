@@ -51,7 +51,6 @@ from typing import Any
 
 from frtrace.job import registry as reg
 from frtrace.job.env import DEFAULT_BUFFER_SIZE, DUMP_PREFIX, job_environment
-from frtrace.job.registry import registry_path as registry_path  # read by collect
 from frtrace.job.sidecar import TriggerKind, capture_current_stacks, write_stacks
 
 __all__ = ["RecorderState", "disable", "dump", "dump_path", "enable", "state"]

@@ -110,8 +110,9 @@ def _pyspy_works(pid: int) -> str | None:
 
 def test_collect_a_hung_recorder_job_names_rank_and_function(tmp_path: Path) -> None:
     """4 real Gloo ranks with frtrace.recorder, rank 2 in load_batch: collect gets every
-    dump (SIGUSR1), sidecar and py-spy stack; the report's first lines name rank 2 and
-    load_batch; the same from the py-spy files alone, without the recorder's sidecars."""
+    dump (a request to the recorder: no signal), sidecar and py-spy stack; the report's first
+    lines name rank 2 and load_batch; the same from the py-spy files alone, without the
+    recorder's sidecars."""
     out = tmp_path / "incident"
     with hung_job(tmp_path, 4, "recorder") as (tag, procs):
         found = find_rank_processes({"FRTRACE_TEST_JOB": tag})
@@ -123,7 +124,7 @@ def test_collect_a_hung_recorder_job_names_rank_and_function(tmp_path: Path) -> 
         assert all(p.poll() is None for p in procs), "collect must not kill the job"
     lines = result.output.splitlines()
     assert result.exit_code == 1, result.output
-    assert sum("recorder (SIGUSR1 (+ stacks sidecar))" in line for line in lines) == 4, (
+    assert sum("recorder (request (+ stacks sidecar))" in line for line in lines) == 4, (
         result.output
     )
     start = next(i for i, line in enumerate(lines) if line.startswith("HANG"))
