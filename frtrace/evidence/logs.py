@@ -176,9 +176,10 @@ def parse_log(text: str, source: str, *, rank: int | None, year: int | None) -> 
             nxt = lines[lineno].strip()
             if nxt.startswith("what():") or "what():" in nxt:
                 line = f"{line} {nxt}"
-        if not _ERRORISH.search(line) or exception_line(line) is not None:
-            continue  # an exception line outside a traceback: its traceback says it
-        found = classify(line)
+        is_exception = exception_line(line) is not None
+        if not is_exception and not _ERRORISH.search(line):
+            continue
+        found = classify(line, exception=is_exception)
         if found is not None:
             out.append(
                 Failure(
