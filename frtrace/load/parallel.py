@@ -8,8 +8,9 @@ sub-tuples through the memo) crashes the interpreter or hashes for centuries; on
 zero up to 32 GB. No check of the opcode stream written in Python keeps pace with the C
 unpickler (genops takes ten times as long as the whole load), so the parent watches each
 worker instead: a worker that dies, runs past the file's time limit (``file_timeout_s``) or
-past its memory limit (RLIMIT_AS, ``FILE_MEMORY_*``) costs that one file, reported in one
-line; the other files go on.
+past its memory limit (RLIMIT_AS: ``memory.file_allowance``, the file's need capped at an even
+share of half this machine's memory among the workers, so that all of them at once stay within
+it) costs that one file, reported in one line; the other files go on.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import pyarrow as pa
 
 from frtrace.errors import DumpFormatError, DumpTooLargeError, ReaderFailedError
 from frtrace.load.discover import Candidate
+from frtrace.load.memory import address_space, file_allowance
 from frtrace.load.parse import ParsedDump, try_parse
 
 __all__ = ["default_jobs", "parse_candidates"]
@@ -46,10 +48,6 @@ PROGRESS_AFTER_S = 1.0
 # Time a worker may spend on one file: a real dump reads at 30+ MB/s.
 FILE_TIMEOUT_S = 60.0
 FILE_TIMEOUT_S_PER_MIB = 1.0
-# Memory a worker may add while reading one file (address space, set with RLIMIT_AS): real
-# dumps need about 10 times their size.
-FILE_MEMORY_BYTES = 512 << 20
-FILE_MEMORY_PER_BYTE = 64
 # Bytes the socket to and from a worker may hold: a whole result, so neither side waits.
 RESULT_BUFFER_BYTES = 4 << 20
 
@@ -119,8 +117,9 @@ def file_timeout_s(cand: Candidate) -> float:
 # The worker side
 
 
-def _serve(conn: Connection, candidates: Sequence[Candidate]) -> None:
-    """Worker loop: read the file whose index the parent sends, send back the result."""
+def _serve(conn: Connection, candidates: Sequence[Candidate], workers: int = 1) -> None:
+    """Worker loop: read the file whose index the parent sends, send back the result.
+    ``workers``: how many read at once (each may take its share of the machine's memory)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     # Everything a worker has to say comes back as its result, in one line; a crash is
     # reported by the parent. So nothing reaches the terminal from here: no fault handler
@@ -144,7 +143,7 @@ def _serve(conn: Connection, candidates: Sequence[Candidate]) -> None:
         if index is None:
             return
         cand = candidates[index]
-        _limit_memory(cand.size_bytes)
+        _limit_memory(file_allowance(cand.size_bytes, workers))
         result = try_parse(cand)
         try:
             conn.send(result)
@@ -191,24 +190,16 @@ def _widen(*ends: Connection) -> None:
                 sock.detach()  # (the descriptor stays the connection's)
 
 
-def _address_space() -> int | None:
-    """This process's virtual memory size in bytes (Linux), else None."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _limit_memory(size_bytes: int) -> None:
-    """Cap this worker's address space for the next file (soft RLIMIT_AS; Linux)."""
-    base = _address_space()
+def _limit_memory(allowance: int) -> None:
+    """Cap this worker's address space for the next file at what it holds now plus
+    ``allowance`` (soft RLIMIT_AS; Linux)."""
+    base = address_space()
     if base is None:
         return
     try:
         import resource
 
-        limit = base + FILE_MEMORY_BYTES + FILE_MEMORY_PER_BYTE * size_bytes
+        limit = base + allowance
         _, hard = resource.getrlimit(resource.RLIMIT_AS)
         if hard != resource.RLIM_INFINITY:
             limit = min(limit, hard)
@@ -302,7 +293,7 @@ class _WatchedPool:
         recv, send = self.ctx.Pipe(duplex=True)
         _widen(recv, send)
         process = self.ctx.Process(  # type: ignore[attr-defined]
-            target=_serve, args=(send, self.candidates), daemon=True
+            target=_serve, args=(send, self.candidates, self.size), daemon=True
         )
         # Frozen, the parent's objects are never scanned by the child's garbage collector,
         # which would otherwise write to (and so copy) the pages that hold them.

@@ -1,4 +1,4 @@
-"""The only unpickler, and the size guard in front of it: bytes in, plain data out.
+"""The only unpickler, and the size and memory guards in front of it: bytes in, plain data out.
 
 A restricted ``pickle.Unpickler`` that refuses every global, so nothing in a file can be
 called; before it, where built, the C reader (``native.read_pickle``), which reads plain data
@@ -18,6 +18,8 @@ from typing import Any
 
 from frtrace.errors import DumpFormatError, DumpTooLargeError, UnsafePickleError
 from frtrace.load import native
+from frtrace.load.declared import declared_bytes
+from frtrace.load.memory import file_allowance, held_to
 from frtrace.load.values import short_message
 
 __all__ = ["MAX_DUMP_BYTES", "read_payload", "safe_loads"]
@@ -88,7 +90,12 @@ def read_payload(path: Path, size_bytes: int, data: bytes | None = None) -> tupl
             ) from exc
     try:
         read = native.read_pickle(data)
-        return (safe_loads(data) if read is None else read), "pickle"
+        if read is None:
+            _guard_memory(path, data)
+            read = safe_loads(data)
+        return read, "pickle"
+    except DumpTooLargeError:
+        raise
     except UnsafePickleError as exc:
         raise UnsafePickleError(
             f"{path}: refused to load: {exc}; Flight Recorder dumps contain only plain data. "
@@ -106,6 +113,23 @@ def read_payload(path: Path, size_bytes: int, data: bytes | None = None) -> tupl
             f"{path}: not a readable Flight Recorder dump: {kind} pickle "
             f"({type(exc).__name__}: {short_message(exc)}); re-dump the rank or analyse without it."
         ) from exc
+
+
+def _guard_memory(path: Path, data: bytes) -> None:
+    """Refuse, before the unpickler runs, a pickle that declares more memory than reading it
+    may take (``memory.file_allowance``), unless an address-space limit already holds this
+    process to that (a watched worker): nothing else would stop the C unpickler here."""
+    allowance = file_allowance(len(data))
+    if held_to(allowance):
+        return
+    declared = declared_bytes(data)
+    if declared > allowance:
+        raise DumpTooLargeError(
+            f"{path}: refused: the pickle declares {declared / 2**20:,.0f} MiB of memory (a "
+            f"memo index or a length far past its {len(data):,} bytes), more than reading a "
+            f"dump may take here ({allowance / 2**20:,.0f} MiB); the file is damaged or built "
+            "to exhaust memory: re-dump the rank or analyse without it."
+        )
 
 
 def _escaped(text: str, limit: int = 60) -> str:
