@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bz2
 import io
 import shutil
 import tarfile
@@ -9,7 +10,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from frtrace.cli import app
 from frtrace.errors import DuplicateRank, NoDumpsFound, SeveralDumpSets, UnreadableArchive
 from frtrace.load import archive
 from frtrace.load.discover import discover, set_name
@@ -32,7 +35,10 @@ def _files(directory: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
 
 
-@pytest.mark.parametrize("suffix", [".tar", ".tar.gz", ".tgz", ".zip"])
+MODES = {".tar": "w", ".tar.gz": "w:gz", ".tgz": "w:gz", ".tar.bz2": "w:bz2", ".tar.xz": "w:xz"}
+
+
+@pytest.mark.parametrize("suffix", [*MODES, ".zip"])
 def test_an_archive_loads_like_its_directory(tmp_path: Path, suffix: str) -> None:
     """Every archive kind gives the same tables as the directory it was made from."""
     path = tmp_path / f"dumps{suffix}"
@@ -42,7 +48,7 @@ def test_an_archive_loads_like_its_directory(tmp_path: Path, suffix: str) -> Non
             for name, data in members.items():
                 zf.writestr(name, data)
     else:
-        _tar(path, members, "w" if suffix == ".tar" else "w:gz")
+        _tar(path, members, MODES[suffix])
     packed = load_dumps(path, jobs=1)
     plain = load_dumps(HANG, jobs=1)
     assert packed.entries.equals(plain.entries)
@@ -163,3 +169,59 @@ def test_disjoint_ranks_in_subfolders_are_one_set(tmp_path: Path) -> None:
 )
 def test_set_names(relative: str, name: str) -> None:
     assert set_name(relative) == name
+
+
+def _bomb(path: Path, zeros: int, mode: str = "w:bz2") -> Path:
+    """A small archive hiding ``zeros`` bytes of zeros in a member passed over, before a dump."""
+    members = {"junk.bin": bytes(zeros), "rank_0": (HANG / "rank_0").read_bytes()}
+    if mode == "zip":
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_BZIP2) as zf:
+            for name, data in members.items():
+                zf.writestr(name, data)
+        return path
+    return _tar(path, members, mode)
+
+
+@pytest.mark.parametrize("mode", ["w:bz2", "w:gz", "w:xz"])
+def test_an_archive_past_its_unpacked_budget_is_one_line(
+    tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A few KB that unpack to far more than a dump set: refused in one line naming the
+    archive (an input error: exit 2 through the CLI), never a long stall."""
+    path = _bomb(tmp_path / "bomb.tar.bz2", 8 << 20, mode)
+    monkeypatch.setattr(archive, "MAX_UNPACKED_BYTES", 4 << 20)
+    with pytest.raises(UnreadableArchive, match=r"bomb\.tar\.bz2: refused: it unpacks to more"):
+        discover(path)
+    result = CliRunner().invoke(app, ["analyze", str(path)])
+    assert result.exit_code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: {path}: refused: it unpacks to more than 0.0 GiB")
+    monkeypatch.setattr(archive, "MAX_UNPACKED_BYTES", 16 << 20)  # (within it: it loads)
+    assert load_dumps(path, jobs=1).loaded_ranks == (0,)
+
+
+@pytest.mark.parametrize("mode", ["w:bz2", "zip"])
+def test_an_archive_past_its_time_budget_is_one_line(
+    tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _bomb(tmp_path / ("bomb.zip" if mode == "zip" else "bomb.tar.bz2"), 1 << 20, mode)
+    monkeypatch.setattr(archive, "ARCHIVE_TIMEOUT_S", -1.0)
+    monkeypatch.setattr(archive, "ARCHIVE_TIMEOUT_S_PER_MIB", 0.0)
+    with pytest.raises(UnreadableArchive, match=r"bomb\.\S+: refused: reading it took longer"):
+        discover(path)
+
+
+def test_members_passed_over_are_unpacked_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read seekably, front to back: the bytes unpacked are the archive's, once (tarfile's
+    stream mode copied its buffer again on every read: minutes for 64 MiB of zeros)."""
+    path = _bomb(tmp_path / "bomb.tar.bz2", 16 << 20)
+    spent: list[int] = []
+    real = archive._Budget.spend
+    monkeypatch.setattr(archive._Budget, "spend", lambda self, n: spent.append(n) or real(self, n))
+    candidates, _ = archive.read_archive(path)
+    assert [c.rank for c in candidates] == [0] and candidates[0].refused is None
+    unpacked = len(bz2.decompress(path.read_bytes()))
+    assert sum(spent) <= unpacked
+    assert max(spent) <= 1 << 20  # (a MiB at a time: the clock is read between two)

@@ -4,14 +4,16 @@ files read in this process (no workers, a Dask worker), archive members held in 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import io
 import os
 import shutil
+import tarfile
 from pathlib import Path
 
 import pytest
 
 from frtrace.errors import DumpTooLargeError
-from frtrace.load import memory, parallel
+from frtrace.load import archive, memory, parallel
 from frtrace.load.declared import declared_bytes
 from frtrace.load.discover import Candidate
 from frtrace.load.executors import FuturesExecutor
@@ -115,3 +117,20 @@ def test_a_watched_worker_gets_only_its_share(tmp_path: Path, small_machine: Non
     cand = Candidate(path=path, rank=2, prefix="rank_", encoding="auto", size_bytes=13)
     (result,) = parallel.parse_candidates([cand], jobs=1)
     assert "more memory than" in _refused(result)
+
+
+def test_archive_members_held_are_bounded_by_the_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A quarter of the machine's memory at most, whatever MAX_ARCHIVE_BYTES says."""
+    data = {p.name: p.read_bytes() for p in sorted(HANG.iterdir())}
+    path = tmp_path / "d.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for name, content in data.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            tar.addfile(info, io.BytesIO(content))
+    monkeypatch.setenv("FRTRACE_MEMORY_MAX_BYTES", str(4 * (len(data["rank_0"]) + 10)))
+    candidates, _ = archive.read_archive(path)
+    assert [c.refused is None for c in candidates] == [True, False, False, False]
+    assert "quarter of this machine's memory" in str(candidates[1].refused)
