@@ -29,6 +29,8 @@ FR015  stack_outlier          the entries are silent; the other ranks wait in to
                               calls while these ranks are in host code (their Python stacks)
 FR016  unseen_members         a rank is blocked in an op of a group whose other members
                               recorded nothing of it: they never entered it, or have no dump
+FR017  running_snapshot       no dump time; several groups each have one member one op
+                              behind at the same moment: a running job dumped at one instant
 =====  =====================  ===========================================================
 """
 
@@ -92,6 +94,7 @@ class FindingKind(StrEnum):
     NAMED_BY_ERROR = "named_by_error"
     STACK_OUTLIER = "stack_outlier"
     UNSEEN_MEMBERS = "unseen_members"
+    RUNNING_SNAPSHOT = "running_snapshot"
 
 
 KIND_CODES: dict[FindingKind, str] = {

@@ -8,13 +8,14 @@ from pathlib import Path
 from frtrace.analysis.capture import dump_times_from_entries
 from frtrace.analysis.diagnose import diagnose
 from frtrace.analysis.stackjoin import join_stacks
+from frtrace.diagnosis_cache import Diagnosis, DiagnosisCache
 from frtrace.evidence.discover import load_evidence
 from frtrace.evidence.model import JobEvidence
 from frtrace.load.tables import DumpSet, load_dumps
 from frtrace.model import Report
 from frtrace.pystack.discover import StackSet, load_stacks
 
-__all__ = ["analyze", "analyze_dumps", "analyze_loaded"]
+__all__ = ["analyze", "analyze_dumps", "analyze_loaded", "diagnose_source"]
 
 
 def analyze(directory: Path, *, jobs: int | None = None, progress: bool = False) -> Report:
@@ -47,3 +48,34 @@ def analyze_dumps(
     failed = frozenset(r for r in stacks.ranks if (stacks.trigger(r) or "").startswith("exception"))
     report = diagnose(dumps, times, failed, evidence=evidence, stacks=stacks)
     return join_stacks(report, stacks)
+
+
+def diagnose_source(
+    source: Path,
+    *,
+    jobs: int | None = None,
+    only: str | None = None,
+    scheduler: str | None = None,
+    cache: bool = True,
+    progress: bool = False,
+) -> Diagnosis:
+    """The report and load problems of a dump directory or archive: from the cache of an
+    earlier run on the same, unchanged files (no dump or table is read then), else loaded,
+    diagnosed and stored (not with ``cache=False``; archives are not cached)."""
+    store = DiagnosisCache.open(source, only=only) if cache else None
+    if store is not None and (cached := store.load()) is not None:
+        return cached
+    dumps = load_dumps(
+        source if store is None else store.directory,
+        jobs=jobs,
+        progress=progress,
+        only=only,
+        scheduler=scheduler,
+        cache=cache,
+        discovery=None if store is None else store.discovery,
+        store=None if store is None else store.tables,
+    )
+    diagnosis = Diagnosis(report=analyze_loaded(dumps), problems=dumps.problems)
+    if store is not None:
+        store.save(diagnosis)
+    return diagnosis

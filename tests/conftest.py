@@ -43,14 +43,16 @@ def update_golden(request: pytest.FixtureRequest) -> bool:
 def fixture_sets() -> list[Path]:
     """Every committed dump set: folders under fixtures/ that hold files and no folders
     (not the golden reports, nor the stack samples of tests/pystack)."""
-    return sorted(
-        d
-        for d in FIXTURES.rglob("*")
-        if d.is_dir()
-        and not any(p.is_dir() for p in d.iterdir())
-        and any(d.iterdir())
-        and d.name not in ("golden", "pystack")
-    )
+    sets = set()
+    for d in FIXTURES.rglob("*"):
+        if not d.is_dir() or d.name in ("golden", "pystack") or not any(d.iterdir()):
+            continue
+        parts = d.relative_to(FIXTURES).parts
+        if "logs" in parts:  # torchrun's --log-dir inside a set is part of that set
+            sets.add(FIXTURES.joinpath(*parts[: parts.index("logs")]))
+        elif not any(p.is_dir() for p in d.iterdir()):
+            sets.add(d)
+    return sorted(sets)
 
 
 def make_entry(**overrides: Any) -> dict[str, Any]:

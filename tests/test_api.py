@@ -27,7 +27,7 @@ PUBLIC = {
     ],
     "frtrace.testing": ["assert_culprits", "assert_expected", "assert_healthy"],
     "frtrace.recorder": ["RecorderState", "disable", "dump", "dump_path", "enable", "state"],
-    "frtrace.pipeline": ["analyze", "analyze_dumps", "analyze_loaded"],
+    "frtrace.pipeline": ["analyze", "analyze_dumps", "analyze_loaded", "diagnose_source"],
     "frtrace.cli": ["app", "main"],
 }
 

@@ -59,8 +59,11 @@ def dump_moments(
     rank = dumps.entries.column("rank").to_numpy()
     created = dumps.entries.column("time_created_ns").fill_null(0).to_numpy(zero_copy_only=False)
     # entries are grouped by rank (file order): one slice per rank, never a mask per rank
-    starts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]]) if len(rank) else np.zeros(0)
-    ends = np.r_[starts[1:], len(rank)].astype(np.int64)
+    if len(rank):
+        starts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
+        ends = np.r_[starts[1:], len(rank)].astype(np.int64)
+    else:  # no rank recorded an op yet (a job hung before its first collective)
+        starts = ends = np.zeros(0, dtype=np.int64)
     where = {int(rank[a]): (int(a), int(b)) for a, b in zip(starts, ends, strict=True)}
     idle: dict[int, float] = {}
     limit: dict[int, float] = {}

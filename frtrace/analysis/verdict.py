@@ -12,6 +12,9 @@ precedence:
    - what the entries show: a member with a dump never joined the op its peers wait in, a
      p2p peer never posted, a GPU never started the op, a cross-group cycle.
 
+   A member "one op behind" in a group of its own, where no dump time is known and several
+   groups look so at the same moment (``running_snapshot``: a running job dumped at one
+   instant), is not positive evidence: its finding stays a warning.
    A rank the entries name whose own failures are all symptoms that came at or after the
    first cause (it timed out or lost its connection, then stopped) is a victim of that cause,
    not a culprit. Where the two kinds still name different ranks, both are named and
@@ -39,7 +42,7 @@ from frtrace.analysis.groups import Membership
 from frtrace.analysis.notes import unexplained_ranks
 from frtrace.analysis.waitgraph import WaitGraph, victims_of
 from frtrace.evidence.model import Role
-from frtrace.model import Finding, FindingKind, Severity, Straggler, Verdict
+from frtrace.model import Confidence, Finding, FindingKind, Severity, Straggler, Verdict
 from frtrace.ranges import format_ranks
 
 __all__ = ["Decision", "verdict"]
@@ -60,6 +63,7 @@ WRONG_UNNAMED = frozenset(
         FindingKind.MISSING_DUMP,
         FindingKind.UNRECORDED_OPS,
         FindingKind.UNSEEN_MEMBERS,
+        FindingKind.RUNNING_SNAPSHOT,
         FindingKind.NEVER_JOINED,  # kept as a warning: the rank may be in an unrecorded op
     }
 )
@@ -92,6 +96,21 @@ def verdict(found: list[Finding], facts: Facts, stragglers: tuple[Straggler, ...
         if f.kind != FindingKind.STUCK_IN_COLLECTIVE
         or f.group is None
         or (f.group.name, f.seq) not in explained
+    ]
+    # A running job dumped at one instant (no dump time): its "one op behind" members are
+    # not culprits (step 5 below: cannot tell), the findings stay as warnings.
+    snapshot = {
+        (f.group.name, f.seq)
+        for f in found
+        if f.kind == FindingKind.RUNNING_SNAPSHOT and f.group is not None
+    }
+    found = [
+        replace(f, severity=Severity.WARNING, confidence=Confidence.LOW)
+        if f.kind == FindingKind.NEVER_JOINED
+        and f.group is not None
+        and (f.group.name, f.seq) in snapshot
+        else f
+        for f in found
     ]
     errors = [f for f in found if f.severity == Severity.ERROR]
     job = [f for f in errors if f.kind in FROM_THE_JOB]

@@ -35,7 +35,7 @@ from frtrace.gate.exitcodes import EXIT_INPUT, EXIT_OK, EXIT_PROBLEM
 from frtrace.printable import printable
 
 if TYPE_CHECKING:
-    from frtrace.diagnosis_cache import Diagnosis, DiagnosisCache
+    from frtrace.diagnosis_cache import Diagnosis
     from frtrace.load.problems import LoadProblem
     from frtrace.load.tables import DumpSet
     from frtrace.model import Report
@@ -92,23 +92,19 @@ def _load(
     only: str | None,
     scheduler: str | None = None,
     no_cache: bool = False,
-    known: DiagnosisCache | None = None,
 ) -> DumpSet:
     """The dump set given as DIR or -d DIR (a directory or an archive), from the cache of an
-    earlier run where the files are unchanged (not with --no-cache). ``known``: the diagnosis
-    cache that missed, whose files were listed and fingerprinted already."""
+    earlier run where the files are unchanged (not with --no-cache)."""
     from frtrace.load.tables import load_dumps
 
     try:
         return load_dumps(
-            dump_source(path, option) if known is None else known.directory,
+            dump_source(path, option),
             jobs=jobs,
             progress=True,
             only=only,
             scheduler=scheduler,
             cache=not no_cache,
-            discovery=None if known is None else known.discovery,
-            store=None if known is None else known.tables,
         )
     except FrtraceError as exc:
         raise _fail(exc) from None
@@ -134,20 +130,19 @@ def _diagnose(
     """The report and load problems of DIR or -d DIR: from the cache of an earlier run on the
     same, unchanged files (no dump or table is read then), else loaded, diagnosed and stored
     (not with --no-cache; archives are not cached)."""
-    from frtrace.diagnosis_cache import Diagnosis, DiagnosisCache
+    from frtrace.pipeline import diagnose_source
 
     try:
-        source = dump_source(path, option)
+        return diagnose_source(
+            dump_source(path, option),
+            jobs=jobs,
+            only=only,
+            scheduler=scheduler,
+            cache=not no_cache,
+            progress=True,
+        )
     except FrtraceError as exc:
         raise _fail(exc) from None
-    store = None if no_cache else DiagnosisCache.open(source, only=only)
-    if store is not None and (cached := store.load()) is not None:
-        return cached
-    dumps = _load(path, option, jobs, only, scheduler, no_cache, known=store)
-    diagnosis = Diagnosis(report=_analyze(dumps), problems=dumps.problems)
-    if store is not None:
-        store.save(diagnosis)
-    return diagnosis
 
 
 def _renderer(fmt: Format) -> Callable[[Report, Selection | None], str]:

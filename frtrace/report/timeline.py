@@ -11,6 +11,7 @@ from frtrace.model import Report
 __all__ = ["MAX_TIMELINE_LINES", "failure_line", "failure_to_dict", "timeline_lines"]
 
 MAX_TIMELINE_LINES = 8  # in text, markdown and HTML; the JSON has them all
+MAX_LINE_MESSAGE = 140  # characters of a message on its timeline line (the JSON has 300)
 
 
 def failure_line(f: Failure, t0: int | None) -> str:
@@ -18,7 +19,10 @@ def failure_line(f: Failure, t0: int | None) -> str:
     when = "at ?" if f.at_ns is None or t0 is None else f"+{(f.at_ns - t0) / 1e9:.3f} s"
     who = "rank ?" if f.rank is None else f"rank {f.rank}"
     what = str(f.kind).replace("_", " ")
-    text = f"{when}  {who}  {f.role} ({what}): {f.message}"
+    message = (
+        f.message if len(f.message) <= MAX_LINE_MESSAGE else f.message[:MAX_LINE_MESSAGE] + "…"
+    )
+    text = f"{when}  {who}  {f.role} ({what}): {message}"
     if f.where:
         text += f" — at {f.where}"
     return f"{text} [{f.source}]"

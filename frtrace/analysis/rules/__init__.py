@@ -8,7 +8,8 @@ From the Flight Recorder entries: ``desync`` (mismatched op, sizes, dtypes, a sh
 sequence, all_to_all splits), ``hang`` (a member never joined, a p2p peer never posted, a GPU
 never started, a dump is missing), ``deadlock``, ``stuck`` (every member entered, nothing
 finished), ``in_flight`` (a running job's ops), ``unrecorded`` (Gloo's send/recv),
-``unseen`` (blocked in a group no other member recorded). From the rest of the evidence:
+``unseen`` (blocked in a group no other member recorded), ``snapshot`` (a running job
+dumped at one instant, no dump time). From the rest of the evidence:
 ``first_failure`` (which rank failed first, and with a cause), ``named`` (an error message
 naming ranks), ``stack_outlier`` (the ranks' Python stacks, where the entries are silent).
 """
@@ -25,6 +26,7 @@ from frtrace.analysis.rules import (
     hang,
     in_flight,
     named,
+    snapshot,
     stack_outlier,
     stuck,
     unrecorded,
@@ -43,6 +45,7 @@ RULES: tuple[Rule, ...] = (
     in_flight.check,
     unrecorded.check,
     unseen.check,
+    snapshot.check,
     first_failure.check,
     named.check,
     stack_outlier.check,

@@ -1,0 +1,104 @@
+"""A set dumped at one instant of a running job, where no dump says when it was written.
+
+``torch._C._distributed_c10d._dump_fr_trace()`` called on every rank at once (a timer, a
+signal handler of the job's own) writes no dump time. In a job running many small groups, such
+a snapshot catches some groups between two ops: one member already inside op k, its partner
+done with k - 1 and about to enter. Read as a hang, each such group gets a culprit of its own.
+
+A hang rarely looks like that: one stalled rank holds up everyone who waits on it, and several
+stalls that happen independently do not happen within the same few milliseconds. So where no
+dump time is known, two or more ranks are each "one op behind" in a group of their own, hold
+up no one outside it, and every one of those waits began within a few of the job's own gaps
+between ops of the newest entry anywhere (``WINDOW_GAPS``, between ``MIN_WINDOW_S`` and
+``MAX_WINDOW_S``), the picture is a running job's as much as a hang's: one warning per group,
+and the verdict does not name them (``analysis.verdict``). A dump time (``frtrace.recorder``)
+or a second snapshot (``frtrace compare``) settles it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from frtrace.analysis.facts import Facts
+from frtrace.analysis.waitgraph import Edge, EdgeKind, victims_of
+from frtrace.model import Confidence, Finding, FindingKind, Severity
+from frtrace.ranges import format_ranks
+
+__all__ = ["MAX_WINDOW_S", "MIN_WINDOW_S", "WINDOW_GAPS", "check"]
+
+WINDOW_GAPS = 5.0  # the job's median gap between ops, times this
+MIN_WINDOW_S = 0.05
+MAX_WINDOW_S = 2.0
+
+
+def check(facts: Facts) -> list[Finding]:
+    if facts.moments.dumped_at_ns:
+        return []  # the dump times say it (analysis.capture)
+    roots = set(facts.waits.roots)
+    by_culprit: dict[int, list[Edge]] = defaultdict(list)
+    for e in facts.waits.edges:
+        if e.kind == EdgeKind.NEVER_JOINED and e.target in roots and e.seq is not None:
+            by_culprit[e.target].append(e)
+    if len(by_culprit) < 2:
+        return []
+    groups = {c: {e.gid for e in edges} for c, edges in by_culprit.items()}
+    if any(len(g) != 1 for g in groups.values()) or len({min(g) for g in groups.values()}) < 2:
+        return []  # each one op behind in a group of its own, and no two in the same group
+    for c, edges in by_culprit.items():
+        members = set(facts.membership.groups[edges[0].gid].members)
+        if not victims_of(facts.waits, (c,)) <= members:
+            return []  # it holds up ranks outside its group: a real chain of waits
+    created = facts.dumps.entries.column("time_created_ns").fill_null(0)
+    times = created.to_numpy(zero_copy_only=False)
+    ranks = facts.dumps.entries.column("rank").to_numpy()
+    newest = int(times.max()) if len(times) else 0
+    window = _window(ranks, times)
+    for c, edges in by_culprit.items():
+        last = times[ranks == c]
+        began = [int(times[e.row]) for e in edges] + ([int(last.max())] if len(last) else [])
+        if not began or min(began) <= 0 or newest - min(began) > window * 1e9:
+            return []
+    out = []
+    for c, edges in sorted(by_culprit.items()):
+        group = facts.membership.groups[edges[0].gid]
+        waiters = tuple(sorted({e.waiter for e in edges}))
+        seq = edges[0].seq
+        out.append(
+            Finding(
+                kind=FindingKind.RUNNING_SNAPSHOT,
+                severity=Severity.WARNING,
+                summary=(
+                    f"rank {c} is one op behind rank{'s' if len(waiters) > 1 else ''} "
+                    f"{format_ranks(waiters)} in {group.label} (#{seq}), as "
+                    f"{len(by_culprit) - 1} other group{'s are' if len(by_culprit) > 2 else ' is'} "
+                    f"at the same moment: a running job dumped at one instant looks so"
+                ),
+                culprit_ranks=(),
+                waiting_ranks=waiters,
+                group=group,
+                seq=seq,
+                confidence=Confidence.LOW,
+                why="no dump says when it was written; the waits began within "
+                f"{window * 1000:.0f} ms of the newest entry of the job",
+                evidence=(
+                    f"{len(by_culprit)} groups each have one member one op behind, holding up "
+                    "no one outside the group",
+                    "a dump time (frtrace.recorder), or a second snapshot a few seconds later "
+                    "(frtrace compare), tells a running job from a hang",
+                ),
+            )
+        )
+    return out
+
+
+def _window(ranks: np.ndarray, times: np.ndarray) -> float:
+    """A few of the job's median gaps between a rank's ops, in seconds, bounded."""
+    gaps = []
+    for r in np.unique(ranks):
+        t = np.sort(times[(ranks == r) & (times > 0)])[-512:]
+        if t.size > 1:
+            gaps.append(float(np.median(np.diff(t))) / 1e9)
+    typical = float(np.median(gaps)) if gaps else 0.0
+    return min(MAX_WINDOW_S, max(MIN_WINDOW_S, WINDOW_GAPS * typical))

@@ -1,0 +1,83 @@
+"""Invariants of the verdict, over every committed dump set and generated jobs.
+
+1. Never ``healthy`` while a rank is blocked in an op that nothing explains: every rank with
+   an op neither retired nor completed must have been running when dumped (a known dump
+   time moments after its newest entry), else the verdict is not healthy. Computed here from
+   the raw entries, not from the analysis' own notion of "blocked".
+2. A culprit the verdict names rests on evidence: it is named by a finding of error severity.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from frsim import simulate, write_dumps
+from frtrace.analysis.capture import dump_moments, dump_times_from_entries
+from frtrace.load.tables import DumpSet, load_dumps
+from frtrace.model import Report, Severity, Verdict
+from frtrace.pipeline import analyze_loaded
+from frtrace.pystack.discover import load_stacks
+from tests.analysis.test_properties import jobs, snapshots, timed_out_jobs
+from tests.conftest import DERANDOMIZE, EXAMPLES, FIXTURES, fixture_sets
+
+HEALTHY = (Verdict.HEALTHY, Verdict.STRAGGLERS)
+
+
+def _pending_ranks(dumps: DumpSet) -> set[int]:
+    """Ranks with an entry neither retired nor completed, and no later entry of the same
+    group on that rank that is: one group's ops finish in order on a rank (one stream), and
+    the per-op entries of a p2p batch or slow-path coalesced run stay ``scheduled`` forever in
+    torch (no CUDA events of their own) while the run's closing entry completes."""
+    rows = dumps.entries.select(["rank", "group_name", "state", "retired"]).to_pylist()
+    pending: set[int] = set()
+    done_later: set[tuple[int, str]] = set()
+    for r in reversed(rows):  # newest first within each rank (rows are in buffer order)
+        key = (r["rank"], r["group_name"])
+        if r["retired"] or r["state"] == "completed":
+            done_later.add(key)
+        elif r["retired"] is False and key not in done_later:
+            pending.add(r["rank"])
+    return pending
+
+
+def _running(dumps: DumpSet, directory: Path) -> frozenset[int]:
+    times = dump_times_from_entries(dumps)
+    if directory.is_dir():
+        stacks = load_stacks(directory)
+        times |= {r: t for r in stacks.ranks if (t := stacks.taken_at_ns(r)) is not None}
+    return dump_moments(dumps, times).running
+
+
+def _check(directory: Path) -> Report:
+    dumps = load_dumps(directory, cache=False)
+    report = analyze_loaded(dumps)
+    if report.verdict in HEALTHY:
+        unexplained = _pending_ranks(dumps) - _running(dumps, directory)
+        assert not unexplained, (directory, report.verdict, sorted(unexplained))
+    named = {r for f in report.findings if f.severity == Severity.ERROR for r in f.culprit_ranks}
+    assert set(report.culprit_ranks) <= named, (directory, report.culprit_ranks)
+    return report
+
+
+@pytest.mark.parametrize("directory", fixture_sets(), ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_every_committed_set_keeps_the_invariants(directory: Path) -> None:
+    _check(directory)
+
+
+@settings(
+    max_examples=max(10, EXAMPLES // 2),
+    deadline=None,
+    derandomize=DERANDOMIZE,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(spec=st.one_of(jobs(), snapshots(), snapshots(only_active=True), timed_out_jobs()))
+def test_generated_jobs_keep_the_invariants(
+    spec: object, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    out = tmp_path_factory.mktemp("job")
+    write_dumps(simulate(spec), out)  # type: ignore[arg-type]
+    _check(out)
