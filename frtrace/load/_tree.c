@@ -132,6 +132,7 @@ static PyTypeObject TreeType, EntriesType;
 typedef struct {
     const unsigned char *s;
     size_t n, pos;
+    size_t frame_end;  /* where the current FRAME ends (at or before pos: none) */
     Tree *t;
     U32s stack, marks, parents, children;
     uint32_t *memo;  /* memo index -> node + 1 (0: empty) */
@@ -160,8 +161,13 @@ static int push_new(Reader *r, uint8_t kind, uint32_t len, uint64_t v) {
     return u32_push(&r->stack, (uint32_t)at) < 0 ? -1 : 1;
 }
 
+/* One read of `count` bytes, as pickle's reads (an opcode, its argument, a length, the bytes
+ * it counts): 0 where the data ends first, or the current frame ends inside it (the Python
+ * unpickler refuses such a stream, pickle.loads reads across; never written by a pickler:
+ * declined, and the careful path refuses it, frtrace/load/framing.py). */
 static int take(Reader *r, size_t count, const unsigned char **out) {
     if (count > r->n - r->pos) return 0;  /* truncated */
+    if (r->pos < r->frame_end && count > r->frame_end - r->pos) return 0;  /* across a frame's end */
     *out = r->s + r->pos;
     r->pos += count;
     return 1;
@@ -289,9 +295,13 @@ static int step(Reader *r) {
     case 0x80: /* PROTO */
         if (!take(r, 1, &p)) return NOT_HERE;
         return *p <= HIGHEST_PROTOCOL ? 1 : NOT_HERE;
-    case 0x95: /* FRAME: its bytes must all be there; the opcodes in it are read as they come */
+    case 0x95: { /* FRAME: its bytes must all be there, and the last frame must have ended */
         if (!take(r, 8, &p)) return NOT_HERE;
-        return little(p, 8) <= r->n - r->pos ? 1 : NOT_HERE;
+        uint64_t size = little(p, 8);
+        if (r->pos < r->frame_end || size > r->n - r->pos) return NOT_HERE;
+        r->frame_end = r->pos + (size_t)size;
+        return 1;
+    }
     case '.': /* STOP */
         return r->stack.size > fence(r) ? 2 : NOT_HERE;
     case '(': /* MARK */

@@ -34,6 +34,7 @@ from frtrace.load.columns import SHAPE_KEYS
 from frtrace.load.entries import _SPECS, entries_batch
 from frtrace.load.values import MAX_LEAVES
 from tests.conftest import LOADER_SETTINGS, memory_kept
+from tests.load.differential import mismatch
 
 try:
     from frtrace.load import _scan
@@ -55,77 +56,6 @@ def _dumps(value: Any, protocol: int, fast: bool = False) -> bytes:
     pickler.fast = fast
     pickler.dump(value)
     return out.getvalue()
-
-
-def _items(value: Any) -> list[Any] | None:
-    """The items of a list, tuple or view (None: not one of those)."""
-    if isinstance(value, _scan.Entries):
-        return [value[i] for i in range(len(value))]
-    if type(value) in (list, tuple):
-        return list(value)
-    return None
-
-
-def _same_leaf(a: Any, b: Any) -> bool:
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, float):  # (bit for bit: NaN, -0.0)
-        return struct.pack("<d", a) == struct.pack("<d", b)
-    return bool(a == b)
-
-
-def _path(where: tuple[Any, ...] | None) -> str:
-    steps: list[str] = []
-    while where is not None:
-        where, step = where
-        steps.append(step)
-    return "top" + "".join(reversed(steps))
-
-
-def mismatch(got: Any, want: Any) -> str | None:
-    """Where ``got`` (the reader's result, views taken as lists) and ``want`` (pickle's) differ
-    in value, type or sharing; None where they are the same graph of objects: every object of
-    one stands for exactly one of the other. Iterative: any depth, cycles included."""
-    forth: dict[int, Any] = {}  # id(got's object) -> want's object
-    back: dict[int, Any] = {}  # id(want's object) -> got's object
-    # (where: (parent's where, step), formatted only for a difference: any depth stays linear)
-    todo: list[tuple[Any, Any, tuple[Any, ...] | None]] = [(got, want, None)]
-    while todo:
-        a, b, where = todo.pop()
-        items_a, items_b = _items(a), _items(b)
-        if items_a is None and items_b is None and type(b) is not dict:
-            # a leaf: where pickle shares it, so does the reader (not the other way round:
-            # CPython keeps one b"\x00" and such, which pickle makes anew and the reader not)
-            if id(b) in back and back[id(b)] is not a:
-                return f"{_path(where)}: pickle shares {b!r}, the reader does not"
-            back[id(b)] = a
-            if not _same_leaf(a, b):
-                return f"{_path(where)}: {a!r} vs {b!r}"
-            continue
-        if id(a) in forth or id(b) in back:
-            if forth.get(id(a)) is not b or back.get(id(b)) is not a:
-                kinds = f"{type(a).__name__} vs {type(b).__name__}"
-                return f"{_path(where)}: sharing differs ({kinds})"
-            continue
-        forth[id(a)] = b
-        back[id(b)] = a
-        if items_b is not None or items_a is not None:
-            kind_a = list if isinstance(a, _scan.Entries) else type(a)
-            if items_a is None or items_b is None or kind_a is not type(b):
-                return f"{_path(where)}: {type(a).__name__} vs {type(b).__name__}"
-            if len(items_a) != len(items_b):
-                return f"{_path(where)}: {len(items_a)} items vs {len(items_b)}"
-            todo.extend(
-                (x, y, (where, f"[{i}]"))
-                for i, (x, y) in enumerate(zip(items_a, items_b, strict=True))
-            )
-        else:
-            if type(a) is not dict or len(a) != len(b):
-                return f"{_path(where)}: {type(a).__name__} vs dict of {len(b)}"
-            for i, ((ka, va), (kb, vb)) in enumerate(zip(a.items(), b.items(), strict=True)):
-                todo.append((ka, kb, (where, f" key {i}")))
-                todo.append((va, vb, (where, f"[{kb!r}]")))
-    return None
 
 
 def check_stream(data: bytes, loads: Callable[[bytes], Any] = unpickle.safe_loads) -> Any:
@@ -652,6 +582,22 @@ HAND_MADE: dict[str, bytes] = {
     "FRAME exact": b"\x80\x04\x95\x02\x00\x00\x00\x00\x00\x00\x00].",
     "FRAME in a FRAME": b"\x80\x04\x95\x0b\x00\x00\x00\x00\x00\x00\x00\x95\x02\x00\x00\x00\x00"
     + b"\x00\x00\x00].",
+    # (a frame must end where one of pickle's reads ends: framing.py)
+    "FRAME ends inside BININT": b"\x80\x04\x95\x04\x00\x00\x00\x00\x00\x00\x00]J\x05\x00"
+    + b"\x00\x00a.",
+    "FRAME ends inside a length": b"\x80\x04\x95\x04\x00\x00\x00\x00\x00\x00\x00]X\x01\x00"
+    + b"\x00\x00xa.",
+    "FRAME ends inside the bytes of a str": b"\x80\x04\x95\x04\x00\x00\x00\x00\x00\x00\x00]"
+    + b"\x8c\x02xya.",
+    "FRAME ends inside the next FRAME's length": b"\x80\x04\x95\x05\x00\x00\x00\x00\x00\x00"
+    + b"\x00]\x95\x02\x00\x00\x00\x00\x00\x00\x00K\x01a.",
+    "FRAME ends between an opcode and its argument": b"\x80\x04\x95\x02\x00\x00\x00\x00\x00"
+    + b"\x00\x00]K\x07a.",
+    "FRAME ends between a length and its bytes": b"\x80\x04\x95\x03\x00\x00\x00\x00\x00\x00"
+    + b"\x00]\x8c\x02xya.",
+    "FRAME header the last bytes of a frame": b"\x80\x04\x95\x0a\x00\x00\x00\x00\x00\x00\x00]"
+    + b"\x95\x03\x00\x00\x00\x00\x00\x00\x00K\x01a.",
+    "FRAME empty": b"\x80\x04\x95\x00\x00\x00\x00\x00\x00\x00\x00].",
     "trailing bytes after STOP": b"\x80\x04]K\x01a.garbage\xff",
     "STOP with an empty stack": b"\x80\x04.",
     "STOP with an empty stack, no PROTO": b".",
@@ -705,6 +651,11 @@ def test_hand_made_streams_are_declined_or_read_as_pickle_reads_them(name: str) 
         "LONG4 with a negative length",
         "PROTO 6",
         "FRAME longer than the data",
+        "FRAME in a FRAME",
+        "FRAME ends inside BININT",
+        "FRAME ends inside a length",
+        "FRAME ends inside the bytes of a str",
+        "FRAME ends inside the next FRAME's length",
         "STOP with an empty stack",
         "STOP under a MARK",
         "no STOP",
@@ -727,7 +678,10 @@ def test_streams_not_read_here_are_declined(name: str) -> None:
         "BINFLOAT nan payload",
         "PROTO in the middle",
         "no PROTO at all",
-        "FRAME in a FRAME",
+        "FRAME ends between an opcode and its argument",
+        "FRAME ends between a length and its bytes",
+        "FRAME header the last bytes of a frame",
+        "FRAME empty",
         "trailing bytes after STOP",
         "MARK left open at STOP",
         "equal keys of three types",
