@@ -31,6 +31,8 @@ FR016  unseen_members         a rank is blocked in an op of a group whose other 
                               recorded nothing of it: they never entered it, or have no dump
 FR017  running_snapshot       no dump time; several groups each have one member one op
                               behind at the same moment: a running job dumped at one instant
+FR018  nothing_recorded       no rank recorded any op: stuck before the first collective, or
+                              only ops the recorder does not write (Gloo's send/recv)
 =====  =====================  ===========================================================
 """
 
@@ -95,6 +97,7 @@ class FindingKind(StrEnum):
     STACK_OUTLIER = "stack_outlier"
     UNSEEN_MEMBERS = "unseen_members"
     RUNNING_SNAPSHOT = "running_snapshot"
+    NOTHING_RECORDED = "nothing_recorded"
 
 
 KIND_CODES: dict[FindingKind, str] = {

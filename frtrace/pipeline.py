@@ -9,9 +9,10 @@ from frtrace.analysis.capture import dump_times_from_entries
 from frtrace.analysis.diagnose import diagnose
 from frtrace.analysis.stackjoin import join_stacks
 from frtrace.diagnosis_cache import Diagnosis, DiagnosisCache
+from frtrace.errors import NoDumpsFound
 from frtrace.evidence.discover import load_evidence
 from frtrace.evidence.model import JobEvidence
-from frtrace.load.tables import DumpSet, load_dumps
+from frtrace.load.tables import DumpSet, empty_dump_set, load_dumps
 from frtrace.model import Report
 from frtrace.pystack.discover import StackSet, load_stacks
 
@@ -20,10 +21,27 @@ __all__ = ["analyze", "analyze_dumps", "analyze_loaded", "diagnose_source"]
 
 def analyze(directory: Path, *, jobs: int | None = None, progress: bool = False) -> Report:
     """Load every dump (and every collected Python stack, log and error file) under
-    ``directory``; diagnose."""
+    ``directory``; diagnose. A directory with no dump but logs that report failures is
+    analysed from those alone."""
     directory = Path(directory)
-    dumps = load_dumps(directory, jobs=jobs, progress=progress)
+    try:
+        dumps = load_dumps(directory, jobs=jobs, progress=progress)
+    except NoDumpsFound as exc:
+        dumps = _without_dumps(directory, exc)
     return analyze_loaded(dumps)
+
+
+def _without_dumps(directory: Path, missing: NoDumpsFound) -> DumpSet:
+    """The job left no dump (every rank died or exited before writing one): an empty set, if
+    its logs, error files or stacks name ranks that failed; else the error stands."""
+    if not directory.is_dir():
+        raise missing
+    stacks = load_stacks(directory)
+    evidence = load_evidence(directory, stacks)
+    ranks = {f.rank for f in evidence.failures if f.rank is not None} | set(stacks.ranks)
+    if not evidence.failures or not ranks:
+        raise missing
+    return empty_dump_set(directory, max(ranks) + 1, "the highest rank its logs and stacks name")
 
 
 def analyze_loaded(dumps: DumpSet) -> Report:
@@ -62,19 +80,26 @@ def diagnose_source(
     """The report and load problems of a dump directory or archive: from the cache of an
     earlier run on the same, unchanged files (no dump or table is read then), else loaded,
     diagnosed and stored (not with ``cache=False``; archives are not cached)."""
-    store = DiagnosisCache.open(source, only=only) if cache else None
+    try:
+        store = DiagnosisCache.open(source, only=only) if cache else None
+    except NoDumpsFound as exc:
+        dumps = _without_dumps(source, exc)  # (nothing to cache: no dump to key it on)
+        return Diagnosis(report=analyze_loaded(dumps), problems=dumps.problems)
     if store is not None and (cached := store.load()) is not None:
         return cached
-    dumps = load_dumps(
-        source if store is None else store.directory,
-        jobs=jobs,
-        progress=progress,
-        only=only,
-        scheduler=scheduler,
-        cache=cache,
-        discovery=None if store is None else store.discovery,
-        store=None if store is None else store.tables,
-    )
+    try:
+        dumps = load_dumps(
+            source if store is None else store.directory,
+            jobs=jobs,
+            progress=progress,
+            only=only,
+            scheduler=scheduler,
+            cache=cache,
+            discovery=None if store is None else store.discovery,
+            store=None if store is None else store.tables,
+        )
+    except NoDumpsFound as exc:
+        dumps = _without_dumps(source, exc)
     diagnosis = Diagnosis(report=analyze_loaded(dumps), problems=dumps.problems)
     if store is not None:
         store.save(diagnosis)

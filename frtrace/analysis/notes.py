@@ -68,7 +68,9 @@ def data_notes(
     if stateless_ranks(dumps):
         notes.append(
             "Gloo dumps record no start/complete states and no p2p ops: completion is read "
-            "from `retired`, and a hang inside send/recv cannot be seen."
+            "from `retired`, and a hang inside send/recv or monitored_barrier cannot be seen "
+            "(after the last recorded collective, such a job looks finished); the ranks' "
+            "stacks, logs or the recorder's sidecars show it."
         )
     unexplained = unexplained_ranks(matched, waits)
     if unexplained:

@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 from frtrace.analysis.facts import Facts
 from frtrace.analysis.groups import Membership
 from frtrace.analysis.notes import unexplained_ranks
+from frtrace.analysis.rules.first_failure import TOGETHER_NS
 from frtrace.analysis.waitgraph import WaitGraph, victims_of
 from frtrace.evidence.model import Role
 from frtrace.model import Confidence, Finding, FindingKind, Severity, Straggler, Verdict
@@ -64,6 +65,7 @@ WRONG_UNNAMED = frozenset(
         FindingKind.UNRECORDED_OPS,
         FindingKind.UNSEEN_MEMBERS,
         FindingKind.RUNNING_SNAPSHOT,
+        FindingKind.NOTHING_RECORDED,
         FindingKind.NEVER_JOINED,  # kept as a warning: the rank may be in an unrecorded op
     }
 )
@@ -122,6 +124,15 @@ def verdict(found: list[Finding], facts: Facts, stragglers: tuple[Straggler, ...
     ]
     victims = _victims_of_first_cause(facts)
     disagreements: list[str] = []
+    if job and entries:
+        late, note = _after_the_hang_began(job, entries, facts)
+        if note is not None:
+            disagreements.append(note)
+            demoted = [
+                replace(f, severity=Severity.WARNING, confidence=Confidence.LOW) for f in late
+            ]
+            found = [f for f in found if f not in late] + demoted
+            job = [f for f in job if f not in late]
     if job and entries:
         entries = [_without(f, victims) for f in entries]
         entries = [f for f in entries if f.culprit_ranks or f.kind in DESYNC_KINDS]
@@ -182,6 +193,51 @@ def verdict(found: list[Finding], facts: Facts, stragglers: tuple[Straggler, ...
         suspected=suspected,
         presumed=presumed,
         disagreements=tuple(disagreements),
+    )
+
+
+def _after_the_hang_began(
+    job: list[Finding], entries: list[Finding], facts: Facts
+) -> tuple[list[Finding], str | None]:
+    """First failures that cannot have started a hang the entries pin on another rank.
+
+    The entries name a member (with a dump) that never joined, or never posted, the op its
+    peers wait in; the job's first cause is on another rank, and either no file says when it
+    happened, or it happened after the peers had begun to wait (their op was created more
+    than ``TOGETHER_NS`` before it). A rank killed while waiting is then a later event, not
+    the cause: the entries' culprit is named, the failure shown beside it.
+    """
+    named = {r for f in entries for r in f.culprit_ranks}
+    waiting = sorted(
+        {
+            r
+            for f in entries
+            if f.kind
+            in (FindingKind.NEVER_JOINED, FindingKind.P2P_UNMATCHED, FindingKind.NOT_STARTED)
+            for r in f.waiting_ranks
+            if r in facts.matched.blocked
+        }
+    )
+    began: list[int] = []
+    if waiting:
+        created = facts.dumps.entries.column("time_created_ns")
+        rows = [facts.matched.blocked[r].row for r in waiting]
+        began = [t for t in created.take(rows).fill_null(0).to_pylist() if t > 0]
+    late: list[Finding] = []
+    for f in job:
+        if f.kind != FindingKind.FIRST_FAILURE or set(f.culprit_ranks) & named:
+            continue
+        times = [x.at_ns for x in f.failures if x.rank in f.culprit_ranks and x.at_ns is not None]
+        if not times or (began and min(times) > min(began) + TOGETHER_NS):
+            late.append(f)
+    if not late:
+        return [], None
+    who = format_ranks(sorted({r for f in late for r in f.culprit_ranks}))
+    by = format_ranks(sorted(named))
+    return late, (
+        f"rank(s) {who} also failed on their own, but at a time no file says or after ranks "
+        f"were already waiting on rank(s) {by}, whom the Flight Recorder entries name: a "
+        "later event, not where the hang began"
     )
 
 

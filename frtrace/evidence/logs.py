@@ -31,7 +31,8 @@ _ISO = re.compile(r"(?P<date>\d{4}-\d\d-\d\d)[ T_](?P<t>\d\d:\d\d:\d\d)(?:[,.](?
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>.+)$')
 _ERRORISH = re.compile(
     r"\b(?:error|fatal|failed|failure|exception|terminate|watchdog|abort|signal|segmentation|"
-    r"killed|timed out|timeout|closed|reset)\b|^\[?[EF]\d{4} ",
+    r"killed|timed out|timeout|closed|reset|skip(?:ping|ped|s)?|leav(?:e|es|ing))\b|"
+    r"^\[?[EF]\d{4} ",
     re.IGNORECASE,
 )
 _CHILD_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)(?:\s*\(local_rank:\s*(\d+)\))?")
@@ -138,10 +139,9 @@ def parse_log(text: str, source: str, *, rank: int | None, year: int | None) -> 
             stream.last_at_ns = at
         if (m := _AGENT_EXIT.search(line)) is not None:
             code = int(m[1])
-            kind, role = (
-                (FailureKind.CRASH, Role.CAUSE) if code < 0 else (FailureKind.EXITED, Role.SYMPTOM)
-            )
-            out.append(_failure(int(m[2]), kind, role, line, where, at, signal_of=code))
+            kind, role = _exit_kind(code)
+            # the agent's time is when it noticed, not when the rank died: unknown
+            out.append(_failure(int(m[2]), kind, role, line, where, None, signal_of=code))
             continue
         if line.lstrip().startswith("Traceback (most recent call last)"):
             stream.in_traceback, stream.traceback = True, []
@@ -231,7 +231,9 @@ def _child_failure(child: dict[str, str], where: str) -> list[Failure]:
     if "rank" not in child:
         return []
     rank = int(child["rank"])
-    at = _time_of(child.get("time", ""), None)
+    # with no error file the summary's time is when torchelastic noticed the exit: unknown
+    noticed = child.get("error_file", "").strip() in ("", "<N/A>")
+    at = None if noticed else _time_of(child.get("time", ""), None)
     text = child.get("traceback", "").strip()
     lines = text.splitlines()
     frames = frames_of(lines)
@@ -257,7 +259,20 @@ def _child_failure(child: dict[str, str], where: str) -> list[Failure]:
         ]
     if code is None or code == 0:
         return []
-    # an exit code alone says the rank ended, not why: a symptom unless a signal killed it
-    kind, role = (FailureKind.CRASH, Role.CAUSE) if code < 0 else (FailureKind.EXITED, Role.SYMPTOM)
+    kind, role = _exit_kind(code)
     text = f"exit code {code}" + (f" ({message})" if message else "")
     return [_failure(rank, kind, role, text, where, at, signal_of=code)]
+
+
+# Signals another process sends to stop a rank (the launcher, a scheduler, a person)
+_STOPPED_BY_OTHERS = frozenset({1, 2, 3, 10, 12, 13, 15})  # HUP INT QUIT USR1 USR2 PIPE TERM
+
+
+def _exit_kind(code: int) -> tuple[FailureKind, Role]:
+    """An exit code alone says the rank ended, not why (a symptom); a signal of its own
+    making (segfault, abort, bus error, SIGKILL of the OOM killer) is a crash: a cause."""
+    if code >= 0:
+        return FailureKind.EXITED, Role.SYMPTOM
+    if -code in _STOPPED_BY_OTHERS:
+        return FailureKind.TERMINATED, Role.SYMPTOM
+    return FailureKind.CRASH, Role.CAUSE

@@ -63,7 +63,8 @@ _PATTERNS: tuple[tuple[re.Pattern[str], FailureKind], ...] = tuple(
             _K.WATCHDOG_ABORT,
         ),
         (
-            r"Sending process \d+ closing signal|received (?:SIGTERM|SIGINT|SIGHUP)|\(SIGTERM\)|"
+            r"Sending process \d+ closing signal|received (?:SIGTERM|SIGINT|SIGHUP)|"
+            r"\((?:SIGTERM|SIGINT|SIGHUP|SIGQUIT|SIGUSR1|SIGUSR2|SIGPIPE)\)|"
             r"SignalException",
             _K.TERMINATED,
         ),
@@ -80,8 +81,9 @@ _PATTERNS: tuple[tuple[re.Pattern[str], FailureKind], ...] = tuple(
             _K.CRASH,
         ),
         (
-            r"\bskip(?:ping|ped)? (?:the )?(?:rest of the )?(?:schedule|step|microbatch|stage)|"
-            r"leav(?:e|ing) the (?:schedule|pipeline)",
+            r"\bskip(?:ping|ped|s)? (?:the )?(?:rest of )?(?:the |this |its )?"
+            r"(?:schedule|step|microbatch|stage|iteration)|"
+            r"leav(?:e|es|ing) the (?:schedule|pipeline)",
             _K.LEFT_SCHEDULE,
         ),
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from frtrace.evidence.model import Role
 from frtrace.model import Finding, Report, Severity
 from frtrace.ranges import format_ranks
 from frtrace.report.common import (
@@ -247,10 +248,11 @@ def _timeline(doc: _Doc, report: Report) -> None:
     if report.disagreements:
         doc.add(Para("The evidence disagrees: " + "; ".join(report.disagreements), strong=True))
     if lines:
-        first = next((f for f in report.timeline if f.role == "cause"), None)
+        causes = [f for f in report.timeline if f.role == Role.CAUSE and f.rank is not None]
         title = (
-            f"first cause: rank {first.rank}, {first.exc_type or first.kind}"
-            if first is not None and first.rank is not None
+            f"first cause: rank {causes[0].rank}, {causes[0].exc_type or causes[0].kind}"
+            + (" (at a time no file says)" if causes[0].at_ns is None else "")
+            if causes
             else "no rank reported a cause of its own: every failure is a symptom"
         )
         doc.add(Bullets(tuple(lines), title=title))

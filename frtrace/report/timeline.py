@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from frtrace.evidence.model import Failure
+from frtrace.evidence.model import Failure, Role
 from frtrace.model import Report
 
 __all__ = ["MAX_TIMELINE_LINES", "failure_line", "failure_to_dict", "timeline_lines"]
@@ -34,7 +34,13 @@ def timeline_lines(report: Report, limit: int = MAX_TIMELINE_LINES) -> list[str]
     if not failures:
         return []
     t0 = next((f.at_ns for f in failures if f.at_ns is not None), None)
-    lines = [failure_line(f, t0) for f in failures[:limit]]
+    # causes first, then what ranks said, then the launcher's own lines (which name no rank);
+    # each in time order (the JSON keeps the plain time order)
+    order = sorted(
+        range(len(failures)),
+        key=lambda i: (failures[i].role != Role.CAUSE, failures[i].rank is None, i),
+    )
+    lines = [failure_line(failures[i], t0) for i in sorted(order[:limit])]
     if len(failures) > limit:
         lines.append(f"… and {len(failures) - limit} more (the JSON report has them all)")
     return lines

@@ -20,7 +20,15 @@ from frtrace.pystack.discover import StackSet
 from frtrace.pystack.model import Frame, ProcessStacks, ThreadStack
 from tests.conftest import GLOO
 
-T0 = 1_800_000_000 * 10**9
+# Failures in the same hour as the fixtures' entries, before any of their ops: a first cause
+# that may have started the hang (one after the waits began is the subject of its own test)
+_FIRST_OP = min(
+    t
+    for scenario in ("never_joins", "healthy", "p2p_hidden", "size_mismatch_crashed")
+    for t in load_dumps(GLOO / scenario, cache=False).entries.column("time_created_ns").to_pylist()
+    if t
+)
+T0 = _FIRST_OP - 60 * 10**9
 
 
 def _cause(rank: int, at: int | None = T0, kind: FailureKind = FailureKind.EXCEPTION) -> Failure:
@@ -192,3 +200,61 @@ def test_no_rule_imports_another_rule() -> None:
             if isinstance(node, ast.ImportFrom) and node.module:
                 assert not node.module.startswith("frtrace.analysis.rules"), path.name
                 assert "verdict" not in node.module, path.name
+
+
+def test_a_cause_after_the_waits_began_is_a_later_event_not_the_culprit() -> None:
+    """The entries name rank 2 (its peers wait for it); rank 0 was killed a minute later."""
+    dumps = load_dumps(GLOO / "never_joins", cache=False)
+    later = max(t for t in dumps.entries.column("time_created_ns").to_pylist() if t) + 60 * 10**9
+    report = _run("never_joins", _cause(0, at=later, kind=FailureKind.CRASH))
+    assert (report.verdict, report.culprit_ranks) == (Verdict.HANG, (2,))
+    [line] = report.disagreements
+    assert "rank(s) 0 also failed" in line and "rank(s) 2" in line
+    first = next(f for f in report.findings if f.kind == FindingKind.FIRST_FAILURE)
+    assert first.severity.name == "WARNING"
+    untimed = _run("never_joins", _cause(0, at=None, kind=FailureKind.CRASH))
+    assert untimed.culprit_ranks == (2,)
+
+
+EVIDENCE = GLOO.parent / "gloo_evidence"
+
+
+def _only_dumps(src: Path, dst: Path, drop: tuple[int, ...] = ()) -> Path:
+    dst.mkdir()
+    for p in src.glob("comm_lib_trace_rank_*"):
+        if int(p.name.rsplit("_", 1)[1].split(".")[0]) not in drop:
+            (dst / p.name).write_bytes(p.read_bytes())
+    return dst
+
+
+def test_a_snapshot_of_pairs_one_op_apart_names_no_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four 2-rank groups dumped at one instant through torch's API (JSON: four pairs apart)."""
+    from frtrace.analysis.rules import snapshot
+    from frtrace.pipeline import analyze
+
+    where = GLOO.parent / "gloo_evidence_json" / "healthy_pairs__instant"
+    report = analyze(where)
+    assert (report.verdict, report.culprit_ranks) == (Verdict.CANNOT_TELL, ())
+    assert FindingKind.RUNNING_SNAPSHOT in _codes(report)
+    monkeypatch.setattr(snapshot, "WINDOW_S", 0.05)  # waits that began longer ago: a hang
+    assert analyze(where).verdict == Verdict.HANG
+
+
+def test_a_cycle_through_new_groups_is_named_only_when_no_rank_is_free(tmp_path: Path) -> None:
+    from frtrace.pipeline import analyze
+
+    src = EVIDENCE / "cycle_new_group__timer"
+    everyone = analyze(_only_dumps(src, tmp_path / "all"))
+    assert (everyone.verdict, everyone.culprit_ranks) == (Verdict.HANG, (0, 1, 2))
+    # rank 0's dump gone: it is a member of both groups the others wait in, and only suspected
+    one_missing = analyze(_only_dumps(src, tmp_path / "some", drop=(0,)))
+    assert one_missing.suspected_ranks == (0,)
+    assert FindingKind.UNSEEN_MEMBERS not in _codes(one_missing)
+
+
+def test_empty_buffers_are_never_healthy(tmp_path: Path) -> None:
+    from frtrace.pipeline import analyze
+
+    report = analyze(_only_dumps(EVIDENCE / "pp_gpipe_exception__signal", tmp_path / "d"))
+    assert report.verdict == Verdict.CANNOT_TELL
+    assert FindingKind.NOTHING_RECORDED in _codes(report)

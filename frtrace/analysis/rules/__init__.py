@@ -9,7 +9,8 @@ sequence, all_to_all splits), ``hang`` (a member never joined, a p2p peer never 
 never started, a dump is missing), ``deadlock``, ``stuck`` (every member entered, nothing
 finished), ``in_flight`` (a running job's ops), ``unrecorded`` (Gloo's send/recv),
 ``unseen`` (blocked in a group no other member recorded), ``snapshot`` (a running job
-dumped at one instant, no dump time). From the rest of the evidence:
+dumped at one instant, no dump time), ``nothing_recorded`` (empty buffers). From the rest
+of the evidence:
 ``first_failure`` (which rank failed first, and with a cause), ``named`` (an error message
 naming ranks), ``stack_outlier`` (the ranks' Python stacks, where the entries are silent).
 """
@@ -26,6 +27,7 @@ from frtrace.analysis.rules import (
     hang,
     in_flight,
     named,
+    nothing_recorded,
     snapshot,
     stack_outlier,
     stuck,
@@ -46,6 +48,7 @@ RULES: tuple[Rule, ...] = (
     unrecorded.check,
     unseen.check,
     snapshot.check,
+    nothing_recorded.check,
     first_failure.check,
     named.check,
     stack_outlier.check,

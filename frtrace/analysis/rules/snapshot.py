@@ -8,9 +8,10 @@ done with k - 1 and about to enter. Read as a hang, each such group gets a culpr
 A hang rarely looks like that: one stalled rank holds up everyone who waits on it, and several
 stalls that happen independently do not happen within the same few milliseconds. So where no
 dump time is known, two or more ranks are each "one op behind" in a group of their own, hold
-up no one outside it, and every one of those waits began within a few of the job's own gaps
-between ops of the newest entry anywhere (``WINDOW_GAPS``, between ``MIN_WINDOW_S`` and
-``MAX_WINDOW_S``), the picture is a running job's as much as a hang's: one warning per group,
+up no one outside it, and every one of those waits began, and every one of those ranks last
+recorded an op, within ``WINDOW_S`` of the newest entry anywhere (ranks dump one after the
+other, and a dump itself takes a moment: real snapshots spread over up to a second), the
+picture is a running job's as much as a hang's: one warning per group,
 and the verdict does not name them (``analysis.verdict``). A dump time (``frtrace.recorder``)
 or a second snapshot (``frtrace compare``) settles it.
 """
@@ -19,18 +20,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-import numpy as np
-
 from frtrace.analysis.facts import Facts
 from frtrace.analysis.waitgraph import Edge, EdgeKind, victims_of
 from frtrace.model import Confidence, Finding, FindingKind, Severity
 from frtrace.ranges import format_ranks
 
-__all__ = ["MAX_WINDOW_S", "MIN_WINDOW_S", "WINDOW_GAPS", "check"]
+__all__ = ["WINDOW_S", "check"]
 
-WINDOW_GAPS = 5.0  # the job's median gap between ops, times this
-MIN_WINDOW_S = 0.05
-MAX_WINDOW_S = 2.0
+WINDOW_S = 2.0  # as analysis.capture's longest "running" idle time
 
 
 def check(facts: Facts) -> list[Finding]:
@@ -54,7 +51,7 @@ def check(facts: Facts) -> list[Finding]:
     times = created.to_numpy(zero_copy_only=False)
     ranks = facts.dumps.entries.column("rank").to_numpy()
     newest = int(times.max()) if len(times) else 0
-    window = _window(ranks, times)
+    window = WINDOW_S
     for c, edges in by_culprit.items():
         last = times[ranks == c]
         began = [int(times[e.row]) for e in edges] + ([int(last.max())] if len(last) else [])
@@ -91,14 +88,3 @@ def check(facts: Facts) -> list[Finding]:
             )
         )
     return out
-
-
-def _window(ranks: np.ndarray, times: np.ndarray) -> float:
-    """A few of the job's median gaps between a rank's ops, in seconds, bounded."""
-    gaps = []
-    for r in np.unique(ranks):
-        t = np.sort(times[(ranks == r) & (times > 0)])[-512:]
-        if t.size > 1:
-            gaps.append(float(np.median(np.diff(t))) / 1e9)
-    typical = float(np.median(gaps)) if gaps else 0.0
-    return min(MAX_WINDOW_S, max(MIN_WINDOW_S, WINDOW_GAPS * typical))

@@ -3,8 +3,11 @@
 Gloo's ``pg_config`` is unusable, so a group's members are read from the ranks that recorded
 entries in it. A group first used in the op that hangs is then seen on one rank only: an op
 cannot block in a group of one, so its other members are unseen (they never entered it, or
-have no dump). This is never healthy; who holds it up cannot be read from the entries (a
-cross-group deadlock where each rank entered a different new group looks exactly so).
+have no dump). This is never healthy. Who holds it up cannot be read from the entries alone, except
+in one case: when every rank of the job has a dump and every one of them is blocked, the
+unseen members are among them, blocked elsewhere, and nobody is free to join: the ranks
+blocked in such groups wait on each other (a cross-group deadlock where each rank entered a
+different new group), and are named.
 """
 
 from __future__ import annotations
@@ -27,6 +30,12 @@ def check(facts: Facts) -> list[Finding]:
     if not alone:
         return []
     ranks = tuple(sorted(alone))
+    loaded = facts.loaded
+    nobody_free = (
+        len(ranks) >= 2
+        and len(loaded) == facts.dumps.world.size
+        and all(r in facts.matched.blocked and r not in facts.moments.running for r in loaded)
+    )
     evidence = tuple(
         f"rank {r}: blocked in {ref.op}"
         + (f" #{ref.seq}" if ref.seq is not None else "")
@@ -34,19 +43,32 @@ def check(facts: Facts) -> list[Finding]:
         for r, ref in sorted(alone.items())
     )
     several = len(ranks) > 1
+    if nobody_free:
+        evidence = (
+            *evidence,
+            f"every rank of the job ({len(loaded)}: the world size is the "
+            f"{facts.dumps.world.source}) has a dump and is blocked: the unseen members are "
+            "blocked elsewhere, and no rank is free to join",
+        )
     return [
         Finding(
             kind=FindingKind.UNSEEN_MEMBERS,
-            severity=Severity.WARNING,
+            severity=Severity.ERROR if nobody_free else Severity.WARNING,
             summary=(
                 f"rank{'s' if several else ''} {format_ranks(ranks)} "
                 f"{'are' if several else 'is'} blocked in ops of groups that no other member "
                 "recorded: the other members never entered them"
-                + (" (each rank in a different group: a cross-group deadlock?)" if several else "")
+                + (
+                    ": every rank is blocked, so they wait on each other (a cross-group deadlock)"
+                    if nobody_free
+                    else " (each rank in a different group: a cross-group deadlock?)"
+                    if several
+                    else ""
+                )
             ),
-            culprit_ranks=(),
-            waiting_ranks=ranks,
-            confidence=Confidence.LOW,
+            culprit_ranks=ranks if nobody_free else (),
+            waiting_ranks=() if nobody_free else ranks,
+            confidence=Confidence.MEDIUM if nobody_free else Confidence.LOW,
             why="Gloo's pg_config does not say who the other members are",
             evidence=(
                 *evidence,
