@@ -19,9 +19,11 @@ FrtraceError
 ├── StackFileError          one collected stack file (py-spy, faulthandler, sidecar) cannot
 │                           be read; the dumps and the other stack files are still analysed
 │                           (defined with its readers in ``frtrace.pystack.common``)
-└── UnsafePathError         ``frtrace collect`` will not use a path a rank's environment
-                            names (a link, another user's file, a directory others can
-                            write); that one way of collecting is skipped, and said why
+├── UnsafePathError         ``frtrace collect`` will not use a path a rank's environment
+│                           names (a link, another user's file, a directory others can
+│                           write); that one way of collecting is skipped, and said why
+└── SeveralJobs             ``frtrace collect`` found the ranks of more than one job on this
+                            host: it collects none and names each job and how to pick one
 
 Messages are one line: where, what is wrong, what to do next.
 """
@@ -83,3 +85,7 @@ class ReaderFailedError(DumpFormatError):
 
 class UnsafePathError(FrtraceError):
     """A file, link or directory collect will not read, write or trust (see SECURITY.md)."""
+
+
+class SeveralJobs(FrtraceError):
+    """The rank processes on this host belong to more than one job (exit code 2)."""

@@ -73,6 +73,7 @@ def collect(
     from frtrace.cli.app import _echo, _fail, analyze
     from frtrace.collect.run import CollectOptions, render_table
     from frtrace.collect.run import collect as run_collect
+    from frtrace.errors import SeveralJobs
 
     match: dict[str, str] = {}
     for item in env_match or []:
@@ -93,6 +94,8 @@ def collect(
             result = run_collect(snap, options)
         except OSError as exc:
             raise _fail(f"{snap}: cannot collect there ({exc.strerror})") from None
+        except SeveralJobs as exc:
+            raise _fail(exc) from None
         others = ""
         if result.others:
             s = "es" if result.others != 1 else ""

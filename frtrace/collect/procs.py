@@ -23,9 +23,11 @@ from pathlib import Path
 from frtrace.job.registry import process_start_time
 
 __all__ = [
+    "JOB_VARIABLES",
     "PROC",
     "RankProcess",
     "find_rank_processes",
+    "job_of",
     "proc_state",
     "scan_rank_processes",
     "signal_caught",
@@ -44,6 +46,10 @@ KEPT = (
     "TORCH_NCCL_DEBUG_INFO_PIPE_FILE",
     "TORCH_WORKER_SERVER_SOCKET",
     "FRTRACE_RUNTIME_DIR",  # where frtrace.recorder registers (job/registry.py)
+    # which job a rank belongs to (two jobs on one host: ``job_of``)
+    "TORCHELASTIC_RUN_ID",
+    "MASTER_ADDR",
+    "MASTER_PORT",
     "TMPDIR",
     "TEMP",
     "TMP",
@@ -61,6 +67,16 @@ class RankProcess:
     env: Mapping[str, str] = field(default_factory=dict)  # only the KEPT variables
     uid: int = -1  # its effective uid: the owner its files must have (-1: unknown)
     start_time: str | None = None  # /proc/<pid>/stat field 22: this process, not its pid
+
+
+JOB_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+
+
+def job_of(proc: RankProcess) -> tuple[tuple[str, str], ...]:
+    """The job a rank process belongs to: its rendezvous (``MASTER_ADDR``/``MASTER_PORT``)
+    and torchelastic's run id, those it has. Ranks of one job share them; two jobs on one
+    host cannot share a master port."""
+    return tuple((k, proc.env[k]) for k in JOB_VARIABLES if k in proc.env)
 
 
 def _environ(pid: int) -> dict[str, str] | None:

@@ -18,8 +18,10 @@ from pathlib import Path
 
 from frtrace.collect import mechanisms as m
 from frtrace.collect.ask import recorder
-from frtrace.collect.procs import RankProcess, scan_rank_processes
+from frtrace.collect.procs import RankProcess, job_of, scan_rank_processes
 from frtrace.collect.safety import make_private_dir
+from frtrace.errors import SeveralJobs
+from frtrace.ranges import format_ranks
 
 __all__ = ["CollectOptions", "CollectResult", "RankCollection", "collect", "render_table"]
 
@@ -77,11 +79,41 @@ def _one(proc: RankProcess, out: Path, opts: CollectOptions, exe: str | None) ->
     return RankCollection(proc=proc, outcomes=tuple(outcomes))
 
 
+def one_job(procs: list[RankProcess]) -> None:
+    """Refuse the ranks of several jobs at once (``SeveralJobs``): their stack files and dumps
+    would overwrite each other's, and one analysis of both would mean nothing. Ranks are of
+    one job when their rendezvous and run id agree (``procs.job_of``); a rank number seen
+    twice with the same ones is two jobs too."""
+    jobs: dict[tuple[tuple[str, str], ...], list[RankProcess]] = {}
+    for p in procs:
+        jobs.setdefault(job_of(p), []).append(p)
+    twice = any(len({p.rank for p in ps}) < len(ps) for ps in jobs.values())
+    if len(jobs) <= 1 and not twice:
+        return
+    described = []
+    for key, ps in sorted(jobs.items()):
+        name = " ".join(f"{k}={v}" for k, v in key) or "no MASTER_PORT or run id"
+        ranks = format_ranks(sorted({p.rank for p in ps}))
+        pids = ",".join(str(p.pid) for p in ps[:4]) + (",…" if len(ps) > 4 else "")
+        cmd = ps[0].cmdline[:60]
+        described.append(f"{name} (ranks {ranks}, pids {pids}: {cmd})")
+    pick = next(
+        (f"--env {k}={v}" for key in sorted(jobs) for k, v in key),
+        "--env NAME=VALUE (a variable whose value differs between the jobs)",
+    )
+    what = f"{len(jobs)} jobs" if len(jobs) > 1 else "one rank number held by several processes"
+    raise SeveralJobs(
+        f"{what} on this host: " + "; ".join(described) + f"; collect one at a time, e.g. "
+        f"frtrace collect DIR {pick}"
+    )
+
+
 def collect(directory: Path, options: CollectOptions | None = None) -> CollectResult:
     """Collect every rank process found on this host into ``directory`` (created 0700)."""
     opts = options or CollectOptions()
-    make_private_dir(directory)
     procs, others = scan_rank_processes(opts.match_env, opts.pids, any_user=opts.any_user)
+    one_job(procs)  # before anything is written
+    make_private_dir(directory)
     exe = shutil.which("py-spy") if opts.pyspy else None
     if not procs:
         return CollectResult(directory=directory, ranks=(), others=len(others))
