@@ -427,8 +427,13 @@ static int finish(Reader *r) {
 
 /* ---- making objects ----------------------------------------------------------------------- */
 
+/* (v is an offset into the data only for T_STR, T_BYTES and T_BIG: for T_INT and T_FLOAT it
+ * is the value, and data + v would be pointer arithmetic far outside the object: UB) */
+static const char *bytes_of(Tree *t, Node *nd) {
+    return PyBytes_AS_STRING(t->data) + nd->v;
+}
+
 static PyObject *make_leaf(Tree *t, Node *nd) {
-    const char *bytes = PyBytes_AS_STRING(t->data) + nd->v;
     switch (nd->kind) {
     case T_NONE: Py_RETURN_NONE;
     case T_TRUE: Py_RETURN_TRUE;
@@ -439,13 +444,13 @@ static PyObject *make_leaf(Tree *t, Node *nd) {
         memcpy(&x, &nd->v, 8);
         return PyFloat_FromDouble(x);
     }
-    case T_STR: return PyUnicode_DecodeUTF8(bytes, nd->len, "surrogatepass");
-    case T_BYTES: return PyBytes_FromStringAndSize(bytes, nd->len);
+    case T_STR: return PyUnicode_DecodeUTF8(bytes_of(t, nd), nd->len, "surrogatepass");
+    case T_BYTES: return PyBytes_FromStringAndSize(bytes_of(t, nd), nd->len);
     default: /* T_BIG: int.from_bytes(bytes, "little", signed=True) */
 #if PY_VERSION_HEX >= 0x030D0000
-        return PyLong_FromNativeBytes(bytes, nd->len, Py_ASNATIVEBYTES_LITTLE_ENDIAN);
+        return PyLong_FromNativeBytes(bytes_of(t, nd), nd->len, Py_ASNATIVEBYTES_LITTLE_ENDIAN);
 #else
-        return _PyLong_FromByteArray((const unsigned char *)bytes, nd->len, 1, 1);
+        return _PyLong_FromByteArray((const unsigned char *)bytes_of(t, nd), nd->len, 1, 1);
 #endif
     }
 }
@@ -680,7 +685,7 @@ static uint8_t slot_of(Tree *t, uint8_t *slots, uint32_t key, const char **names
     Node *nd = &t->nodes[key];
     slots[key] = 1;
     if (nd->kind != T_STR) return 1;  /* (a key of another type never equals a str) */
-    const char *bytes = PyBytes_AS_STRING(t->data) + nd->v;
+    const char *bytes = bytes_of(t, nd);
     for (Py_ssize_t s = 0; s < count; s++) {
         if (sizes[s] == (Py_ssize_t)nd->len && memcmp(names[s], bytes, nd->len) == 0) {
             slots[key] = (uint8_t)(s + 2);
@@ -841,7 +846,7 @@ static uint32_t entries_node(Tree *t, uint32_t root) {
     for (uint32_t j = 0; nd->kind == T_DICT && j + 1 < nd->len; j += 2) {
         Node *kn = &t->nodes[t->kids[nd->v + j]];
         uint32_t value = t->kids[nd->v + j + 1];
-        if (kn->kind == T_STR && kn->len == 7 && memcmp(PyBytes_AS_STRING(t->data) + kn->v, "entries", 7) == 0) {
+        if (kn->kind == T_STR && kn->len == 7 && memcmp(bytes_of(t, kn), "entries", 7) == 0) {
             found = t->nodes[value].kind == T_LIST ? value : NO_NODE;
         }
     }

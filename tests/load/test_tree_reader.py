@@ -164,6 +164,22 @@ def test_plain_data_under_entries_reads_as_pickle_reads_it(value: Any, protocol:
         check_view(got["entries"])
 
 
+def test_leaves_of_every_sign_and_width_are_read_as_pickle_reads_them() -> None:
+    """(An int or float leaf's node holds its value where a str's holds an offset: making one
+    formed data + value, pointer arithmetic far outside the data, UB for a negative float or
+    a large negative int; test_sanitizers.py runs this under UBSan.)"""
+    numbers = [0, 1, -1, -5, 255, -(2**31), 2**31 - 1, -(2**62), -(2**63), 2**63 - 1, 2**64]
+    floats = [-1.5, -0.0, 0.5, -math.inf, math.inf, -math.nan, math.nan, -1e308, -5e-324]
+    entries = [{"i": n, "f": x, "s": str(n)} for n, x in zip(numbers, floats * 2, strict=False)]
+    for protocol in PROTOCOLS:
+        data = _dumps({"version": "2.10", "entries": entries, "top": [*numbers, *floats]}, protocol)
+        got = check_stream(data)
+        assert got is not None
+        check_view(got["entries"])
+        want = _scan.columns(pickle.loads(data)["entries"], _SPECS, MAX_LEAVES)
+        _same_columns(got["entries"].columns(_SPECS, MAX_LEAVES), want)
+
+
 def test_sharing_is_pickles() -> None:
     inner = [1, 2]
     frame = {"name": "f", "filename": "a.py", "line": 3}
