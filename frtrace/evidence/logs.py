@@ -24,7 +24,7 @@ from frtrace.evidence.model import Failure, FailureKind, Role
 __all__ = ["MAX_MESSAGE", "frames_of", "parse_log", "short", "user_frame"]
 
 MAX_MESSAGE = 300  # characters of a failure message kept
-_TEE = re.compile(r"^\[(?P<who>[A-Za-z_]*?)(?P<n>\d{1,7})\]:\s?")
+_TEE = re.compile(r"^\[(?P<who>[A-Za-z_]+?)(?P<n>\d{1,7})\]:\s?")
 _SRUN = re.compile(r"^\s{0,6}(?P<n>\d{1,7}): ")
 _GLOG = re.compile(r"\[?[IWEF](?P<mo>\d\d)(?P<d>\d\d) (?P<t>\d\d:\d\d:\d\d)(?:\.(?P<f>\d{1,9}))?")
 _ISO = re.compile(r"(?P<date>\d{4}-\d\d-\d\d)[ T_](?P<t>\d\d:\d\d:\d\d)(?:[,.](?P<f>\d{1,9}))?")
@@ -109,8 +109,10 @@ def parse_log(text: str, source: str, *, rank: int | None, year: int | None) -> 
     for lineno, raw in enumerate(lines, start=1):
         line = raw.rstrip()
         who = rank
-        if (style == "tee" and (m := _TEE.match(line))) or (
-            style == "srun" and (m := _SRUN.match(line))
+        # torchrun's --tee prefix is unmistakable wherever it is; srun's "3: " only where most
+        # lines of the file carry one
+        if (m := _TEE.match(line)) is not None or (
+            style == "srun" and (m := _SRUN.match(line)) is not None
         ):
             who, line = int(m["n"]), line[m.end() :]
         if (m := re.match(r"^\[rank(\d+)\]:\s?", line)) is not None:

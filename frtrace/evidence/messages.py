@@ -117,9 +117,16 @@ def _signal_name(text: str) -> str | None:
     return None
 
 
+# The launcher's own report that children failed: each child's failure is read from it (or
+# from the child's files), the header itself is no rank's failure.
+_LAUNCHER = re.compile(r"ChildFailedError|elastic\.multiprocessing\.errors", re.IGNORECASE)
+
+
 def classify(text: str, *, exception: bool = False) -> Classification | None:
     """What the message says; ``exception``: it is known to be a raised exception's text
     (the sidecar's trigger, an error file), so an unknown one is the job's own failure."""
+    if _LAUNCHER.search(text):
+        return None
     exc = exception_line(text)
     exc_type = exc[0] if exc else None
     for pattern, kind in _PATTERNS:

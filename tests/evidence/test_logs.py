@@ -190,3 +190,14 @@ def test_a_recorder_sidecar_exception_is_a_failure_with_its_dump_time() -> None:
     assert first.at_ns is not None and all(
         f.at_ns is not None and f.at_ns > first.at_ns for f in ev.failures[1:]
     )
+
+
+def test_a_tee_prefix_counts_in_any_file_and_the_launchers_report_is_no_ranks_failure() -> None:
+    text = (
+        "I1125 10:00:00.000000 1 api.py:1] starting workers\n"
+        "I1125 10:00:00.100000 1 api.py:1] more launcher chatter\n"
+        "[default1]:[rank1]: RuntimeError: Connection closed by peer [127.0.0.1]:1\n"
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+    )
+    found = parse_log(text, "torchrun.log", rank=None, year=2026)
+    assert [(f.rank, f.role) for f in found] == [(1, Role.SYMPTOM)]
