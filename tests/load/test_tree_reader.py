@@ -763,6 +763,8 @@ def test_read_payload_is_the_same_with_and_without_the_c_reader(
         "memo-missing": HAND_MADE["memo get of a missing index"],
         "list-key": HAND_MADE["SETITEM with a list key"],
         "frame-long": HAND_MADE["FRAME longer than the data"],
+        "frame-straddled": HAND_MADE["FRAME ends inside BININT"],
+        "frame-in-frame": HAND_MADE["FRAME in a FRAME"],
         "empty-stack": HAND_MADE["STOP with an empty stack"],
         "self-dict": b"\x80\x04}q\x00\x8c\x01xq\x01]q\x02h\x02as.",
     }
