@@ -19,6 +19,7 @@ import struct
 from typing import Any
 
 from frtrace.load import framing, native, unpickle
+from frtrace.load.declared import declared_bytes
 
 try:
     from frtrace.load import _scan
@@ -136,17 +137,11 @@ def _frame_problem(exc: Any) -> bool:
     return isinstance(exc, pickle.UnpicklingError) and str(exc) in FRAME_PROBLEMS
 
 
-def _memo_bomb(data: bytes) -> bool:
-    """Whether the stream numbers a memo entry far past its size (pickle's memo is an array)."""
-    import pickletools
-
-    try:
-        for op, arg, _ in pickletools.genops(data):
-            if op.name in ("PUT", "BINPUT", "LONG_BINPUT") and int(arg) > 4 * len(data) + 1024:
-                return True
-    except Exception:
-        pass
-    return False
+def _bomb(data: bytes) -> bool:
+    """Whether the stream declares far more memory than its size (a memo index, a length past
+    its end): the unpicklers would allocate it (the Python one zero-fills a BYTEARRAY8), where
+    read_payload refuses it first (declared.py)."""
+    return declared_bytes(data) > (64 << 20)
 
 
 def check_readers(data: bytes) -> str:
@@ -154,8 +149,8 @@ def check_readers(data: bytes) -> str:
     ("c": the C reader read it, "careful": only the careful one, "refused", "frames": refused
     for its frames)."""
     got = None if _scan is None else _scan.read(data)
-    if got is None and _memo_bomb(data):
-        return "refused"  # (the C unpickler would fill gigabytes of memo: a worker's limit)
+    if got is None and _bomb(data):
+        return "refused"  # (read_payload refuses it unread, or a worker's limit does)
     careful_ok, careful = _outcome(unpickle.safe_loads, data)
     if got is None and not careful_ok and not _frame_problem(careful):
         # (neither accepts it: pickle is not asked, a damaged memo index can make it
