@@ -24,7 +24,9 @@ import argparse
 import os
 import random
 import resource
+import shutil
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -80,9 +82,8 @@ def run_atheris(
     seed: int,
     artifacts: Path,
     report: Callable[[Counter[str]], None],
+    corpus: Path | None = None,
 ) -> Counter[str]:
-    import tempfile
-
     import atheris
 
     from tests.load.differential import mutate
@@ -96,6 +97,8 @@ def run_atheris(
         counts[check(data)] += 1
         if time.monotonic() > deadline:  # (libFuzzer's own limit ends the process unprinted)
             report(counts)
+            if made:
+                shutil.rmtree(corpus, ignore_errors=True)
             os._exit(0)
 
     def mutator(data: bytes, max_size: int, seed: int) -> bytes:
@@ -104,7 +107,9 @@ def run_atheris(
             return bytes(atheris.Mutate(data, max_size))
         return mutate(data, rng, pool)[:max_size]
 
-    corpus = Path(tempfile.mkdtemp(prefix="frtrace-fuzz-corpus-"))
+    made = corpus is None  # (libFuzzer adds what it finds to the corpus folder)
+    corpus = Path(tempfile.mkdtemp(prefix="frtrace-fuzz-corpus-")) if corpus is None else corpus
+    corpus.mkdir(parents=True, exist_ok=True)
     for k, data in enumerate(pool):
         (corpus / f"seed{k}").write_bytes(data)
     artifacts.mkdir(parents=True, exist_ok=True)
@@ -129,7 +134,10 @@ def main() -> int:
     parser.add_argument("--engine", choices=("atheris", "seeded"), default=None)
     parser.add_argument("--seconds", type=float, default=40.0)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--artifacts", type=Path, default=Path("fuzz-artifacts"))
+    parser.add_argument(
+        "--artifacts", type=Path, default=Path(tempfile.gettempdir()) / "frtrace-fuzz-artifacts"
+    )
+    parser.add_argument("--corpus", type=Path, default=None, help="(default: a temporary one)")
     args = parser.parse_args()
     engine = args.engine
     if engine is None:
@@ -160,7 +168,9 @@ def main() -> int:
         )
 
     if engine == "atheris":
-        report(run_atheris(check_readers, args.seconds, args.seed, args.artifacts, report))
+        report(
+            run_atheris(check_readers, args.seconds, args.seed, args.artifacts, report, args.corpus)
+        )
     else:
         report(run_seeded(check_readers, args.seconds, args.seed))
     return 0

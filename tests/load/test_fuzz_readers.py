@@ -25,7 +25,7 @@ def test_fuzzed_pickles_read_as_pickle_loads_reads_them_or_are_refused(tmp_path:
     started = time.monotonic()
     command = [sys.executable, "-m", "tests.load.fuzz_readers", "--seconds", str(SECONDS)]
     done = subprocess.run(
-        [*command, "--seed", "23", "--artifacts", str(artifacts)],
+        [*command, "--seed", "23", "--artifacts", str(artifacts), "--corpus", str(tmp_path / "c")],
         cwd=ROOT,
         env=os.environ | {"PYTHONDONTWRITEBYTECODE": "1"},
         capture_output=True,
