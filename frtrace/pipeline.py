@@ -12,9 +12,12 @@ from frtrace.diagnosis_cache import Diagnosis, DiagnosisCache
 from frtrace.errors import NoDumpsFound
 from frtrace.evidence.discover import load_evidence
 from frtrace.evidence.model import JobEvidence
-from frtrace.load.tables import DumpSet, empty_dump_set, load_dumps
+from frtrace.load import tables
+from frtrace.load.empty import empty_dump_set
+from frtrace.load.tables import DumpSet
 from frtrace.model import Report
-from frtrace.pystack.discover import StackSet, load_stacks
+from frtrace.pystack import discover as stack_files
+from frtrace.pystack.discover import StackSet
 
 __all__ = ["analyze", "analyze_dumps", "analyze_loaded", "diagnose_source"]
 
@@ -25,7 +28,7 @@ def analyze(directory: Path, *, jobs: int | None = None, progress: bool = False)
     analysed from those alone."""
     directory = Path(directory)
     try:
-        dumps = load_dumps(directory, jobs=jobs, progress=progress)
+        dumps = tables.load_dumps(directory, jobs=jobs, progress=progress)
     except NoDumpsFound as exc:
         dumps = _without_dumps(directory, exc)
     return analyze_loaded(dumps)
@@ -36,7 +39,7 @@ def _without_dumps(directory: Path, missing: NoDumpsFound) -> DumpSet:
     its logs, error files or stacks name ranks that failed; else the error stands."""
     if not directory.is_dir():
         raise missing
-    stacks = load_stacks(directory)
+    stacks = stack_files.load_stacks(directory)
     evidence = load_evidence(directory, stacks)
     ranks = {f.rank for f in evidence.failures if f.rank is not None} | set(stacks.ranks)
     if not evidence.failures or not ranks:
@@ -50,7 +53,7 @@ def analyze_loaded(dumps: DumpSet) -> Report:
     where = dumps.directory
     if not where.is_dir():
         return analyze_dumps(dumps)
-    stacks = load_stacks(where)
+    stacks = stack_files.load_stacks(where)
     return analyze_dumps(dumps, stacks, load_evidence(where, stacks))
 
 
@@ -88,7 +91,7 @@ def diagnose_source(
     if store is not None and (cached := store.load()) is not None:
         return cached
     try:
-        dumps = load_dumps(
+        dumps = tables.load_dumps(
             source if store is None else store.directory,
             jobs=jobs,
             progress=progress,

@@ -52,7 +52,19 @@ def fixture_sets() -> list[Path]:
             sets.add(FIXTURES.joinpath(*parts[: parts.index("logs")]))
         elif not any(p.is_dir() for p in d.iterdir()):
             sets.add(d)
-    return sorted(sets)
+    return sorted(d for d in sets if _holds_dumps(d))
+
+
+def _holds_dumps(directory: Path) -> bool:
+    """A job that left logs only (every rank died before dumping) is not a dump set."""
+    from frtrace.errors import NoDumpsFound
+    from frtrace.load.discover import discover
+
+    try:
+        discover(directory)
+    except NoDumpsFound:
+        return False
+    return True
 
 
 def make_entry(**overrides: Any) -> dict[str, Any]:

@@ -32,7 +32,6 @@ __all__ = [
     "DumpSet",
     "LoadProblem",
     "build_dump_set",
-    "empty_dump_set",
     "give_back_memory",
     "load_dumps",
     "recorded_groups",
@@ -438,17 +437,3 @@ def infer_world_size(files: pa.Table, groups: pa.Table) -> WorldSize:
             return WorldSize(size=size, source="pg_config of the default group", certain=True)
     source = "highest rank among the file names and recorded groups"
     return WorldSize(size=size, source=source, certain=False)
-
-
-def empty_dump_set(directory: Path, world_size: int, source: str) -> DumpSet:
-    """A job that left no dump at all (every rank died or exited first): no entries, every
-    rank missing; what else it left (logs, stacks) is analysed against it."""
-    return DumpSet(
-        directory=directory,
-        entries=schema.ENTRIES.empty_table(),
-        stacks=schema.STACKS.empty_table(),
-        groups=schema.GROUPS.empty_table(),
-        pg_status=schema.PG_STATUS.empty_table(),
-        files=schema.FILES.empty_table(),
-        world=WorldSize(size=world_size, source=source, certain=False),
-    )

@@ -1,0 +1,24 @@
+"""The dump set of a job that left no dump at all (every rank died or exited first)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from frtrace.load import schema
+from frtrace.load.tables import DumpSet, WorldSize
+
+__all__ = ["empty_dump_set"]
+
+
+def empty_dump_set(directory: Path, world_size: int, source: str) -> DumpSet:
+    """No entries, every rank missing; what else the job left (logs, stacks) is analysed
+    against it. ``source``: where the world size was read (it is never certain)."""
+    return DumpSet(
+        directory=directory,
+        entries=schema.ENTRIES.empty_table(),
+        stacks=schema.STACKS.empty_table(),
+        groups=schema.GROUPS.empty_table(),
+        pg_status=schema.PG_STATUS.empty_table(),
+        files=schema.FILES.empty_table(),
+        world=WorldSize(size=world_size, source=source, certain=False),
+    )
