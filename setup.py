@@ -3,8 +3,11 @@ the C pass that reads its columns.
 
 Everything else is in pyproject.toml. Where the module cannot be built (no C compiler), the
 install goes on without it and frtrace unpickles every file and reads every column in Python,
-with the same results.
+with the same results. ``FRTRACE_REQUIRE_C=1`` makes a failed build an error instead: the
+release wheels (scripts/build_wheels.sh) must carry the module.
 """
+
+import os
 
 from setuptools import Extension, setup
 
@@ -14,7 +17,7 @@ setup(
             "frtrace.load._scan",
             ["frtrace/load/_scan.c", "frtrace/load/_tree.c"],
             depends=["frtrace/load/_scan.h"],
-            optional=True,
+            optional=os.environ.get("FRTRACE_REQUIRE_C", "") in ("", "0"),
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
         )
     ]
