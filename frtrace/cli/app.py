@@ -49,10 +49,69 @@ app = typer.Typer(
     pretty_exceptions_enable=False,  # a crash must never print dump contents as locals
     add_completion=False,
     rich_markup_mode=None,  # plain help: rewrapped to the terminal, examples kept as written
+    context_settings={"help_option_names": ["-h", "--help"]},  # (every command inherits it)
     help="Which rank hung the job, and why: analyse PyTorch Flight Recorder dumps.\n\n"
     "\b\nExample:\n  frtrace analyze /tmp/dumps          # the diagnosis\n"
     "  frtrace analyze dumps.tar.gz -f html -o report.html",
 )
+
+
+def _versions() -> str:
+    """frtrace's version, whether its C reader is used (and why not), and the versions of
+    Python, pyarrow and torch (torch's read from its metadata: never imported)."""
+    import importlib.metadata
+    import importlib.util
+    import platform
+
+    from frtrace import __version__
+    from frtrace.load import native
+
+    def version_of(name: str) -> str:
+        try:
+            found = importlib.util.find_spec(name) is not None  # (finds it, imports nothing)
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            return "not installed"
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return "installed (version unknown)"
+
+    reason = native.inactive_reason()
+    reader = f"active ({native.location()})" if reason is None else f"off: {reason}"
+    python = f"{platform.python_version()} ({platform.python_implementation()}, {sys.executable})"
+    return "\n".join(
+        (
+            f"frtrace {__version__}",
+            f"C reader: {reader}",
+            f"Python: {python}",
+            f"pyarrow: {version_of('pyarrow')}",
+            f"torch: {version_of('torch')}",
+        )
+    )
+
+
+def _print_versions(value: bool) -> None:
+    if value:
+        _echo(_versions())
+        raise typer.Exit(code=EXIT_OK)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the version, whether the C reader is used, and the versions of "
+            "Python, pyarrow and torch.",
+            is_eager=True,
+            callback=_print_versions,
+        ),
+    ] = False,
+) -> None:
+    """Which rank hung the job, and why: analyse PyTorch Flight Recorder dumps."""
 
 
 def _echo(text: str, *, err: bool = False, nl: bool = True) -> None:
@@ -187,11 +246,22 @@ def analyze(
     ] = False,
     output: Annotated[
         Path | None,
-        typer.Option("--output", "-o", help="Write the report to this file.", dir_okay=False),
+        typer.Option(
+            "--output",
+            "-o",
+            help="Write the report to this file (-: standard output).",
+            dir_okay=False,
+            allow_dash=True,
+        ),
     ] = None,
     quiet: Annotated[
         bool,
-        typer.Option("--quiet", "-q", help="Print only the headline line; no warnings."),
+        typer.Option(
+            "--quiet",
+            "-q",
+            help="Nothing on stderr (no warnings, no progress); with the text format, print "
+            "only the headline line.",
+        ),
     ] = False,
     jobs: JobsOption = None,
     only: OnlyOption = None,
@@ -228,14 +298,16 @@ def analyze(
         for problem in report.stacks.problems if report.stacks else ():
             _echo(f"warning: {problem}", err=True)
     text = _renderer(fmt)(shown, selection)
+    if output == Path("-"):
+        output = None  # (-o -: standard output, as without -o)
     if output is not None:
         _write(output, text)
-    if quiet or output is not None:
+    if output is None and not (quiet and fmt == Format.TEXT):
+        _echo(text, nl=False)  # (-q -f json: the JSON, for a script; nothing on stderr)
+    else:
         _echo(headline(report))
         if output is not None and not quiet:
             _echo(f"report written to {output}")
-    else:
-        _echo(text, nl=False)
     absent = incomplete_ranks(report)
     if absent and not allow_partial and not quiet:
         _echo(

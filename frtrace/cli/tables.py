@@ -121,8 +121,11 @@ def export(
     """
     from frtrace.load.export import export_parquet
 
-    if out is None:
-        raise _fail("export needs -o DIR: the directory to write the Parquet files to")
+    if out is None or out == Path("-"):
+        raise _fail(
+            "export needs -o DIR: the directory to write the Parquet files to (one file per "
+            "table, so not - for standard output)"
+        )
     dumps = _load(dump_path, dump_dir, jobs, only, scheduler, no_cache)
     try:
         written = export_parquet(dumps, out)

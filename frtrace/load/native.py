@@ -12,6 +12,7 @@ same result. Where the module is not built (no C compiler at install time) or
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Sequence
 from types import ModuleType
@@ -36,7 +37,9 @@ __all__ = [
     "active",
     "all_dicts",
     "columns",
+    "inactive_reason",
     "is_entry_list",
+    "location",
     "read_pickle",
     "shapes",
 ]
@@ -57,16 +60,31 @@ Codes = tuple[np.ndarray, list[Any]]
 _DTYPES = {INT64: np.int64, FLOAT64: np.float64, BOOL: np.bool_}
 
 
+# Why the module was not taken, where it was not (see inactive_reason).
+_NOT_LOADED = "frtrace.load._scan was not loaded"
+
+
 def _load() -> ModuleType | None:
+    global _NOT_LOADED
     try:
         from frtrace.load import _scan
-    except ImportError:  # built without a C compiler: every column is read in Python
+    except ImportError as exc:  # built without a C compiler: every column is read in Python
+        if importlib.util.find_spec("frtrace.load._scan") is None:
+            _NOT_LOADED = "it was not built (no C compiler when frtrace was installed)"
+        else:  # (a damaged file, a build for another Python)
+            _NOT_LOADED = f"it does not load ({' '.join(str(exc).split())[:200]})"
         return None
     if tuple(getattr(_scan, name, None) for name in _NAMES) != tuple(range(len(_NAMES))):
+        _NOT_LOADED = f"{_where(_scan)} is a build of another version of frtrace"
         return None  # (a stale build of another version of _scan.c)
     if not all(hasattr(_scan, name) for name in ("columns", "read", "Entries")):
+        _NOT_LOADED = f"{_where(_scan)} is a build of an older version of frtrace"
         return None  # (a build from before the reader)
     return _scan
+
+
+def _where(module: ModuleType) -> str:
+    return str(getattr(module, "__file__", None) or module.__name__)
 
 
 _SCAN = _load()
@@ -78,6 +96,20 @@ _ONLY_DICTS = frozenset((dict,))
 def active() -> bool:
     """Whether the C pass is used (built, and not turned off by ``FRTRACE_PURE_PYTHON``)."""
     return _SCAN is not None and not os.environ.get("FRTRACE_PURE_PYTHON")
+
+
+def inactive_reason() -> str | None:
+    """Why the C reader is not used, in a few words; None where it is (see ``active``)."""
+    if _SCAN is None:
+        return _NOT_LOADED
+    if os.environ.get("FRTRACE_PURE_PYTHON"):
+        return "FRTRACE_PURE_PYTHON is set"
+    return None
+
+
+def location() -> str | None:
+    """The file of the C module in use, if any."""
+    return None if _SCAN is None else _where(_SCAN)
 
 
 def read_pickle(data: bytes) -> Any:
