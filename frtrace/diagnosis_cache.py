@@ -58,6 +58,7 @@ CODE = (
     "model.py",
     "pipeline.py",
     "printable.py",
+    "progress.py",  # (it says what the run does; hashed as every module the pipeline imports)
     "pystack",
     "ranges.py",
 )

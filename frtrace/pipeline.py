@@ -3,6 +3,7 @@ stacks. Wires the steps, decides nothing."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from frtrace.analysis.capture import dump_times_from_entries
@@ -16,22 +17,28 @@ from frtrace.load import tables
 from frtrace.load.empty import empty_dump_set
 from frtrace.load.tables import DumpSet
 from frtrace.model import Report
+from frtrace.progress import Progress, owned
 from frtrace.pystack import discover as stack_files
 from frtrace.pystack.discover import StackSet
 
 __all__ = ["analyze", "analyze_dumps", "analyze_loaded", "diagnose_source"]
 
 
-def analyze(directory: Path, *, jobs: int | None = None, progress: bool = False) -> Report:
+def analyze(
+    directory: Path, *, jobs: int | None = None, progress: bool | Progress = False
+) -> Report:
     """Load every dump (and every collected Python stack, log and error file) under
     ``directory``; diagnose. A directory with no dump but logs that report failures is
-    analysed from those alone."""
+    analysed from those alone. ``progress``: the phases shown (``frtrace.progress``)."""
     directory = Path(directory)
-    try:
-        dumps = tables.load_dumps(directory, jobs=jobs, progress=progress)
-    except NoDumpsFound as exc:
-        dumps = _without_dumps(directory, exc)
-    return analyze_loaded(dumps)
+    with owned(progress) as shown:
+        try:
+            dumps = tables.load_dumps(directory, jobs=jobs, progress=shown)
+        except NoDumpsFound as exc:
+            dumps = _without_dumps(directory, exc)
+        with shown.phase("analyse") as phase:
+            phase.describe(f"{dumps.world.size:,} ranks, {dumps.entries.num_rows:,} entries")
+            return analyze_loaded(dumps)
 
 
 def _without_dumps(directory: Path, missing: NoDumpsFound) -> DumpSet:
@@ -78,23 +85,41 @@ def diagnose_source(
     only: str | None = None,
     scheduler: str | None = None,
     cache: bool = True,
-    progress: bool = False,
+    progress: bool | Progress = False,
 ) -> Diagnosis:
     """The report and load problems of a dump directory or archive: from the cache of an
     earlier run on the same, unchanged files (no dump or table is read then), else loaded,
-    diagnosed and stored (not with ``cache=False``; archives are not cached)."""
+    diagnosed and stored (not with ``cache=False``; archives are not cached). ``progress``:
+    the phases shown (``frtrace.progress``): discover, load, analyse."""
+    with owned(progress) as shown:
+        return _diagnose_source(source, jobs, only, scheduler, cache, shown)
+
+
+def _diagnose_source(
+    source: Path,
+    jobs: int | None,
+    only: str | None,
+    scheduler: str | None,
+    cache: bool,
+    shown: Progress,
+) -> Diagnosis:
+    started = time.monotonic()
     try:
         store = DiagnosisCache.open(source, only=only) if cache else None
     except NoDumpsFound as exc:
         dumps = _without_dumps(source, exc)  # (nothing to cache: no dump to key it on)
         return Diagnosis(report=analyze_loaded(dumps), problems=dumps.problems)
-    if store is not None and (cached := store.load()) is not None:
+    cached = None if store is None else store.load()
+    if store is not None:  # (listed and fingerprinted here; else load_dumps lists them)
+        shown.record("discover", store.discovery.describe(), started)
+    if cached is not None:
+        shown.record("analyse", "the diagnosis from the cache (files unchanged)", started)
         return cached
     try:
         dumps = tables.load_dumps(
             source if store is None else store.directory,
             jobs=jobs,
-            progress=progress,
+            progress=shown,
             only=only,
             scheduler=scheduler,
             cache=cache,
@@ -103,7 +128,9 @@ def diagnose_source(
         )
     except NoDumpsFound as exc:
         dumps = _without_dumps(source, exc)
-    diagnosis = Diagnosis(report=analyze_loaded(dumps), problems=dumps.problems)
-    if store is not None:
-        store.save(diagnosis)
+    with shown.phase("analyse") as phase:
+        phase.describe(f"{dumps.world.size:,} ranks, {dumps.entries.num_rows:,} entries")
+        diagnosis = Diagnosis(report=analyze_loaded(dumps), problems=dumps.problems)
+        if store is not None:
+            store.save(diagnosis)
     return diagnosis

@@ -37,7 +37,7 @@ ALLOWED = {
     "job": {"job"},
     "pystack": {"pystack", "job", "errors", "ranges", "printable"},
     "evidence": {"evidence", "pystack", "job", "errors", "ranges", "printable"},
-    "load": {"load", "errors", "printable", "ranges"},
+    "load": {"load", "errors", "printable", "ranges", "progress"},
     "analysis": {
         "analysis",
         "model",

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from frtrace.cli import tables as _tables  # noqa: F401 (registers show, summary, export)
+from frtrace.cli import version as _version  # noqa: F401 (registers --version)
 from frtrace.cli.app import app, main
 from frtrace.cli.live import collect, compare
 

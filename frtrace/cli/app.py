@@ -8,6 +8,7 @@ line on stderr, ``error: ...``; never a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -28,6 +29,8 @@ from frtrace.cli.params import (
     RanksOption,
     SchedulerOption,
     dump_source,
+    end_progress,
+    progress_display,
     unexpected,
 )
 from frtrace.errors import FrtraceError, InputError
@@ -39,6 +42,7 @@ if TYPE_CHECKING:
     from frtrace.load.problems import LoadProblem
     from frtrace.load.tables import DumpSet
     from frtrace.model import Report
+    from frtrace.progress import Progress
     from frtrace.report.select import Selection
 
 __all__ = ["app", "main"]
@@ -56,70 +60,13 @@ app = typer.Typer(
 )
 
 
-def _versions() -> str:
-    """frtrace's version, whether its C reader is used (and why not), and the versions of
-    Python, pyarrow and torch (torch's read from its metadata: never imported)."""
-    import importlib.metadata
-    import importlib.util
-    import platform
-
-    from frtrace import __version__
-    from frtrace.load import native
-
-    def version_of(name: str) -> str:
-        try:
-            found = importlib.util.find_spec(name) is not None  # (finds it, imports nothing)
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            return "not installed"
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            return "installed (version unknown)"
-
-    reason = native.inactive_reason()
-    reader = f"active ({native.location()})" if reason is None else f"off: {reason}"
-    python = f"{platform.python_version()} ({platform.python_implementation()}, {sys.executable})"
-    return "\n".join(
-        (
-            f"frtrace {__version__}",
-            f"C reader: {reader}",
-            f"Python: {python}",
-            f"pyarrow: {version_of('pyarrow')}",
-            f"torch: {version_of('torch')}",
-        )
-    )
-
-
-def _print_versions(value: bool) -> None:
-    if value:
-        _echo(_versions())
-        raise typer.Exit(code=EXIT_OK)
-
-
-@app.callback()
-def _root(
-    version: Annotated[
-        bool,
-        typer.Option(
-            "--version",
-            help="Print the version, whether the C reader is used, and the versions of "
-            "Python, pyarrow and torch.",
-            is_eager=True,
-            callback=_print_versions,
-        ),
-    ] = False,
-) -> None:
-    """Which rank hung the job, and why: analyse PyTorch Flight Recorder dumps."""
-
-
 def _echo(text: str, *, err: bool = False, nl: bool = True) -> None:
     """typer.echo, with control characters from dumps shown as escapes (see printable)."""
     typer.echo(printable(text), err=err, nl=nl)
 
 
 def _fail(message: object) -> typer.Exit:
+    end_progress()  # (a terminal's live display would draw over the line)
     _echo(f"error: {message}", err=True)
     return typer.Exit(code=EXIT_INPUT)
 
@@ -151,22 +98,27 @@ def _load(
     only: str | None,
     scheduler: str | None = None,
     no_cache: bool = False,
+    progress: Progress | None = None,
 ) -> DumpSet:
     """The dump set given as DIR or -d DIR (a directory or an archive), from the cache of an
-    earlier run where the files are unchanged (not with --no-cache)."""
+    earlier run where the files are unchanged (not with --no-cache). ``progress``: the
+    command's phases, where it has more than loading (else shown until loaded)."""
     from frtrace.load.tables import load_dumps
 
-    try:
-        return load_dumps(
-            dump_source(path, option),
-            jobs=jobs,
-            progress=True,
-            only=only,
-            scheduler=scheduler,
-            cache=not no_cache,
-        )
-    except FrtraceError as exc:
-        raise _fail(exc) from None
+    with contextlib.ExitStack() as stack:
+        if progress is None:
+            progress = stack.enter_context(progress_display())
+        try:
+            return load_dumps(
+                dump_source(path, option),
+                jobs=jobs,
+                progress=progress,
+                only=only,
+                scheduler=scheduler,
+                cache=not no_cache,
+            )
+        except FrtraceError as exc:
+            raise _fail(exc) from None
 
 
 def _analyze(dumps: DumpSet) -> Report:
@@ -185,23 +137,27 @@ def _diagnose(
     only: str | None,
     scheduler: str | None = None,
     no_cache: bool = False,
+    progress: Progress | bool = True,
 ) -> Diagnosis:
     """The report and load problems of DIR or -d DIR: from the cache of an earlier run on the
     same, unchanged files (no dump or table is read then), else loaded, diagnosed and stored
     (not with --no-cache; archives are not cached)."""
     from frtrace.pipeline import diagnose_source
 
-    try:
-        return diagnose_source(
-            dump_source(path, option),
-            jobs=jobs,
-            only=only,
-            scheduler=scheduler,
-            cache=not no_cache,
-            progress=True,
-        )
-    except FrtraceError as exc:
-        raise _fail(exc) from None
+    with contextlib.ExitStack() as stack:
+        if progress is True:
+            progress = stack.enter_context(progress_display())
+        try:
+            return diagnose_source(
+                dump_source(path, option),
+                jobs=jobs,
+                only=only,
+                scheduler=scheduler,
+                cache=not no_cache,
+                progress=progress,
+            )
+        except FrtraceError as exc:
+            raise _fail(exc) from None
 
 
 def _renderer(fmt: Format) -> Callable[[Report, Selection | None], str]:
@@ -287,17 +243,20 @@ def analyze(
     from frtrace.report.select import Selection, select
 
     selection = Selection(pg=pg, ranks=_parse_ranks(ranks, "--ranks"))
-    diagnosis = _diagnose(dump_path, dump_dir, jobs, only, scheduler, no_cache)
-    report = diagnosis.report
-    try:
-        shown = select(report, selection)
-    except InputError as exc:
-        raise _fail(exc) from None
+    with progress_display(not quiet) as progress:  # (-q: none)
+        diagnosis = _diagnose(dump_path, dump_dir, jobs, only, scheduler, no_cache, progress)
+        report = diagnosis.report
+        try:
+            shown = select(report, selection)
+        except InputError as exc:
+            raise _fail(exc) from None
+        with progress.phase("render") as phase:
+            phase.describe(f"the {fmt.value} report")
+            text = _renderer(fmt)(shown, selection)
     if not quiet:
         _print_load_problems(diagnosis.problems)
         for problem in report.stacks.problems if report.stacks else ():
             _echo(f"warning: {problem}", err=True)
-    text = _renderer(fmt)(shown, selection)
     if output == Path("-"):
         output = None  # (-o -: standard output, as without -o)
     if output is not None:

@@ -147,10 +147,14 @@ def compare(
 def _compare_snapshots(first: Path, second: Path, jobs: int | None) -> SnapshotComparison:
     from frtrace.analysis.compare import compare_snapshots, render_comparison
     from frtrace.cli.app import _analyze, _echo, _load
+    from frtrace.cli.params import progress_display
 
-    a_dumps = _load(first, None, jobs, None)
-    b_dumps = _load(second, None, jobs, None)
-    a_report, b_report = _analyze(a_dumps), _analyze(b_dumps)
+    with progress_display() as progress:  # (one for both: the C reader's notice is said once)
+        a_dumps = _load(first, None, jobs, None, progress=progress)
+        b_dumps = _load(second, None, jobs, None, progress=progress)
+        with progress.phase("analyse") as phase:
+            phase.describe("both snapshots")
+            a_report, b_report = _analyze(a_dumps), _analyze(b_dumps)
     result = compare_snapshots(a_dumps, a_report, b_dumps, b_report)
     _echo(render_comparison(result), nl=False)
     return result

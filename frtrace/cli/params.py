@@ -24,6 +24,7 @@ from typer.core import TyperGroup
 from frtrace.errors import InputError
 from frtrace.gate.exitcodes import EXIT_INPUT
 from frtrace.printable import printable
+from frtrace.progress import Progress
 
 # The click that typer runs on: its own copy since typer 0.2x, the click package before.
 _click: Any = getattr(typer.core, "_click", None) or importlib.import_module("click")
@@ -41,6 +42,8 @@ __all__ = [
     "RanksOption",
     "SchedulerOption",
     "dump_source",
+    "end_progress",
+    "progress_display",
     "unexpected",
 ]
 
@@ -116,6 +119,23 @@ OnlyOption = Annotated[
         "(e.g. 'incident1/rank_*'), or a pattern of paths under DIR (e.g. '*.json').",
     ),
 ]
+
+
+# The command's progress displays (frtrace.progress), ended before an error line is printed.
+_SHOWN: list[Progress] = []
+
+
+def progress_display(enabled: bool = True) -> Progress:
+    """The phases of this command on stderr (none where ``enabled`` is False: -q)."""
+    shown = Progress(enabled=enabled)
+    _SHOWN[:] = [p for p in _SHOWN if p.enabled]  # (those closed already: nothing to end)
+    _SHOWN.append(shown)
+    return shown
+
+
+def end_progress() -> None:
+    while _SHOWN:
+        _SHOWN.pop().close()
 
 
 def dump_source(positional: Path | None, option: Path | None) -> Path:

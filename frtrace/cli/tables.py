@@ -28,6 +28,7 @@ from frtrace.cli.params import (
     PgOption,
     RanksOption,
     SchedulerOption,
+    progress_display,
 )
 from frtrace.errors import FrtraceError
 
@@ -72,11 +73,14 @@ def show(
         last=last,
         stacks=stacks,
     )
-    dumps = _load(dump_path, dump_dir, jobs, only, scheduler, no_cache)
-    try:
-        text = render_show(dumps, options)
-    except FrtraceError as exc:
-        raise _fail(exc) from None
+    with progress_display() as progress:
+        dumps = _load(dump_path, dump_dir, jobs, only, scheduler, no_cache, progress)
+        with progress.phase("render") as phase:
+            phase.describe("the entries side by side")
+            try:
+                text = render_show(dumps, options)
+            except FrtraceError as exc:
+                raise _fail(exc) from None
     _print_load_problems(dumps.problems)
     _echo(text, nl=False)
 
@@ -126,11 +130,14 @@ def export(
             "export needs -o DIR: the directory to write the Parquet files to (one file per "
             "table, so not - for standard output)"
         )
-    dumps = _load(dump_path, dump_dir, jobs, only, scheduler, no_cache)
-    try:
-        written = export_parquet(dumps, out)
-    except FrtraceError as exc:
-        raise _fail(exc) from None
+    with progress_display() as progress:
+        dumps = _load(dump_path, dump_dir, jobs, only, scheduler, no_cache, progress)
+        with progress.phase("export") as phase:
+            try:
+                written = export_parquet(dumps, out)
+            except FrtraceError as exc:
+                raise _fail(exc) from None
+            phase.describe(f"{len(written)} Parquet files, {sum(r for _, r in written):,} rows")
     _print_load_problems(dumps.problems)
     for path, rows in written:
         _echo(f"{path}  ({rows} rows)")

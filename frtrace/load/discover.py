@@ -90,6 +90,12 @@ class Discovery:
     candidates: tuple[Candidate, ...]
     skipped: tuple[SkippedFile, ...]
 
+    def describe(self) -> str:
+        """What was found, for the progress line: ``1,024 dump files (421.0 MB)``."""
+        size = sum(c.size_bytes for c in self.candidates) / 1e6
+        files = "file" if len(self.candidates) == 1 else "files"
+        return f"{len(self.candidates):,} dump {files} ({size:,.1f} MB)"
+
 
 def parse_dump_name(name: str) -> tuple[str, int, str] | None:
     """(prefix, rank, encoding) for a dump-like file name, None for anything else."""

@@ -32,8 +32,9 @@ from typing import Any, Protocol
 
 from frtrace.errors import DumpFormatError, ReaderFailedError, SchedulerUnavailable
 from frtrace.load.discover import Candidate
-from frtrace.load.parallel import _Progress, file_timeout_s, parse_candidates
+from frtrace.load.parallel import file_timeout_s, parse_candidates
 from frtrace.load.parse import ParsedDump
+from frtrace.progress import Phase, Progress, owned
 
 __all__ = [
     "Consumer",
@@ -71,7 +72,7 @@ class LocalProcesses:
     """Watched worker processes on this machine (``frtrace.load.parallel``)."""
 
     jobs: int | None = None
-    progress: bool = False
+    progress: bool | Progress = False
 
     def parse(self, candidates: Sequence[Candidate], consume: Consumer) -> None:
         parse_candidates(candidates, jobs=self.jobs, progress=self.progress, consume=consume)
@@ -102,7 +103,7 @@ class FuturesExecutor:
         workers: int = 1,
         task: Task = parse_files,
         files_per_task: int = FILES_PER_TASK,
-        progress: bool = False,
+        progress: bool | Progress = False,
         engine: str = "cluster",
     ) -> None:
         self.executor = executor
@@ -113,6 +114,10 @@ class FuturesExecutor:
         self.engine = engine  # named in messages: "Dask"
 
     def parse(self, candidates: Sequence[Candidate], consume: Consumer) -> None:
+        with owned(self.progress) as shown, shown.phase("load", total=len(candidates)) as bar:
+            self._parse(candidates, consume, bar)
+
+    def _parse(self, candidates: Sequence[Candidate], consume: Consumer, bar: Phase) -> None:
         absolute = [dataclasses.replace(c, path=Path(os.path.abspath(c.path))) for c in candidates]
         # Batches no larger than an even share: a few files on many workers still spread.
         size = min(self.files_per_task, max(1, len(candidates) // (self.workers * 2)))
@@ -121,7 +126,6 @@ class FuturesExecutor:
             for i in range(0, len(candidates), size)
         ]
         todo.reverse()  # popped from the end: file order
-        bar = _Progress(len(candidates), self.progress)
         ready: dict[int, Result] = {}
         handed = 0
         running: dict[cf.Future[list[Result]], _Batch] = {}
@@ -221,7 +225,7 @@ def _relocate(result: Result, remote: Candidate, local: Candidate) -> Result:
 
 
 @contextmanager
-def dask_executor(address: str, *, progress: bool = False) -> Iterator[FuturesExecutor]:
+def dask_executor(address: str, *, progress: bool | Progress = False) -> Iterator[FuturesExecutor]:
     """A FuturesExecutor on the Dask cluster whose scheduler is at ``address``."""
     try:
         from distributed import Client
@@ -251,7 +255,10 @@ def dask_executor(address: str, *, progress: bool = False) -> Iterator[FuturesEx
 
 @contextmanager
 def open_executor(
-    scheduler: str | FileExecutor | None, *, jobs: int | None = None, progress: bool = False
+    scheduler: str | FileExecutor | None,
+    *,
+    jobs: int | None = None,
+    progress: bool | Progress = False,
 ) -> Iterator[FileExecutor]:
     """The engine ``load_dumps`` reads with: local processes, a Dask address, or one given."""
     if scheduler is None:

@@ -1,4 +1,4 @@
-"""Parse many dump files at once, each in a watched worker process; a progress line on a TTY.
+"""Parse many dump files at once, each in a watched worker process; the load phase's count.
 
 Files are read in worker processes even when there is a single file, because decoding a
 pickle can fail beyond recovery in-process: the C unpickler hashes every dict key it builds,
@@ -34,17 +34,17 @@ from typing import Any
 import pyarrow as pa
 
 from frtrace.errors import DumpFormatError, DumpTooLargeError, ReaderFailedError
+from frtrace.load import native
 from frtrace.load.discover import Candidate
 from frtrace.load.memory import address_space, file_allowance
 from frtrace.load.parse import ParsedDump, try_parse
+from frtrace.progress import Phase, Progress, owned
 
 __all__ = ["default_jobs", "parse_candidates"]
 
 # Below this many bytes in total, one worker reads every file: starting more costs more than
 # it saves (a fork and the transfer of results is a few ms per worker; parsing 8 MB ~50 ms).
 PARALLEL_MIN_BYTES = 8 << 20
-# A progress line appears only once loading has taken this long, so quick runs stay quiet.
-PROGRESS_AFTER_S = 1.0
 # Time a worker may spend on one file: a real dump reads at 30+ MB/s.
 FILE_TIMEOUT_S = 60.0
 FILE_TIMEOUT_S_PER_MIB = 1.0
@@ -60,29 +60,6 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-class _Progress:
-    def __init__(self, total: int, enabled: bool) -> None:
-        self.total = total
-        self.enabled = enabled and sys.stderr.isatty()
-        self.start = time.monotonic()
-        self.shown = False
-
-    def update(self, done: int) -> None:
-        if not self.enabled:
-            return
-        elapsed = time.monotonic() - self.start
-        if elapsed < PROGRESS_AFTER_S and done < self.total:
-            return
-        width = 30
-        filled = int(width * done / max(1, self.total))
-        bar = "#" * filled + "-" * (width - filled)
-        sys.stderr.write(f"\rloading dumps [{bar}] {done}/{self.total} {elapsed:5.1f}s")
-        self.shown = True
-        if done >= self.total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
-
-
 Consumer = Callable[[int, "ParsedDump | DumpFormatError"], None]
 
 
@@ -90,7 +67,7 @@ def parse_candidates(
     candidates: Sequence[Candidate],
     *,
     jobs: int | None = None,
-    progress: bool = False,
+    progress: bool | Progress = False,
     consume: Consumer | None = None,
 ) -> list[ParsedDump | DumpFormatError]:
     """Parse each candidate; failures come back as DumpFormatError.
@@ -98,14 +75,19 @@ def parse_candidates(
     Without ``consume``: the results, in the candidates' order. With it: each result is handed
     to ``consume(index, result)`` in the candidates' order as soon as it and those before it
     are in, and not kept (the list returned is empty), so a caller can merge and drop them.
+    ``progress``: the run's phases (``frtrace.progress``; True: shown on stderr), where this is
+    the load phase, and where the C reader is not used, the notice that says so.
     """
     jobs = default_jobs() if jobs is None else max(1, jobs)
     total_bytes = sum(c.size_bytes for c in candidates)
-    bar = _Progress(len(candidates), progress)
     workers = 1 if total_bytes < PARALLEL_MIN_BYTES else min(jobs, len(candidates))
     if not candidates:
         return []
-    return _WatchedPool(candidates, workers, bar, consume).run()
+    with owned(progress) as shown:
+        if (reason := native.inactive_reason()) is not None:
+            shown.notice(native.notice(reason))
+        with shown.phase("load", total=len(candidates), unit="files") as phase:
+            return _WatchedPool(candidates, workers, phase, consume).run()
 
 
 def file_timeout_s(cand: Candidate) -> float:
@@ -227,12 +209,12 @@ class _WatchedPool:
         self,
         candidates: Sequence[Candidate],
         workers: int,
-        bar: _Progress,
+        phase: Phase,
         consume: Consumer | None = None,
     ) -> None:
         self.candidates = candidates
         self.size = max(1, workers)
-        self.bar = bar
+        self.phase = phase
         self.todo = deque(range(len(candidates)))
         self.consume = consume
         self.results: dict[int, ParsedDump | DumpFormatError] = {}  # not yet handed over
@@ -369,7 +351,7 @@ class _WatchedPool:
     def finish(self, index: int, result: ParsedDump | DumpFormatError) -> None:
         self.results[index] = result
         self.done += 1
-        self.bar.update(self.done)
+        self.phase.update(self.done)
         if self.consume is not None:  # hand over, in order, what is complete
             while self.handed in self.results:
                 self.consume(self.handed, self.results.pop(self.handed))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from frtrace.load.parse import ParsedDump
 from frtrace.load.problems import LoadProblem
 from frtrace.load.spill import SpilledColumn, spill_directory
 from frtrace.load.stacks import Stack
+from frtrace.progress import Progress, owned
 
 __all__ = [
     "DumpSet",
@@ -98,7 +100,7 @@ def load_dumps(
     directory: Path,
     *,
     jobs: int | None = None,
-    progress: bool = False,
+    progress: bool | Progress = False,
     only: str | None = None,
     scheduler: str | FileExecutor | None = None,
     cache: bool = False,
@@ -116,25 +118,34 @@ def load_dumps(
     them for the next (``frtrace.load.cache``; off when ``FRTRACE_NO_CACHE=1``).
     ``discovery`` and ``store``: the directory's files and cache entry where a caller has them
     already (the diagnosis cache on a miss), so they are not listed and fingerprinted again.
+    ``progress``: the phases shown (``frtrace.progress``; True: on stderr): discover, load.
     """
-    if discovery is None:
-        discovery = discover(directory, only=only)
-    if not (cache and directory.is_dir() and not cache_disabled()):  # (archives: in memory)
-        store = None
-    elif store is None:
-        store = DirectoryCache(cache_root(), directory, discovery.candidates)
-    if store is not None:
-        cached = store.load()
-        if cached is not None:
-            return _from_tables(directory, cached, discovery.skipped)
-    assembler = _Assembler(directory, discovery.candidates)
-    with open_executor(scheduler, jobs=jobs, progress=progress) as executor:
-        executor.parse(discovery.candidates, assembler.add)
-    dumps = assembler.finish(discovery.skipped)
-    give_back_memory()
-    if store is not None:
-        store.save({name: getattr(dumps, name) for name in TABLES})
-    return dumps
+    with owned(progress) as shown:
+        if discovery is None:
+            with shown.phase("discover") as phase:
+                discovery = discover(directory, only=only)
+                phase.describe(discovery.describe())
+        if not (cache and directory.is_dir() and not cache_disabled()):  # (archives: in memory)
+            store = None
+        elif store is None:
+            store = DirectoryCache(cache_root(), directory, discovery.candidates)
+        if store is not None:
+            started = time.monotonic()
+            cached = store.load()
+            if cached is not None:
+                said = f"the tables of {len(discovery.candidates):,} files from the cache"
+                shown.record("load", said, started)
+                return _from_tables(directory, cached, discovery.skipped)
+        # (the executor counts the files in this phase; the tables are assembled and stored)
+        with shown.phase("load", total=len(discovery.candidates)):
+            assembler = _Assembler(directory, discovery.candidates)
+            with open_executor(scheduler, jobs=jobs, progress=shown) as executor:
+                executor.parse(discovery.candidates, assembler.add)
+            dumps = assembler.finish(discovery.skipped)
+            give_back_memory()
+            if store is not None:
+                store.save({name: getattr(dumps, name) for name in TABLES})
+        return dumps
 
 
 def _from_tables(
