@@ -41,13 +41,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 
+from frtrace.detail import CulpritStack, CulpritWhere, Detail, GroupRef, OpSignature
 from frtrace.evidence.model import Failure
 from frtrace.pystack.classes import StackClasses
 
 __all__ = [
     "KIND_CODES",
     "Confidence",
+    "CulpritStack",
     "CulpritWhere",
+    "Detail",
     "Finding",
     "FindingKind",
     "GroupProgress",
@@ -116,55 +119,6 @@ class Verdict(StrEnum):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class GroupRef:
-    """A process group: its name, description and global member ranks."""
-
-    name: str
-    desc: str | None
-    members: tuple[int, ...]  # global ranks, in group-rank order
-    inferred: bool  # membership reconstructed from entries, not read from pg_config
-
-    @property
-    def label(self) -> str:
-        """Human name: the description when it says more than the number."""
-        if self.desc and self.desc not in ("undefined", ""):
-            return f"{self.desc} (pg {self.name})"
-        return f"pg {self.name}"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class OpSignature:
-    """What one rank (or the majority) called at a (group, seq)."""
-
-    op: str
-    input_sizes: tuple[tuple[int, ...], ...]
-    output_sizes: tuple[tuple[int, ...], ...]
-    input_dtypes: tuple[str, ...]
-    output_dtypes: tuple[str, ...]
-    state: str | None = None
-    stack: tuple[str, ...] = ()  # formatted frames, innermost first
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CulpritWhere:
-    """Where a culprit's Python stack says it is: the innermost frame of the user's code on
-    its main thread, and the library call it is in (from a collected stack file)."""
-
-    rank: int
-    summary: str  # "in host code at load_batch (data.py:88), in Event.wait (threading.py:629)"
-    place: str  # "host code" or "collective": is the library call a torch.distributed one
-    function: str | None  # the user's frame; None when every frame is library code
-    file: str | None  # its file, short (base name for the user's own files)
-    line: int | None
-    library_call: str | None  # "all_reduce (torch/distributed/distributed_c10d.py:3252)"
-    thread: str  # "main thread", or which thread was read and why
-    source: str  # "recorder", "py-spy-text", "py-spy-json", "dump_traceback", "faulthandler"
-    file_name: str  # the stack file's base name (never an absolute path)
-    taken_at_ns: int | None = None  # when the sample was taken, if the file says
-    trigger: str | None = None  # what made the rank write it ("signal: SIGUSR1"), if known
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class StackEvidence:
     """Every rank's current stack, grouped into STAT-style classes, against the verdict."""
 
@@ -182,12 +136,16 @@ class StackEvidence:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Finding:
-    """One thing wrong, with the ranks it blames and the ranks it holds up."""
+    """One thing wrong, with the ranks it blames and the ranks it holds up.
+
+    ``detail`` is what the rule saw, typed per kind; ``report.wording`` says it (the summary,
+    why and evidence lines every reporter shows).
+    """
 
     kind: FindingKind
     severity: Severity
-    summary: str  # one line, shown as-is by every reporter
     culprit_ranks: tuple[int, ...]  # root-cause ranks of this finding, sorted
+    detail: Detail
     waiting_ranks: tuple[int, ...] = ()  # ranks directly blocked by it, sorted
     group: GroupRef | None = None
     seq: int | None = None
@@ -195,16 +153,37 @@ class Finding:
     expected: OpSignature | None = None  # what the majority did
     actual: dict[int, OpSignature] = field(default_factory=dict)  # what each culprit did
     confidence: Confidence = Confidence.HIGH
-    why: str = ""  # what the confidence rests on
-    evidence: tuple[str, ...] = ()  # facts a user can check in the dumps
     cycle: tuple[int, ...] = ()  # deadlock: ranks in wait order, r0 waits on r1 ...
     where: tuple[CulpritWhere, ...] = ()  # each culprit with a collected stack, by rank
+    stacks: tuple[CulpritStack, ...] = ()  # the culprits' stacks joined to it, by rank
     failures: tuple[Failure, ...] = ()  # what the job's logs and sidecars said, as evidence
 
     @property
     def code(self) -> str:
         """Stable code, e.g. FR001."""
         return KIND_CODES[self.kind]
+
+    # The words, for callers outside report/ (report/wording.py makes them from ``detail``)
+    @property
+    def summary(self) -> str:
+        """One line, as every reporter shows it."""
+        from frtrace.report.wording import summary
+
+        return summary(self)
+
+    @property
+    def why(self) -> str:
+        """What the confidence rests on."""
+        from frtrace.report.wording import why
+
+        return why(self)
+
+    @property
+    def evidence(self) -> tuple[str, ...]:
+        """Facts a user can check in the dumps."""
+        from frtrace.report.wording import evidence
+
+        return evidence(self)
 
     def sort_key(self) -> tuple[int, str, str, int, tuple[int, ...]]:
         """Most severe first, then by code, group and sequence, for deterministic output."""

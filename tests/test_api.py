@@ -41,6 +41,7 @@ ALLOWED = {
     "analysis": {
         "analysis",
         "model",
+        "detail",
         "load",
         "pystack",
         "evidence",
@@ -49,12 +50,24 @@ ALLOWED = {
         "printable",
     },
     "collect": {"collect", "job", "errors", "ranges", "printable"},
-    # report and gate read the model (``frtrace.model``), never the analysis that made it
-    "report": {"report", "model", "load", "pystack", "evidence", "errors", "ranges", "printable"},
+    # report and gate read the model (``frtrace.model``, the findings' typed evidence in
+    # ``frtrace.detail``), never the analysis that made it
+    "report": {
+        "report",
+        "model",
+        "detail",
+        "load",
+        "pystack",
+        "evidence",
+        "errors",
+        "ranges",
+        "printable",
+    },
     "gate": {
         "gate",
         "pipeline",
         "model",
+        "detail",
         "load",
         "report",
         "evidence",

@@ -17,6 +17,7 @@ from collections import Counter
 from frtrace.analysis.groups import Membership
 from frtrace.analysis.ops import MatchResult
 from frtrace.analysis.signatures import signature_at
+from frtrace.detail import Prose
 from frtrace.load.tables import DumpSet
 from frtrace.model import Confidence, Finding, FindingKind, Severity
 from frtrace.ranges import format_ranks
@@ -76,10 +77,6 @@ def split_mismatches(dumps: DumpSet, membership: Membership, match: MatchResult)
             Finding(
                 kind=FindingKind.SIZE_MISMATCH,
                 severity=Severity.ERROR,
-                summary=(
-                    f"{op} #{seq} of {group.label}: rank {a} sends {x} elements to rank {b}, "
-                    f"which expects {y}{more}"
-                ),
                 culprit_ranks=culprits,
                 waiting_ranks=tuple(r for r in members if r not in culprits),
                 group=group,
@@ -87,13 +84,19 @@ def split_mismatches(dumps: DumpSet, membership: Membership, match: MatchResult)
                 op=op,
                 actual={r: signature_at(dumps, rows[r], op=op) for r in culprits},
                 confidence=Confidence.HIGH if len(culprits) == 1 else Confidence.MEDIUM,
-                why=(
-                    f"rank {culprits[0]} is in every mismatched pair"
-                    if len(culprits) == 1
-                    else f"the split sizes of ranks {format_ranks(culprits)} disagree pairwise; "
-                    "which side is wrong is not recorded"
+                detail=Prose(
+                    summary=(
+                        f"{op} #{seq} of {group.label}: rank {a} sends {x} elements to rank "
+                        f"{b}, which expects {y}{more}"
+                    ),
+                    why=(
+                        f"rank {culprits[0]} is in every mismatched pair"
+                        if len(culprits) == 1
+                        else f"the split sizes of ranks {format_ranks(culprits)} disagree "
+                        "pairwise; which side is wrong is not recorded"
+                    ),
+                    evidence=tuple(evidence),
                 ),
-                evidence=tuple(evidence),
             )
         )
     return findings

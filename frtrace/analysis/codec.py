@@ -11,8 +11,10 @@ dict with exactly its fields (an unknown or a missing key: ``CodecError``), and 
 names the codec's ``FORMAT``. Supported hints: the dataclasses themselves, ``int``, ``float``
 (an int is kept an int: JSON tells them apart), ``str``, ``bool``, ``None``, ``X | None``,
 ``Literal[...]``, ``tuple[X, ...]``, fixed ``tuple[X, Y]``, ``dict[K, V]`` (as [key, value]
-pairs: JSON keys are strings only) and enums (by value). Anything else is refused when first
-met, so a new field of a new kind fails the round-trip tests rather than a user's cache.
+pairs: JSON keys are strings only), enums (by value) and a union of dataclasses (``A | B``,
+or ``A | B | None``: as ``{"type": class name, "value": ...}``, only the hinted classes).
+Anything else is refused when first met, so a new field of a new kind fails the round-trip
+tests rather than a user's cache.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from frtrace.model import Report
 
 __all__ = ["FORMAT", "CodecError", "decode", "decode_report", "encode", "encode_report"]
 
-FORMAT = "frtrace-report-1"
+FORMAT = "frtrace-report-2"
 
 _Fn = Callable[[Any], Any]
 
@@ -83,8 +85,11 @@ def _build(hint: Any) -> tuple[_Fn, _Fn]:
         return _float()
     if origin in (Union, types.UnionType):
         rest = [a for a in args if a is not type(None)]
+        if len(rest) > 1 and all(isinstance(a, type) and dataclasses.is_dataclass(a) for a in rest):
+            tagged = _tagged(tuple(rest))
+            return tagged if len(rest) == len(args) else _optional_codec(tagged)
         if len(rest) != 1 or len(args) != 2:
-            raise CodecError(f"{hint}: only X | None unions are supported")
+            raise CodecError(f"{hint}: only X | None and unions of dataclasses are supported")
         return _optional(rest[0])
     if origin is Literal:
         return _literal(args)
@@ -124,8 +129,35 @@ def _float() -> tuple[_Fn, _Fn]:
 
 
 def _optional(hint: Any) -> tuple[_Fn, _Fn]:
-    enc, dec = _codec(hint)
+    return _optional_codec(_codec(hint))
+
+
+def _optional_codec(codec: tuple[_Fn, _Fn]) -> tuple[_Fn, _Fn]:
+    enc, dec = codec
     return (lambda v: None if v is None else enc(v)), (lambda d: None if d is None else dec(d))
+
+
+def _tagged(classes: tuple[type[Any], ...]) -> tuple[_Fn, _Fn]:
+    """One of several dataclasses, named by its class: ``{"type": name, "value": fields}``."""
+    by_name = {cls.__name__: cls for cls in classes}
+    if len(by_name) != len(classes):
+        raise CodecError(f"{classes}: two classes of one name")
+
+    def encode_one(value: Any) -> dict[str, Any]:
+        cls = type(value)
+        if by_name.get(cls.__name__) is not cls:
+            raise CodecError(f"a {_name(value)}, none of {sorted(by_name)}")
+        return {"type": cls.__name__, "value": _codec(cls)[0](value)}
+
+    def decode_one(data: Any) -> Any:
+        if type(data) is not dict or set(data) != {"type", "value"}:
+            raise CodecError("not a {type, value} pair")
+        cls = by_name.get(data["type"]) if type(data["type"]) is str else None
+        if cls is None:
+            raise CodecError(f"{data['type']!r} is none of {sorted(by_name)}")
+        return _codec(cls)[1](data["value"])
+
+    return encode_one, decode_one
 
 
 def _literal(allowed: tuple[Any, ...]) -> tuple[_Fn, _Fn]:

@@ -25,6 +25,7 @@ from frtrace.analysis.groups import Membership
 from frtrace.analysis.ops import COLLECTIVE, MatchResult, OpRef
 from frtrace.analysis.signatures import signature_at
 from frtrace.analysis.waitgraph import EdgeKind, WaitGraph, victims_of
+from frtrace.detail import Prose
 from frtrace.load.tables import DumpSet
 from frtrace.model import Confidence, Finding, FindingKind, Severity
 from frtrace.ranges import format_ranks
@@ -316,18 +317,21 @@ def _p2p_finding(
     return Finding(
         kind=FindingKind.P2P_UNMATCHED,
         severity=Severity.ERROR,
-        summary="; ".join(parts)
-        + f"; ranks {format_ranks(component)} wait on each other"
-        + (f"; {len(held)} more ranks wait on them" if held else ""),
         culprit_ranks=culprits,
         waiting_ranks=tuple(sorted(held | (set(component) - set(culprits)))),
         group=membership.groups[first.gid],
         op=first.op,
         confidence=Confidence.MEDIUM,
-        why="decided by each rank's repeating send/recv pattern with its peer",
-        evidence=tuple(
-            f"rank {r} is blocked in {matched.blocked[r].op} with rank {matched.blocked[r].peer}"
-            for r in component
+        detail=Prose(
+            summary="; ".join(parts)
+            + f"; ranks {format_ranks(component)} wait on each other"
+            + (f"; {len(held)} more ranks wait on them" if held else ""),
+            why="decided by each rank's repeating send/recv pattern with its peer",
+            evidence=tuple(
+                f"rank {r} is blocked in {matched.blocked[r].op} with rank "
+                f"{matched.blocked[r].peer}"
+                for r in component
+            ),
         ),
     )
 
@@ -378,19 +382,21 @@ def find_deadlocks(
             Finding(
                 kind=FindingKind.DEADLOCK,
                 severity=Severity.ERROR,
-                summary=(
-                    f"cross-group deadlock: {lead}{size} wait on each other "
-                    f"({'; '.join(steps)})"
-                    + (f"; {len(held)} more ranks wait on them" if held else "")
-                ),
                 culprit_ranks=tuple(culprits),
                 waiting_ranks=tuple(sorted(victims)),
                 confidence=confidence,
-                why=why,
-                evidence=(
-                    *conflicts,
-                    *steps,
-                    "every rank must enter shared groups in the same order",
+                detail=Prose(
+                    summary=(
+                        f"cross-group deadlock: {lead}{size} wait on each other "
+                        f"({'; '.join(steps)})"
+                        + (f"; {len(held)} more ranks wait on them" if held else "")
+                    ),
+                    why=why,
+                    evidence=(
+                        *conflicts,
+                        *steps,
+                        "every rank must enter shared groups in the same order",
+                    ),
                 ),
                 cycle=cycle,
             )

@@ -9,23 +9,31 @@ ranks, both sides' signatures and stacks, where the culprit was last seen, and w
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Literal
 
 import pyarrow.compute as pc
 
 from frtrace.analysis.capture import DumpMoments
+from frtrace.analysis.failure import FailedOp
 from frtrace.analysis.groups import Membership
 from frtrace.analysis.ops import MatchResult
 from frtrace.analysis.signatures import call_site, entry_at, signature_at
 from frtrace.analysis.stuck import stateless_ranks
 from frtrace.analysis.waitgraph import Edge, EdgeKind, WaitGraph, victims_of
-from frtrace.load.tables import DumpSet
-from frtrace.model import (
-    Confidence,
-    Finding,
-    FindingKind,
-    Severity,
+from frtrace.detail import (
+    IdleAtDump,
+    LastSeen,
+    NeverJoined,
+    NeverPosted,
+    NewestEntry,
+    NoDump,
+    NotStarted,
+    OpFailed,
+    PgStatus,
+    Waits,
 )
-from frtrace.ranges import format_ranks
+from frtrace.load.tables import DumpSet
+from frtrace.model import Confidence, Finding, FindingKind, GroupRef, Severity
 
 __all__ = ["hang_findings", "in_sink_cycle", "last_seen"]
 
@@ -76,22 +84,24 @@ def hang_findings(
     return findings
 
 
-def last_seen(dumps: DumpSet, membership: Membership, rank: int) -> tuple[str, int | None]:
-    """Where a rank was last seen: its newest entry, described, and that entry's row."""
+def last_seen(dumps: DumpSet, membership: Membership, rank: int) -> tuple[LastSeen, int | None]:
+    """Where a rank was last seen: its newest entry, and that entry's row."""
     rows = dumps.entries.column("rank")
     idx = pc.indices_nonzero(pc.equal(rows, rank)).to_pylist()
     if not idx:
-        return "no entries in its dump", None
+        return LastSeen(rank=rank, entry=None), None
     row = idx[-1]
     e = entry_at(dumps, row)
     group = membership.group_of(rank, e["group_name"]) if e["group_name"] is not None else None
-    where = group.label if group else f"pg {e['group_name']}"
-    seq = e["collective_seq"] if not e["is_p2p"] else e["p2p_seq"]
-    return (
-        f"its newest entry is {e['op']} #{seq} of {where} ({e['state'] or 'no state'}"
-        f"{', retired' if e['retired'] else ''})",
-        row,
+    entry = NewestEntry(
+        op=e["op"],
+        seq=e["collective_seq"] if not e["is_p2p"] else e["p2p_seq"],
+        group=group,
+        group_name=e["group_name"],
+        state=e["state"],
+        retired=bool(e["retired"]),
     )
+    return LastSeen(rank=rank, entry=entry), row
 
 
 def _hang_finding(
@@ -111,109 +121,39 @@ def _hang_finding(
     waiting = tuple(sorted({e.waiter for e in edges}))
     ref = min(edges, key=lambda e: e.waiter)
     expected = signature_at(dumps, ref.row)
-    op = expected.op
-    blocked_total = victims_of(waits, culprits)
-    who = f"rank{'s' if len(culprits) > 1 else ''} {format_ranks(culprits)}"
-    where = f"{op} #{seq} of {group.label}" if seq is not None else f"{op} in {group.label}"
-    them = "them" if len(culprits) > 1 else "it"
-    n_blocked = len(blocked_total)
-    also = f"; {n_blocked} rank{'s wait' if n_blocked != 1 else ' waits'} on {them}"
-    evidence: list[str] = []
+    seen: list[LastSeen] = []
     actual = {}
     newest_row: dict[int, int] = {}
     loaded = set(dumps.loaded_ranks)
     for c in culprits:
         if c in loaded:
-            seen, row = last_seen(dumps, membership, c)
-            evidence.append(f"rank {c}: {seen}")
+            place, row = last_seen(dumps, membership, c)
+            seen.append(place)
             if row is not None:
                 actual[c] = signature_at(dumps, row)
                 newest_row[c] = row
-    evidence.append(
-        f"rank{'s' if len(waiting) > 1 else ''} {format_ranks(waiting)}: inside {where} "
-        f"({expected.state or 'no state'})"
+    failure = matched.failed.get((gid, seq)) if seq is not None else None
+    context = Waits(
+        culprits=culprits,
+        waiting=waiting,
+        blocked=len(victims_of(waits, culprits)),
+        last_seen=tuple(seen),
+        waiting_state=expected.state,
+        call_site=call_site(expected.stack),
+        failed=_op_failed(failure),
+        timed_out=() if failure is not None else _timed_out(dumps, matched, gid, seq),
     )
-    site = call_site(expected.stack)
-    if site:
-        evidence.append(f"the waiting ranks called it from {site}")
-    evidence.extend(failed_evidence(dumps, matched, gid, seq, where))
-    confidence, why = Confidence.HIGH, "every rank involved has a dump that shows it"
+    confidence = Confidence.HIGH
     severity = Severity.ERROR
+    detail: NeverJoined | NotStarted | NeverPosted | NoDump
     if kind == FindingKind.NEVER_JOINED:
-        summary = f"{who} never joined {where}{also}"
-        failure = matched.failed.get((gid, seq)) if seq is not None else None
-        if failure is not None and all(e.kind == EdgeKind.JOINED_LATE for e in edges):
-            summary = (
-                f"{who} joined {where} {_seconds(failure.late_by_s)} after its peers, past "
-                f"their {_seconds(failure.timeout_s)} timeout: it was held up before it{also}"
-            )
-        if group.inferred:
-            confidence, why = (
-                Confidence.MEDIUM,
-                ("group membership was inferred from the entries (pg_config not usable)"),
-            )
-        elif any(m not in loaded for m in group.members):
-            confidence, why = Confidence.MEDIUM, "some members of the group have no dump"
-        evidence.extend(_pg_status_evidence(dumps, group.name, culprits[:4], seq))
-        done = [c for c in culprits if c in actual and _all_done(matched, c)]
-        hidden = [c for c in done if any(r == c for r, _ in unrecorded)]
-        stateless = stateless_ranks(dumps)
-        unretired = {
-            c: newest_row[c] for c in done if c in stateless and _unretired(dumps, newest_row[c])
-        }
-        host = [c for c in done if c not in hidden and c not in unretired]
-        if unretired:
-            newest = signature_at(dumps, next(iter(unretired.values())))
-            evidence.append(
-                f"rank{'s' if len(unretired) > 1 else ''} {format_ranks(sorted(unretired))}: "
-                f"newest op {newest.op} not retired, though other members finished it: "
-                "stuck in host code after it (if Gloo retired it late), or still inside it "
-                "(an op its members disagree on can finish on some of them only, e.g. a "
-                "broadcast from another root: the recorder does not record the root)"
-            )
-            confidence, why = (
-                Confidence.MEDIUM,
-                "the named ranks' newest op is not retired while other members finished it; "
-                "Gloo does not record whether they are still inside it",
-            )
-        if host:
-            evidence.append(
-                f"rank{'s' if len(host) > 1 else ''} {format_ranks(host)} finished every op "
-                "it recorded: it is stuck in host code (data loading, a Python loop, an "
-                "exception handler) before this collective"
-            )
-            idle = moments.idle_s if moments is not None else {}
-            timed = [c for c in host if c in idle]
-            for c in timed[:4]:
-                evidence.append(
-                    f"rank {c} dumped {_seconds(idle[c])} after its newest entry (the "
-                    "recorder's dump time): stuck, not between two ops"
-                )
-            if failure is None and len(timed) < len(host):
-                evidence.append(
-                    "the dumps do not record when they were written, and nothing shows the op "
-                    "timed out: read as taken while the job was stuck. If it was running, "
-                    f"rank{'s' if len(host) > 1 else ''} {format_ranks(host)} may just be "
-                    "between ops; a second snapshot a few seconds later settles it"
-                )
-        if hidden:
-            evidence.append(
-                f"rank{'s' if len(hidden) > 1 else ''} {format_ranks(hidden)} finished every "
-                "op it recorded, but also runs send/recv, which Gloo does not record: it is "
-                "stuck in host code or blocked in a send/recv; the dumps cannot tell which "
-                "(py-spy dump --pid <pid> shows it)"
-            )
-            confidence, why = (
-                Confidence.MEDIUM,
-                "some named ranks may be blocked in a send/recv that Gloo does not record, "
-                "waiting on another of them",
-            )
+        detail, confidence = _never_joined(
+            dumps, matched, context, group, seq, failure, edges, unrecorded, moments, newest_row
+        )
     elif kind == FindingKind.NOT_STARTED:
-        summary = f"{who} enqueued {where} but never started it while its peers did{also}"
-        evidence.append("its GPU stream is busy with other work that the recorder does not see")
+        detail = NotStarted(waits=context)
     elif kind == FindingKind.P2P_UNMATCHED:
-        peers = ", ".join(f"{e.waiter}->{e.target}" for e in edges[:8])
-        summary = f"{who} never posted the p2p op matching {where} ({peers}){also}"
+        detail = NeverPosted(waits=context, pairs=tuple((e.waiter, e.target) for e in edges[:8]))
     else:
         failed: list[int] = []
         if seq is not None:
@@ -222,57 +162,86 @@ def _hang_finding(
             )
         if failed:
             waiting = tuple(sorted({*waiting, *failed}))
-            also += f"; {len(failed)} more failed it (Gloo shows a failed op as finished)"
-            evidence.append(
-                f"rank{'s' if len(failed) > 1 else ''} {format_ranks(failed)} show {where} "
-                "as finished although the op could not complete without "
-                f"{format_ranks(culprits)}: Gloo retires an op that failed (a peer crashed, "
-                "a connection reset) like one that finished; their logs show the error"
-            )
-        summary = (
-            f"{who} ha{'ve' if len(culprits) > 1 else 's'} no dump, and {where} waits on "
-            f"{them}{also}"
-        )
-        confidence, why = (
-            Confidence.LOW,
-            (
-                "inferred from missing data: every member with a dump is inside the op or "
-                "failed it; the rank(s) without a dump are the only ones that may not be"
-            ),
-        )
-        failure = matched.failed.get((gid, seq)) if seq is not None else None
-        if failure is not None and failure.reason == "stopped":
+        stopped = failure is not None and failure.reason == "stopped"
+        confidence = Confidence.LOW
+        if stopped:
             severity = Severity.WARNING
-            summary = (
-                f"{who} ha{'ve' if len(culprits) > 1 else 's'} no dump, and every other member "
-                f"stopped in {where}: if the job hung, look there first "
-                "(it may also have finished and lost its dump)"
-            )
-            why = (
-                "Gloo retires a failed op as it does a finished one, so the dumps cannot tell "
-                f"a death of {who} in {where} from a job that finished it; {who}'s log or "
-                "exit status settles it"
-            )
+        detail = NoDump(waits=context, failed_it=tuple(failed), stopped=stopped)
     return Finding(
         kind=kind,
         severity=severity,
-        summary=summary,
         culprit_ranks=culprits,
         waiting_ranks=waiting,
         group=group,
         seq=seq,
-        op=op,
+        op=expected.op,
         expected=expected,
         actual=actual,
         confidence=confidence,
-        why=why,
-        evidence=tuple(evidence),
+        detail=detail,
     )
 
 
-def _pg_status_evidence(
+def _never_joined(
+    dumps: DumpSet,
+    matched: MatchResult,
+    context: Waits,
+    group: GroupRef,
+    seq: int | None,
+    failure: FailedOp | None,
+    edges: list[Edge],
+    unrecorded: dict[tuple[int, int], int],
+    moments: DumpMoments | None,
+    newest_row: dict[int, int],
+) -> tuple[NeverJoined, Confidence]:
+    """FR001's evidence: why the culprits are where they are, and how sure that is."""
+    culprits = context.culprits
+    loaded = set(dumps.loaded_ranks)
+    late = failure is not None and all(e.kind == EdgeKind.JOINED_LATE for e in edges)
+    confidence = Confidence.HIGH
+    basis: Literal["dumps", "inferred", "members_missing", "unretired", "unrecorded"] = "dumps"
+    if group.inferred:
+        confidence, basis = Confidence.MEDIUM, "inferred"
+    elif any(m not in loaded for m in group.members):
+        confidence, basis = Confidence.MEDIUM, "members_missing"
+    status = _pg_status(dumps, group.name, culprits[:4], seq)
+    done = [c for c in culprits if c in newest_row and _all_done(matched, c)]
+    hidden = [c for c in done if any(r == c for r, _ in unrecorded)]
+    stateless = stateless_ranks(dumps)
+    unretired = {
+        c: newest_row[c] for c in done if c in stateless and _unretired(dumps, newest_row[c])
+    }
+    host = [c for c in done if c not in hidden and c not in unretired]
+    unretired_op = None
+    if unretired:
+        unretired_op = signature_at(dumps, next(iter(unretired.values()))).op
+        confidence, basis = Confidence.MEDIUM, "unretired"
+    idle = moments.idle_s if moments is not None else {}
+    timed = [c for c in host if c in idle]
+    if hidden:
+        confidence, basis = Confidence.MEDIUM, "unrecorded"
+    return (
+        NeverJoined(
+            waits=context,
+            late=late,
+            late_by_s=failure.late_by_s if late and failure is not None else None,
+            timeout_s=failure.timeout_s if late and failure is not None else None,
+            basis=basis,
+            pg_status=tuple(status),
+            unretired=tuple(sorted(unretired)),
+            unretired_op=unretired_op,
+            host=tuple(host),
+            idle=tuple(IdleAtDump(rank=c, idle_s=idle[c]) for c in timed[:4]),
+            no_dump_time=bool(host) and failure is None and len(timed) < len(host),
+            hidden=tuple(hidden),
+        ),
+        confidence,
+    )
+
+
+def _pg_status(
     dumps: DumpSet, group_name: str, ranks: tuple[int, ...], seq: int | None
-) -> list[str]:
+) -> list[PgStatus]:
     """What each rank's own pg_status says about the group (torch 2.5+): corroboration."""
     if seq is None or dumps.pg_status.num_rows == 0:
         return []
@@ -289,12 +258,12 @@ def _pg_status_evidence(
         pg_ids = {p for p in mine.column("pg_id").to_pylist() if p is not None}
         for row in status:
             if row["rank"] == rank and row["pg_id"] in pg_ids:
-                enqueued = row["last_enqueued"]
-                agrees = enqueued is not None and enqueued < seq
                 out.append(
-                    f"rank {rank}'s pg_status for this group: last enqueued #{enqueued}, last "
-                    f"completed #{row['last_completed']}"
-                    + (f" (it never enqueued #{seq})" if agrees else "")
+                    PgStatus(
+                        rank=rank,
+                        last_enqueued=row["last_enqueued"],
+                        last_completed=row["last_completed"],
+                    )
                 )
     return out
 
@@ -310,53 +279,34 @@ def _unretired(dumps: DumpSet, row: int) -> bool:
     return entry["retired"] is False and not entry["is_p2p"]
 
 
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return "?"
-    return f"{value:.1f} s" if value < 600 else f"{value / 60:.0f} min"
-
-
-def failed_evidence(
-    dumps: DumpSet, matched: MatchResult, gid: int, seq: int | None, where: str
-) -> list[str]:
-    """What shows that the op failed, and which ranks dumped after it did."""
-    failure = matched.failed.get((gid, seq)) if seq is not None else None
+def _op_failed(failure: FailedOp | None) -> OpFailed | None:
+    """What shows that the op failed (``analysis.failure``), or None."""
     if failure is None:
-        return _timed_out_evidence(dumps, matched, gid, seq, where)
-    reason = {
-        "absent": f"rank(s) {format_ranks(failure.absent)} never reached it",
-        "late": f"rank(s) {format_ranks(failure.late)} entered it after the others' timeout",
-        "stopped": (
-            f"rank(s) {format_ranks(failure.missing)} left no dump and every other member "
-            "stopped in it"
-        ),
-    }[failure.reason]
-    out = [f"{where} cannot have completed: {reason}"]
-    if failure.retired_on:
-        out.append(
-            f"rank{'s' if len(failure.retired_on) > 1 else ''} "
-            f"{format_ranks(failure.retired_on)} dumped after {where} failed or timed out "
-            "(their entry is retired: Gloo retires a failed op as it does a finished one)"
-        )
-    return out
+        return None
+    reason: Literal["absent", "late", "stopped"]
+    if failure.reason == "absent":
+        reason, ranks = "absent", failure.absent
+    elif failure.reason == "late":
+        reason, ranks = "late", failure.late
+    else:
+        reason, ranks = "stopped", failure.missing
+    return OpFailed(reason=reason, ranks=ranks, retired_on=failure.retired_on)
 
 
-def _timed_out_evidence(
-    dumps: DumpSet, matched: MatchResult, gid: int, seq: int | None, where: str
-) -> list[str]:
+def _timed_out(dumps: DumpSet, matched: MatchResult, gid: int, seq: int | None) -> tuple[int, ...]:
     """NCCL: members whose entry is retired without having completed dumped after the
     watchdog gave up on the op (timeout or abort)."""
     if seq is None:
-        return []
+        return ()
     retired = dumps.entries.column("retired")
-    ranks = sorted(
-        r
-        for (r, g, q), op in matched.pending.items()
-        if g == gid and q == seq and not op.done and op.state_rank < 2 and retired[op.row].as_py()
+    return tuple(
+        sorted(
+            r
+            for (r, g, q), op in matched.pending.items()
+            if g == gid
+            and q == seq
+            and not op.done
+            and op.state_rank < 2
+            and retired[op.row].as_py()
+        )
     )
-    if not ranks:
-        return []
-    return [
-        f"rank{'s' if len(ranks) > 1 else ''} {format_ranks(ranks)} dumped after {where} timed "
-        "out or was aborted (retired without completing: the watchdog gave up on it)"
-    ]

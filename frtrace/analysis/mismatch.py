@@ -24,6 +24,7 @@ import pandas as pd
 from frtrace.analysis.groups import Membership
 from frtrace.analysis.ops import MatchResult
 from frtrace.analysis.signatures import signature_at
+from frtrace.detail import Prose
 from frtrace.load.tables import DumpSet
 from frtrace.model import Confidence, Finding, FindingKind, OpSignature, Severity
 from frtrace.ranges import format_ranks
@@ -290,7 +291,6 @@ def _finding(
     return Finding(
         kind=kind,
         severity=Severity.ERROR,
-        summary=summary,
         culprit_ranks=culprits,
         waiting_ranks=waiting,
         group=group,
@@ -299,8 +299,7 @@ def _finding(
         expected=expected if d.majority else None,
         actual=actual,
         confidence=confidence,
-        why=why,
-        evidence=tuple(evidence),
+        detail=Prose(summary=summary, why=why, evidence=tuple(evidence)),
     )
 
 

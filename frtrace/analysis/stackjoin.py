@@ -4,11 +4,12 @@ ranks' stacks agree with what the Flight Recorder dumps say.
 Flight Recorder shows a rank's *last* collective; a rank stuck in host code (a data loader on
 a file system read, a checkpoint write, a deadlocked thread) looks the same whatever it is
 doing. Its Python stack says where. For each culprit with a stack sample this adds a
-``CulpritWhere`` to its findings (and a clause to the finding's one-line summary, so every
-format shows it where the finding is named), an evidence line, and a ``StackEvidence`` on the
-report: every rank's stack in STAT-style classes and one sentence saying whether the
-outliers corroborate the verdict (the culprits are the ranks elsewhere) or question it (an
-outlier that no finding explains, or a culprit with the same stack as the ranks waiting on it).
+``CulpritWhere`` and its frames (``CulpritStack``) to its findings (``report.wording`` adds
+where it is to the finding's one-line summary, so every format shows it where the finding is
+named, and its frames to the evidence), and a ``StackEvidence`` on the report: every rank's
+stack in STAT-style classes and one sentence saying whether the outliers corroborate the
+verdict (the culprits are the ranks elsewhere) or question it (an outlier that no finding
+explains, or a culprit with the same stack as the ranks waiting on it).
 """
 
 from __future__ import annotations
@@ -17,16 +18,15 @@ import os
 from collections import Counter
 from dataclasses import replace
 
-from frtrace.model import CulpritWhere, Finding, Report, StackEvidence, Verdict
+from frtrace.model import CulpritStack, CulpritWhere, Finding, Report, StackEvidence, Verdict
 from frtrace.pystack.classes import StackClass, group_stacks
 from frtrace.pystack.discover import StackSet
 from frtrace.pystack.model import Frame, ProcessStacks
 from frtrace.pystack.where import frame_label, short_filename, where
 from frtrace.ranges import format_ranks
 
-__all__ = ["MAX_WHERE_IN_SUMMARY", "culprit_where", "join_stacks"]
+__all__ = ["culprit_where", "join_stacks"]
 
-MAX_WHERE_IN_SUMMARY = 2  # culprits whose place is added to a finding's one-line summary
 _MAX_STACK_IN_EVIDENCE = 6  # frames in an evidence line (the JSON has them all)
 
 
@@ -62,16 +62,14 @@ def culprit_where(rank: int, sample: ProcessStacks) -> CulpritWhere:
     )
 
 
-def _evidence(cw: CulpritWhere, sample: ProcessStacks) -> str:
+def _joined(cw: CulpritWhere, sample: ProcessStacks) -> CulpritStack:
     thread = where(sample).thread
     frames = () if thread is None else tuple(f for f in thread.frames if not f.native)
-    chain = " <- ".join(frame_label(f) for f in frames[:_MAX_STACK_IN_EVIDENCE])
-    if len(frames) > _MAX_STACK_IN_EVIDENCE:
-        chain += f" <- … (+{len(frames) - _MAX_STACK_IN_EVIDENCE} frames)"
-    how = f"{cw.source}, {cw.file_name}"
-    if cw.trigger:
-        how += f", {cw.trigger}"
-    return f"rank {cw.rank}'s Python stack ({how}): {cw.thread}: {chain or 'no Python frames'}"
+    return CulpritStack(
+        where=cw,
+        frames=tuple(frame_label(f) for f in frames[:_MAX_STACK_IN_EVIDENCE]),
+        more_frames=max(0, len(frames) - _MAX_STACK_IN_EVIDENCE),
+    )
 
 
 def _with_where(f: Finding, found: dict[int, tuple[CulpritWhere, ProcessStacks]]) -> Finding:
@@ -79,16 +77,7 @@ def _with_where(f: Finding, found: dict[int, tuple[CulpritWhere, ProcessStacks]]
     if not mine:
         return f
     wheres = tuple(cw for cw, _ in mine)
-    clauses = [f"rank {cw.rank}: {cw.summary}" for cw in wheres[:MAX_WHERE_IN_SUMMARY]]
-    if len(wheres) > MAX_WHERE_IN_SUMMARY:
-        clauses.append(f"+{len(wheres) - MAX_WHERE_IN_SUMMARY} more in the evidence")
-    evidence = tuple(_evidence(cw, s) for cw, s in mine)
-    return replace(
-        f,
-        summary=f"{f.summary}; {'; '.join(clauses)}",
-        where=wheres,
-        evidence=(*evidence, *f.evidence),
-    )
+    return replace(f, where=wheres, stacks=tuple(_joined(cw, s) for cw, s in mine))
 
 
 def _agreement(

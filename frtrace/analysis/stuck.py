@@ -6,11 +6,14 @@ the same picture is also a healthy dump taken a moment after an op, so it is inf
 
 from __future__ import annotations
 
+from typing import Literal
+
 from frtrace.analysis.capture import DumpMoments
 from frtrace.analysis.groups import Membership
 from frtrace.analysis.ops import MatchResult
 from frtrace.analysis.signatures import signature_at
 from frtrace.analysis.waitgraph import WaitGraph, victims_of
+from frtrace.detail import DumpedAfter, InFlight, RunningOps, StuckInCollective
 from frtrace.load.tables import DumpSet
 from frtrace.model import (
     Confidence,
@@ -18,7 +21,6 @@ from frtrace.model import (
     FindingKind,
     Severity,
 )
-from frtrace.ranges import format_ranks
 
 __all__ = ["in_flight_findings", "stateless_ranks", "stuck_findings"]
 
@@ -48,29 +50,17 @@ def stuck_findings(
         )
         sig = signature_at(dumps, row)
         held = victims_of(waits, ranks)
-        where = f"{sig.op} #{seq} of {group.label}"
-        in_flight = None
+        in_flight: tuple[Literal["running", "gloo"], Confidence] | None = None
         if running & set(ranks):
-            in_flight = (
-                "the last of them moments before its dump",
-                Confidence.HIGH,
-                "the dump times show nobody had waited long (a running job)",
-            )
+            in_flight = ("running", Confidence.HIGH)
         elif set(ranks) <= stateless and not held:
-            in_flight = (
-                "and Gloo retires an op a moment after it finishes",
-                Confidence.MEDIUM,
-                "Gloo marks an op retired a moment after it finishes, so the newest op can "
-                "look unfinished in a healthy job",
-            )
+            in_flight = ("gloo", Confidence.MEDIUM)
         if in_flight is not None:
-            how, confidence, why = in_flight
+            how, confidence = in_flight
             findings.append(
                 Finding(
                     kind=FindingKind.IN_FLIGHT,
                     severity=Severity.INFO,
-                    summary=f"{where} was in flight when the dumps were taken: every member "
-                    f"entered it, {how}",
                     culprit_ranks=(),
                     waiting_ranks=tuple(ranks),
                     group=group,
@@ -78,7 +68,7 @@ def stuck_findings(
                     op=sig.op,
                     expected=sig,
                     confidence=confidence,
-                    why=why,
+                    detail=InFlight(because=how),
                 )
             )
             continue
@@ -86,12 +76,6 @@ def stuck_findings(
             Finding(
                 kind=FindingKind.STUCK_IN_COLLECTIVE,
                 severity=Severity.WARNING,
-                summary=(
-                    f"every member of {group.label} entered {where} with matching arguments "
-                    "and it did not finish"
-                    + (f"; {len(held)} more ranks wait on them" if held else "")
-                    + ": the Flight Recorder cannot name a rank"
-                ),
                 culprit_ranks=(),
                 waiting_ranks=tuple(sorted(set(ranks) | held)),
                 group=group,
@@ -99,11 +83,7 @@ def stuck_findings(
                 op=sig.op,
                 expected=sig,
                 confidence=Confidence.MEDIUM,
-                why="all members joined; the cause is below the collective layer",
-                evidence=(
-                    "check the NCCL/transport logs (NCCL_DEBUG=INFO), the network between "
-                    f"ranks {format_ranks(ranks)}, and GPU health (Xid errors in dmesg)",
-                ),
+                detail=StuckInCollective(entered=tuple(ranks), held=len(held)),
             )
         )
     return findings
@@ -132,31 +112,25 @@ def in_flight_findings(
             if (waiting[0], gid, seq) in matched.pending
             else "op"
         )
-        where = f"{op} #{seq} of {group.label}"
-        idle = max(moments.idle_s.get(r, 0.0) for r in waiting)
         findings.append(
             Finding(
                 kind=FindingKind.IN_FLIGHT,
                 severity=Severity.INFO,
-                summary=(
-                    f"rank{'s' if len(waiting) > 1 else ''} {format_ranks(waiting)} entered "
-                    f"{where}, which rank{'s' if len(behind) > 1 else ''} "
-                    f"{format_ranks(behind)} had not finished or entered yet: a running job, "
-                    f"dumped at most {idle * 1000:.0f} ms after the waiting ranks' newest op"
-                ),
                 culprit_ranks=(),
                 waiting_ranks=waiting,
                 group=group,
                 seq=seq,
                 op=op,
                 confidence=Confidence.HIGH,
-                why="the recorder wrote each dump moments after the rank's newest entry, well "
-                "within the job's own gaps between ops: nobody had waited long",
-                evidence=tuple(
-                    f"rank {r}: dumped {moments.idle_s[r] * 1000:.0f} ms after its newest entry "
-                    f"(running if under {moments.limit_s[r] * 1000:.0f} ms)"
-                    for r in waiting[:8]
-                    if r in moments.idle_s
+                detail=RunningOps(
+                    waiting=waiting,
+                    behind=behind,
+                    idle_s=max(moments.idle_s.get(r, 0.0) for r in waiting),
+                    dumped=tuple(
+                        DumpedAfter(rank=r, idle_s=moments.idle_s[r], limit_s=moments.limit_s[r])
+                        for r in waiting[:8]
+                        if r in moments.idle_s
+                    ),
                 ),
             )
         )

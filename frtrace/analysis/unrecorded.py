@@ -18,9 +18,9 @@ import pyarrow as pa
 
 from frtrace.analysis.groups import Membership
 from frtrace.analysis.ops import codes
+from frtrace.detail import RankGroupCount, UnrecordedOps
 from frtrace.load.tables import DumpSet
 from frtrace.model import Confidence, Finding, FindingKind, Severity
-from frtrace.ranges import format_ranks
 
 __all__ = ["unrecorded_finding", "unrecorded_ops"]
 
@@ -58,29 +58,19 @@ def unrecorded_finding(
     """One warning naming the ranks with unrecorded ops, and how many per group."""
     if not unrecorded:
         return None
-    ranks = sorted({r for r, _ in unrecorded})
-    total = sum(unrecorded.values())
-    evidence = [
-        f"rank {r}: {n} op{'s' if n != 1 else ''} on {membership.groups[g].label} counted in "
-        "op_id but not in its buffer"
-        for (r, g), n in sorted(unrecorded.items())[:8]
-    ]
-    if len(unrecorded) > 8:
-        evidence.append(f"... and {len(unrecorded) - 8} more (rank, group) pairs")
+    ranks = tuple(sorted({r for r, _ in unrecorded}))
+    pairs = sorted(unrecorded.items())
     return Finding(
         kind=FindingKind.UNRECORDED_OPS,
         severity=Severity.WARNING,
-        summary=(
-            f"rank{'s' if len(ranks) > 1 else ''} {format_ranks(ranks)} ran {total} op"
-            f"{'s' if total != 1 else ''} that Gloo does not record (send/recv): a rank "
-            "blocked in one looks exactly like a rank that finished everything it recorded"
-        ),
         culprit_ranks=(),
         confidence=Confidence.MEDIUM,
-        why="Gloo counts send/recv in op_id but writes no entry for them",
-        evidence=(
-            *evidence,
-            "to see where each rank is: py-spy dump --pid <pid> on every rank (a rank in "
-            "send/recv shows it); the NCCL backend records send/recv",
+        detail=UnrecordedOps(
+            ranks=ranks,
+            total=sum(unrecorded.values()),
+            counts=tuple(
+                RankGroupCount(rank=r, group=membership.groups[g], ops=n) for (r, g), n in pairs[:8]
+            ),
+            more=max(0, len(pairs) - 8),
         ),
     )

@@ -27,13 +27,14 @@ from frtrace.gate.exitcodes import incomplete_ranks
 from frtrace.model import Report
 from frtrace.pipeline import analyze
 from frtrace.ranges import format_ranks
+from frtrace.report.wording import summary
 
 __all__ = ["assert_culprits", "assert_expected", "assert_healthy"]
 
 
 def _fail(directory: Path, report: Report, problems: list[str]) -> AssertionError:
     lines = "\n".join(f"  {p}" for p in problems)
-    findings = "\n".join(f"  [{f.code}] {f.summary}" for f in report.findings[:10])
+    findings = "\n".join(f"  [{f.code}] {summary(f)}" for f in report.findings[:10])
     return AssertionError(
         f"{directory}: the analysis differs from the expectation:\n{lines}\n"
         f"verdict {report.verdict}; findings:\n{findings or '  none'}"

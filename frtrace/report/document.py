@@ -32,6 +32,7 @@ from frtrace.report.nextsteps import next_steps
 from frtrace.report.select import Selection
 from frtrace.report.stacks import class_lines, where_line
 from frtrace.report.timeline import timeline_lines
+from frtrace.report.wording import evidence, summary, why
 
 __all__ = [
     "Block",
@@ -125,7 +126,7 @@ def build_document(report: Report, selection: Selection | None = None) -> list[B
 def _answer(doc: _Doc, report: Report, selection: Selection) -> None:
     doc.add(Heading(1, headline(report)))
     top, cut = headlines(report)
-    items = [f"{shorten_rank_lists(f.summary)} [{_tag(f)}]" for f in top]
+    items = [f"{shorten_rank_lists(summary(f))} [{_tag(f)}]" for f in top]
     if cut:
         items.append(f"… and {plural(cut, 'more finding')} below")
     if items:
@@ -167,7 +168,7 @@ def _tag(f: Finding) -> str:
 
 def _finding(doc: _Doc, f: Finding) -> None:
     title = f"{f.code} {f.kind} · {f.severity.name.lower()} · confidence {f.confidence}"
-    doc.add(Heading(3, title), Para(shorten_rank_lists(f.summary), strong=True))
+    doc.add(Heading(3, title), Para(shorten_rank_lists(summary(f)), strong=True))
     pairs: list[tuple[str, str]] = []
     if f.group is not None:
         how = ", inferred from the entries" if f.group.inferred else ""
@@ -186,8 +187,9 @@ def _finding(doc: _Doc, f: Finding) -> None:
         pairs.append(("waiting", f"{compact_ranks(f.waiting_ranks)} ({len(f.waiting_ranks)})"))
     if f.cycle:
         pairs.append(("cycle", " → ".join(str(r) for r in (*f.cycle, f.cycle[0]))))
-    if f.why:
-        pairs.append(("because", f.why))
+    because = why(f)
+    if because:
+        pairs.append(("because", because))
     doc.add(KeyValues(tuple(pairs)))
     columns, cut = finding_columns(f)
     if columns:
@@ -196,10 +198,11 @@ def _finding(doc: _Doc, f: Finding) -> None:
         doc.add(Table(headers, rows))
         if cut:
             doc.add(Para(f"(+{plural(cut, 'more culprit behaviour')}; see the JSON report)"))
-    if f.evidence:
-        items = [shorten_rank_lists(e) for e in f.evidence[:MAX_EVIDENCE]]
-        if len(f.evidence) > MAX_EVIDENCE:
-            items.append(f"… +{len(f.evidence) - MAX_EVIDENCE} more (see the JSON report)")
+    lines = evidence(f)
+    if lines:
+        items = [shorten_rank_lists(e) for e in lines[:MAX_EVIDENCE]]
+        if len(lines) > MAX_EVIDENCE:
+            items.append(f"… +{len(lines) - MAX_EVIDENCE} more (see the JSON report)")
         doc.add(Bullets(tuple(items), title="evidence"))
     stacks = stack_rows(columns)
     if stacks:
@@ -224,7 +227,7 @@ def _other_findings(doc: _Doc, rest: list[Finding]) -> None:
             "-" if f.seq is None else str(f.seq),
             compact_ranks(f.culprit_ranks, max_chars=24),
             str(len(f.waiting_ranks)),
-            shorten_rank_lists(f.summary, max_chars=32),
+            shorten_rank_lists(summary(f), max_chars=32),
         )
         for f in rest[:MAX_OTHER_FINDINGS]
     ]

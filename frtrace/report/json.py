@@ -25,6 +25,7 @@ from frtrace.report.nextsteps import finding_steps, next_steps
 from frtrace.report.select import Selection
 from frtrace.report.stacks import stacks_to_dict, where_to_dict
 from frtrace.report.timeline import failure_to_dict
+from frtrace.report.wording import evidence, summary, why
 
 __all__ = ["SCHEMA_VERSION", "dumps_compact", "render_json", "report_to_dict"]
 
@@ -62,7 +63,7 @@ def _finding(f: Finding, report: Report) -> dict[str, Any]:
         "code": f.code,
         "kind": str(f.kind),
         "severity": f.severity.name.lower(),
-        "summary": f.summary,
+        "summary": summary(f),
         "culprit_ranks": list(f.culprit_ranks),
         "waiting_ranks": list(f.waiting_ranks),
         "group": _group(f.group),
@@ -71,8 +72,8 @@ def _finding(f: Finding, report: Report) -> dict[str, Any]:
         "expected": _sig(f.expected),
         "actual": {str(r): _sig(s) for r, s in sorted(f.actual.items())},
         "confidence": str(f.confidence),
-        "why": f.why,
-        "evidence": list(f.evidence),
+        "why": why(f),
+        "evidence": list(evidence(f)),
         "cycle": list(f.cycle),
         "next_steps": finding_steps(f, report),
     }

@@ -13,6 +13,7 @@ import pytest
 
 from frtrace.analysis import codec
 from frtrace.analysis.codec import CodecError, decode, decode_report, encode, encode_report
+from frtrace.detail import Prose
 from frtrace.model import Finding, FindingKind, OpSignature, Report, Severity
 from frtrace.pipeline import analyze
 from frtrace.report.html import render_html
@@ -58,7 +59,7 @@ def test_round_trip_keeps_what_the_fixtures_may_not_hold() -> None:
     finding = Finding(
         kind=FindingKind.OP_MISMATCH,
         severity=Severity.ERROR,
-        summary="x",
+        detail=Prose(summary="x"),
         culprit_ranks=(3,),
         expected=sig,
         actual={3: replace(sig, op="broadcast"), 1: sig},
@@ -91,6 +92,10 @@ def _damaged(mutate: Any) -> dict[str, Any]:
         lambda r: r["findings"][0].update(actual={"3": None}),  # a dict for [key, value] pairs
         lambda r: r.update(stacks={"py/object": "os.system"}),  # someone else's encoding
         lambda r: r["stacks"]["classes"].update(tree=[]),  # a list for a dataclass
+        lambda r: r["findings"][0]["detail"].update(type="Report"),  # a class not in the union
+        lambda r: r["findings"][0]["detail"].update(type=None),  # no class name
+        lambda r: r["findings"][0]["detail"].pop("type"),  # a union value without its class
+        lambda r: r["findings"][0].update(detail=None),  # None where the union has no None
     ],
     ids=[
         "unknown",
@@ -105,12 +110,27 @@ def _damaged(mutate: Any) -> dict[str, Any]:
         "pairs",
         "foreign",
         "nested",
+        "union-class",
+        "union-name",
+        "union-untagged",
+        "union-none",
     ],
 )
 def test_anything_else_is_a_decode_error(mutate: Any) -> None:
     """An unknown or missing field, a wrong type anywhere: CodecError, never a Report."""
     with pytest.raises(CodecError):
         decode_report(_damaged(mutate))
+
+
+def test_a_union_of_dataclasses_names_its_class() -> None:
+    """A finding's detail is one of the hinted classes, tagged by name; nothing else encodes."""
+    finding = _stacks_report().findings[0]
+    data = encode(Finding, finding)
+    assert set(data["detail"]) == {"type", "value"}
+    assert data["detail"]["type"] == type(finding.detail).__name__
+    assert decode(Finding, data) == finding
+    with pytest.raises(CodecError):
+        encode(Finding, replace(finding, detail=finding.group))
 
 
 def test_another_format_is_a_decode_error() -> None:

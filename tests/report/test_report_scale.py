@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from frtrace.detail import Prose, StuckInCollective
 from frtrace.model import (
     Confidence,
     Finding,
@@ -74,8 +75,6 @@ def big_report() -> Report:
     main = Finding(
         kind=FindingKind.NEVER_JOINED,
         severity=Severity.ERROR,
-        summary=f"rank {CULPRIT} never joined all_reduce #{SEQ} of tp (pg {own_tp.name}); "
-        f"{WORLD - 1} ranks wait on it",
         culprit_ranks=(CULPRIT,),
         waiting_ranks=waiting,
         group=own_tp,
@@ -84,18 +83,21 @@ def big_report() -> Report:
         expected=_sig("all_reduce", stack),
         actual={CULPRIT: _sig("all_gather", stack[3:])},
         confidence=Confidence.HIGH,
-        why="every rank involved has a dump that shows it",
-        evidence=(
-            "ranks " + ",".join(str(r) for r in range(0, WORLD, 2)) + ": inside all_reduce",
-            *(f"fact {i}" for i in range(40)),
+        detail=Prose(
+            summary=f"rank {CULPRIT} never joined all_reduce #{SEQ} of tp (pg {own_tp.name}); "
+            f"{WORLD - 1} ranks wait on it",
+            why="every rank involved has a dump that shows it",
+            evidence=(
+                "ranks " + ",".join(str(r) for r in range(0, WORLD, 2)) + ": inside all_reduce",
+                *(f"fact {i}" for i in range(40)),
+            ),
         ),
     )
     others = [
         Finding(
             kind=FindingKind.STUCK_IN_COLLECTIVE,
             severity=Severity.WARNING,
-            summary=f"every member of tp (pg {g.name}) entered all_reduce #{SEQ} and it did not "
-            "finish",
+            detail=StuckInCollective(entered=g.members, held=0),
             culprit_ranks=(),
             waiting_ranks=g.members,
             group=g,

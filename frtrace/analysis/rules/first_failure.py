@@ -11,9 +11,9 @@ rank reports the same kind of cause, none of them is singled out.
 from __future__ import annotations
 
 from frtrace.analysis.facts import Facts
-from frtrace.evidence.model import Failure, Role
+from frtrace.detail import FirstFailure
+from frtrace.evidence.model import Role
 from frtrace.model import Confidence, Finding, FindingKind, Severity
-from frtrace.ranges import format_ranks
 
 __all__ = ["TOGETHER_NS", "check"]
 
@@ -52,45 +52,22 @@ def check(facts: Facts) -> list[Finding]:
         {f.rank for f in causes if f.rank is not None and f.rank not in ranks} - set(untimed_others)
     )
     sure = t0 is not None and not untimed_others
-    lead = first[0]
-    who = f"rank{'s' if len(ranks) > 1 else ''} {format_ranks(ranks)}"
-    what = lead.exc_type or str(lead.kind).replace("_", " ")
-    summary = f"{who} failed first with {what}"
-    if lead.where:
-        summary += f" at {lead.where}"
-    if victims:
-        summary += (
-            f"; {len(victims)} other rank{'s' if len(victims) != 1 else ''} failed after it "
-            "waiting on it"
-        )
-    evidence = [_line(f) for f in first[:4]]
-    evidence += [_line(f) for f in after[:3]]
-    if untimed_others:
-        evidence.append(
-            f"rank(s) {format_ranks(untimed_others)} also failed on their own, at a time no "
-            "file says: they may have failed first"
-        )
-    if other_causes:
-        evidence.append(f"rank(s) {format_ranks(other_causes)} also failed on their own, later")
     return [
         Finding(
             kind=FindingKind.FIRST_FAILURE,
             severity=Severity.ERROR,
-            summary=summary,
             culprit_ranks=ranks,
             waiting_ranks=victims,
             confidence=Confidence.HIGH if sure else Confidence.MEDIUM,
-            why=(
-                "its failure is the earliest, and of its own making; the others' are timeouts "
-                "and closed connections that follow from it"
-                if sure
-                else "the files that report the failures do not all say when"
+            detail=FirstFailure(
+                ranks=ranks,
+                first=tuple(first[:4]),
+                after=tuple(after[:3]),
+                victims=victims,
+                untimed_others=tuple(untimed_others),
+                later_causes=tuple(other_causes),
+                sure=sure,
             ),
-            evidence=tuple(evidence),
             failures=tuple(first[:4]) + tuple(after[:4]),
         )
     ]
-
-
-def _line(f: Failure) -> str:
-    return f"rank {f.rank}: {f.role} ({f.kind}): {f.message} [{f.source}]"

@@ -16,7 +16,8 @@ from dataclasses import replace
 
 from frtrace.analysis.facts import Facts
 from frtrace.analysis.hang import hang_findings
-from frtrace.model import Confidence, Finding, FindingKind, Severity
+from frtrace.detail import MaybeElsewhere, NeverJoined
+from frtrace.model import Confidence, Finding, Severity
 
 __all__ = ["check"]
 
@@ -33,7 +34,7 @@ def check(facts: Facts) -> list[Finding]:
     return [_weighed(f, facts) for f in found]
 
 
-def _maybe_elsewhere(rank: int, facts: Facts) -> str | None:
+def _maybe_elsewhere(rank: int, facts: Facts) -> MaybeElsewhere | None:
     """Why the rank may be blocked in an op its buffer does not show, or None."""
     if rank in facts.matched.blocked:
         return None  # its buffer shows where it is blocked
@@ -44,21 +45,15 @@ def _maybe_elsewhere(rank: int, facts: Facts) -> str | None:
         word in (place.library_call or "") for word in ("send", "recv", "barrier")
     )
     if in_comm and place is not None and (ran or p2p_call):
-        return (
-            f"rank {rank}'s Python stack is inside a torch.distributed call "
-            f"({place.library_call or place.summary}), not in host code: it is blocked in an op "
-            "its buffer does not show (a send/recv), waiting too"
-        )
+        call = place.library_call or place.summary
+        return MaybeElsewhere(rank=rank, in_call=call, unrecorded=ran)
     if in_comm is None and ran:
-        return (
-            f"rank {rank} ran {ran} send/recv op{'s' if ran != 1 else ''} that Gloo does not "
-            "record: it may be blocked in one, waiting too (its Python stack would tell)"
-        )
+        return MaybeElsewhere(rank=rank, in_call=None, unrecorded=ran)
     return None
 
 
 def _weighed(f: Finding, facts: Facts) -> Finding:
-    if f.kind != FindingKind.NEVER_JOINED or f.severity != Severity.ERROR:
+    if not isinstance(f.detail, NeverJoined) or f.severity != Severity.ERROR:
         return f
     doubts = [why for r in f.culprit_ranks if (why := _maybe_elsewhere(r, facts)) is not None]
     if not doubts:
@@ -67,6 +62,5 @@ def _weighed(f: Finding, facts: Facts) -> Finding:
         f,
         severity=Severity.WARNING,
         confidence=Confidence.LOW,
-        why="the ranks named may be blocked in an unrecorded op, not in host code",
-        evidence=(*f.evidence, *doubts),
+        detail=replace(f.detail, doubts=tuple(doubts)),
     )

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from frtrace.analysis.facts import Facts
+from frtrace.detail import NamedByError
 from frtrace.model import Confidence, Finding, FindingKind, Severity
-from frtrace.ranges import format_ranks
 
 __all__ = ["check"]
 
@@ -16,19 +16,14 @@ def check(facts: Facts) -> list[Finding]:
         return []
     named = tuple(sorted({r for f in naming for r in f.named_ranks}))
     reporters = tuple(sorted({f.rank for f in naming if f.rank is not None} - set(named)))
-    first = naming[0]
-    who = f"rank{'s' if len(named) > 1 else ''} {format_ranks(named)}"
-    by = f" (rank {format_ranks(reporters)} says so)" if reporters else ""
     return [
         Finding(
             kind=FindingKind.NAMED_BY_ERROR,
             severity=Severity.ERROR,
-            summary=f"{who} failed to reach the barrier its peers waited in{by}: {first.message}",
             culprit_ranks=named,
             waiting_ranks=reporters,
             confidence=Confidence.HIGH,
-            why="an error message written by the job names the ranks",
-            evidence=tuple(f"{f.source}: {f.message}" for f in naming[:4]),
+            detail=NamedByError(named=named, reporters=reporters, messages=tuple(naming[:4])),
             failures=tuple(naming[:8]),
         )
     ]

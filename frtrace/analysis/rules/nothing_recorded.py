@@ -10,8 +10,8 @@ stack (``stack_outlier``) or its logs (``first_failure``); this rule says the en
 from __future__ import annotations
 
 from frtrace.analysis.facts import Facts
+from frtrace.detail import NothingRecorded
 from frtrace.model import Confidence, Finding, FindingKind, Severity
-from frtrace.ranges import format_ranks
 
 __all__ = ["check"]
 
@@ -24,18 +24,9 @@ def check(facts: Facts) -> list[Finding]:
         Finding(
             kind=FindingKind.NOTHING_RECORDED,
             severity=Severity.WARNING,
-            summary=(
-                f"no rank recorded any op (dumps of rank{'s' if len(loaded) > 1 else ''} "
-                f"{format_ranks(loaded)} are empty): the job is stuck before its first "
-                "collective, or runs only ops the recorder does not write (Gloo's send/recv)"
-            ),
             culprit_ranks=(),
             waiting_ranks=(),
             confidence=Confidence.LOW,
-            why="an empty ring buffer says nothing of where a rank is",
-            evidence=(
-                "each rank's Python stack (py-spy dump, or frtrace.recorder's sidecar) and its "
-                "log say where it is",
-            ),
+            detail=NothingRecorded(loaded=tuple(loaded)),
         )
     ]

@@ -25,8 +25,8 @@ import pandas as pd
 
 from frtrace.analysis.facts import Facts
 from frtrace.analysis.waitgraph import Edge, EdgeKind, victims_of
+from frtrace.detail import RunningSnapshot
 from frtrace.model import Confidence, Finding, FindingKind, Severity
-from frtrace.ranges import format_ranks
 
 __all__ = ["WINDOW_S", "check"]
 
@@ -71,24 +71,13 @@ def check(facts: Facts) -> list[Finding]:
             Finding(
                 kind=FindingKind.RUNNING_SNAPSHOT,
                 severity=Severity.WARNING,
-                summary=(
-                    f"rank {c} is one op behind rank{'s' if len(waiters) > 1 else ''} "
-                    f"{format_ranks(waiters)} in {group.label} (#{seq}), as "
-                    f"{len(by_culprit) - 1} other group{'s are' if len(by_culprit) > 2 else ' is'} "
-                    f"at the same moment: a running job dumped at one instant looks so"
-                ),
                 culprit_ranks=(),
                 waiting_ranks=waiters,
                 group=group,
                 seq=seq,
                 confidence=Confidence.LOW,
-                why="no dump says when it was written; the waits began within "
-                f"{WINDOW_S:.0f} s of the newest entry of the job",
-                evidence=(
-                    f"{len(by_culprit)} groups each have one member one op behind, holding up "
-                    "no one outside the group",
-                    "a dump time (frtrace.recorder), or a second snapshot a few seconds later "
-                    "(frtrace compare), tells a running job from a hang",
+                detail=RunningSnapshot(
+                    behind=c, ahead=waiters, groups=len(by_culprit), window_s=WINDOW_S
                 ),
             )
         )

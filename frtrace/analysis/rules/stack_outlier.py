@@ -11,8 +11,8 @@ say something is wrong but cannot say who (``analysis.verdict``).
 from __future__ import annotations
 
 from frtrace.analysis.facts import Facts
+from frtrace.detail import StackOutlier
 from frtrace.model import Confidence, Finding, FindingKind, Severity
-from frtrace.ranges import format_ranks
 
 __all__ = ["check"]
 
@@ -26,21 +26,16 @@ def check(facts: Facts) -> list[Finding]:
         return []
     where = tuple(facts.places[r] for r in host)
     lib = {facts.places[r].library_call for r in comm}
-    waits = next(iter(lib)) if len(lib) == 1 else "torch.distributed calls"
     return [
         Finding(
             kind=FindingKind.STACK_OUTLIER,
             severity=Severity.ERROR,
-            summary=(
-                f"rank{'s' if len(host) > 1 else ''} {format_ranks(host)} "
-                f"{'are' if len(host) > 1 else 'is'} in host code while "
-                f"{len(comm)} rank{'s' if len(comm) != 1 else ''} wait in {waits}"
-            ),
             culprit_ranks=host,
             waiting_ranks=comm,
             confidence=Confidence.MEDIUM,
-            why="read from the ranks' Python stacks; the Flight Recorder entries do not say",
-            evidence=tuple(f"rank {w.rank}: {w.summary} [{w.file_name}]" for w in where[:4]),
+            detail=StackOutlier(
+                host=where, waiting=len(comm), waiting_in=next(iter(lib)) if len(lib) == 1 else None
+            ),
             where=where,
         )
     ]

@@ -13,8 +13,8 @@ different new group), and are named.
 from __future__ import annotations
 
 from frtrace.analysis.facts import Facts
+from frtrace.detail import BlockedAlone, UnseenMembers
 from frtrace.model import Confidence, Finding, FindingKind, Severity
-from frtrace.ranges import format_ranks
 
 __all__ = ["check"]
 
@@ -36,44 +36,23 @@ def check(facts: Facts) -> list[Finding]:
         and len(loaded) == facts.dumps.world.size
         and all(r in facts.matched.blocked and r not in facts.moments.running for r in loaded)
     )
-    evidence = tuple(
-        f"rank {r}: blocked in {ref.op}"
-        + (f" #{ref.seq}" if ref.seq is not None else "")
-        + f" of {facts.membership.groups[ref.gid].label}, which no other rank recorded"
-        for r, ref in sorted(alone.items())
-    )
-    several = len(ranks) > 1
-    if nobody_free:
-        evidence = (
-            *evidence,
-            f"every rank of the job ({len(loaded)}: the world size is the "
-            f"{facts.dumps.world.source}) has a dump and is blocked: the unseen members are "
-            "blocked elsewhere, and no rank is free to join",
-        )
     return [
         Finding(
             kind=FindingKind.UNSEEN_MEMBERS,
             severity=Severity.ERROR if nobody_free else Severity.WARNING,
-            summary=(
-                f"rank{'s' if several else ''} {format_ranks(ranks)} "
-                f"{'are' if several else 'is'} blocked in ops of groups that no other member "
-                "recorded: the other members never entered them"
-                + (
-                    ": every rank is blocked, so they wait on each other (a cross-group deadlock)"
-                    if nobody_free
-                    else " (each rank in a different group: a cross-group deadlock?)"
-                    if several
-                    else ""
-                )
-            ),
             culprit_ranks=ranks if nobody_free else (),
             waiting_ranks=() if nobody_free else ranks,
             confidence=Confidence.MEDIUM if nobody_free else Confidence.LOW,
-            why="Gloo's pg_config does not say who the other members are",
-            evidence=(
-                *evidence,
-                "the members of each group (the ranks passed to new_group), and each rank's "
-                "Python stack, would say who never entered",
+            detail=UnseenMembers(
+                blocked=tuple(
+                    BlockedAlone(
+                        rank=r, op=ref.op, seq=ref.seq, group=facts.membership.groups[ref.gid]
+                    )
+                    for r, ref in sorted(alone.items())
+                ),
+                nobody_free=nobody_free,
+                loaded=len(loaded),
+                world_source=facts.dumps.world.source,
             ),
         )
     ]
