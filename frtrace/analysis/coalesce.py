@@ -237,4 +237,15 @@ def drop_truncated_runs(
     cut = (collectives["row"] == oldest) & coalesced
     if not cut.any():
         return collectives
+    # A lone *_coalesced entry with sizes is a whole op (the fast-path coalesced APIs record
+    # one entry with every tensor's shape), not the closing marker of a cut run (no sizes).
+    # An onlyActive dump, which looks wrapped, often holds just such an op.
+    alone = cut & (collectives["n_entries"] == 1)
+    if alone.any():
+        rows = collectives.loc[alone, "row"].to_numpy()
+        sizes = dumps.entries.column("input_sizes").take(rows).to_pylist()
+        whole = np.array([bool(s) for s in sizes], dtype=bool)
+        cut.loc[alone] = ~whole
+    if not cut.any():
+        return collectives
     return collectives[~cut].reset_index(drop=True)

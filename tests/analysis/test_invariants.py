@@ -32,15 +32,28 @@ def _pending_ranks(dumps: DumpSet) -> set[int]:
     """Ranks with an entry neither retired nor completed, and no later entry of the same
     group on that rank that is: one group's ops finish in order on a rank (one stream), and
     the per-op entries of a p2p batch or slow-path coalesced run stay ``scheduled`` forever in
-    torch (no CUDA events of their own) while the run's closing entry completes."""
-    rows = dumps.entries.select(["rank", "group_name", "state", "retired"]).to_pylist()
+    torch (no CUDA events of their own) while the run's closing entry completes. A run whose
+    closing entry is gone (onlyActive drops it once completed) is left out, as the analysis
+    leaves out runs it cannot see whole."""
+    rows = dumps.entries.select(
+        ["rank", "group_name", "collective_seq", "op", "is_p2p", "state", "retired"]
+    ).to_pylist()
+    runs: dict[tuple[int, str, int], list[str]] = {}
+    for r in rows:
+        if not r["is_p2p"]:
+            runs.setdefault((r["rank"], r["group_name"], r["collective_seq"]), []).append(r["op"])
+    cut = {k for k, ops in runs.items() if len(ops) > 1 and not any("coalesced" in o for o in ops)}
     pending: set[int] = set()
     done_later: set[tuple[int, str]] = set()
     for r in reversed(rows):  # newest first within each rank (rows are in buffer order)
         key = (r["rank"], r["group_name"])
         if r["retired"] or r["state"] == "completed":
             done_later.add(key)
-        elif r["retired"] is False and key not in done_later:
+        elif (
+            r["retired"] is False
+            and key not in done_later
+            and (r["rank"], r["group_name"], r["collective_seq"]) not in cut
+        ):
             pending.add(r["rank"])
     return pending
 
@@ -87,3 +100,41 @@ def test_generated_jobs_keep_the_invariants(
     out = tmp_path_factory.mktemp("job")
     write_dumps(simulate(spec), out)  # type: ignore[arg-type]
     _check(out)
+
+
+def test_a_lone_fast_path_coalesced_op_of_an_only_active_dump_is_an_op(tmp_path: Path) -> None:
+    """onlyActive dumps look wrapped (their record ids start high); a rank's one pending
+    all_gather_into_tensor_coalesced (one entry, every tensor's shape) was taken for the
+    closing marker of a run cut by the wrap and dropped: healthy, with the rank pending."""
+    from frsim import Capture, JobSpec, Moment
+
+    spec = JobSpec(
+        world_size=4,
+        tp=1,
+        pp=1,
+        dp=4,
+        steps=3,
+        microbatches=2,
+        layers=2,
+        buffer_size=2000,
+        coalesced=True,
+        batched_p2p=False,
+        all_to_all=True,
+        timing=False,
+        stack_depth=9,
+        lookahead=0,
+        seed=0,
+        fault=None,
+        capture=Capture(
+            moment=Moment.SNAPSHOT,
+            retired="before",
+            only_active=True,
+            stacks=False,
+            step=0,
+            at=0.0,
+            skew_us=0.0,
+        ),
+    )
+    write_dumps(simulate(spec), tmp_path / "job")
+    report = _check(tmp_path / "job")
+    assert report.verdict not in HEALTHY
