@@ -55,7 +55,7 @@ CODE = (
     "evidence",
     "job",
     "load",
-    "detail.py",
+    "detail",
     "model.py",
     "pipeline.py",
     "printable.py",
@@ -65,6 +65,7 @@ CODE = (
     # (not the renderers: Finding.summary, .why and .evidence say a finding through these)
     "report/wording.py",
     "report/words.py",
+    "report/words_desync.py",
     "report/words_hang.py",
 )
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 
-from frtrace.detail import CulpritStack, CulpritWhere, Detail, GroupRef, OpSignature
+from frtrace.detail import CulpritStack, CulpritWhere, Detail, Disagreement, GroupRef, OpSignature
 from frtrace.evidence.model import Failure
 from frtrace.pystack.classes import StackClasses
 
@@ -51,6 +51,7 @@ __all__ = [
     "CulpritStack",
     "CulpritWhere",
     "Detail",
+    "Disagreement",
     "Finding",
     "FindingKind",
     "GroupProgress",
@@ -245,8 +246,8 @@ class Report:
     timeline: tuple[Failure, ...] = ()
     evidence_files: tuple[str, ...] = ()
     evidence_problems: tuple[str, ...] = ()  # files that could not be read, one line each
-    # Where two kinds of evidence name different ranks: each says which, and who
-    disagreements: tuple[str, ...] = ()
+    # Where two kinds of evidence name different ranks: which, and whom (report.wording says it)
+    disagreements: tuple[Disagreement, ...] = ()
 
     @property
     def has_problems(self) -> bool:

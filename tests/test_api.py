@@ -38,6 +38,8 @@ ALLOWED = {
     "pystack": {"pystack", "job", "errors", "ranges", "printable"},
     "evidence": {"evidence", "pystack", "job", "errors", "ranges", "printable"},
     "load": {"load", "errors", "printable", "ranges", "progress"},
+    # the findings' typed evidence: plain values, beside the job's failures they cite
+    "detail": {"detail", "evidence", "pystack", "job", "errors", "ranges", "printable"},
     "analysis": {
         "analysis",
         "model",

@@ -17,10 +17,9 @@ from collections import Counter
 from frtrace.analysis.groups import Membership
 from frtrace.analysis.ops import MatchResult
 from frtrace.analysis.signatures import signature_at
-from frtrace.detail import Prose
+from frtrace.detail import SplitMismatch, SplitPair
 from frtrace.load.tables import DumpSet
 from frtrace.model import Confidence, Finding, FindingKind, Severity
-from frtrace.ranges import format_ranks
 
 __all__ = ["ALL_TO_ALL_OPS", "split_mismatches"]
 
@@ -65,14 +64,6 @@ def split_mismatches(dumps: DumpSet, membership: Membership, match: MatchResult)
         if not culprits:
             culprits = tuple(sorted(seen))
         op = str(part["op"].iloc[0])
-        a, b, x, y = pairs[0]
-        more = f" (and {len(pairs) - 1} more pairs)" if len(pairs) > 1 else ""
-        evidence = [
-            f"rank {p} sends {s} elements to rank {q}, which expects {w} from it"
-            for p, q, s, w in pairs[:_SHOWN_PAIRS]
-        ]
-        if len(pairs) > _SHOWN_PAIRS:
-            evidence.append(f"{len(pairs) - _SHOWN_PAIRS} more mismatched pairs")
         findings.append(
             Finding(
                 kind=FindingKind.SIZE_MISMATCH,
@@ -84,18 +75,13 @@ def split_mismatches(dumps: DumpSet, membership: Membership, match: MatchResult)
                 op=op,
                 actual={r: signature_at(dumps, rows[r], op=op) for r in culprits},
                 confidence=Confidence.HIGH if len(culprits) == 1 else Confidence.MEDIUM,
-                detail=Prose(
-                    summary=(
-                        f"{op} #{seq} of {group.label}: rank {a} sends {x} elements to rank "
-                        f"{b}, which expects {y}{more}"
+                detail=SplitMismatch(
+                    culprits=culprits,
+                    pairs=tuple(
+                        SplitPair(sender=p, receiver=q, sends=x, expects=y)
+                        for p, q, x, y in pairs[:_SHOWN_PAIRS]
                     ),
-                    why=(
-                        f"rank {culprits[0]} is in every mismatched pair"
-                        if len(culprits) == 1
-                        else f"the split sizes of ranks {format_ranks(culprits)} disagree "
-                        "pairwise; which side is wrong is not recorded"
-                    ),
-                    evidence=tuple(evidence),
+                    total=len(pairs),
                 ),
             )
         )

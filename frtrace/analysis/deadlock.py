@@ -25,10 +25,9 @@ from frtrace.analysis.groups import Membership
 from frtrace.analysis.ops import COLLECTIVE, MatchResult, OpRef
 from frtrace.analysis.signatures import signature_at
 from frtrace.analysis.waitgraph import EdgeKind, WaitGraph, victims_of
-from frtrace.detail import Prose
+from frtrace.detail import CycleStep, Deadlock, DecidedBy, OrderConflict, P2PPost, PatternBroken
 from frtrace.load.tables import DumpSet
 from frtrace.model import Confidence, Finding, FindingKind, Severity
-from frtrace.ranges import format_ranks
 
 __all__ = ["find_deadlocks"]
 
@@ -90,21 +89,27 @@ def _deviators(
     matched: MatchResult,
     component: tuple[int, ...],
     cycle: tuple[int, ...] = (),
-) -> tuple[tuple[int, ...], str, list[str]]:
-    """Ranks that changed the order, why, and the conflicts in words."""
+) -> tuple[tuple[int, ...], tuple[DecidedBy, ...], list[OrderConflict]]:
+    """Ranks that changed the order, how that was decided, and the conflicts."""
     culprits: set[int] = set()
-    reasons: list[str] = []
-    words: list[str] = []
+    reasons: list[DecidedBy] = []
+    conflicts: list[OrderConflict] = []
     for x, y, x_first, y_first in _order_conflicts(membership, matched, component):
-        gx, gy = membership.groups[x[0]], membership.groups[y[0]]
-        words.append(
-            f"ranks {format_ranks(x_first)} entered #{x[1]} of {gx.label} first, ranks "
-            f"{format_ranks(y_first)} entered #{y[1]} of {gy.label} first"
+        conflicts.append(
+            OrderConflict(
+                first_here=tuple(x_first),
+                seq_here=x[1],
+                group_here=membership.groups[x[0]],
+                first_there=tuple(y_first),
+                seq_there=y[1],
+                group_there=membership.groups[y[0]],
+            )
         )
         if len(x_first) != len(y_first):
             fewer = x_first if len(x_first) < len(y_first) else y_first
             culprits.update(fewer)
-            reasons.append(f"{len(fewer)} against {len(x_first) + len(y_first) - len(fewer)}")
+            more = len(x_first) + len(y_first) - len(fewer)
+            reasons.append(DecidedBy(how="majority", fewer=len(fewer), more=more))
             continue
         changed = {r: _changed_order(matched, r, x, y) for r in x_first}
         changed |= {r: _changed_order(matched, r, y, x) for r in y_first}
@@ -112,24 +117,22 @@ def _deviators(
         kept = [r for r, c in changed.items() if c is False]
         if moved and kept:
             culprits.update(moved)
-            reasons.append("their order at the previous step")
+            reasons.append(DecidedBy(how="previous_step"))
     if not culprits:
         culprits = _cycle_history(matched, cycle)
         if culprits:
-            reasons.append("each rank's order at the previous step")
+            reasons.append(DecidedBy(how="cycle_history"))
     if not culprits:
         culprits = _early_movers(membership, matched, component)
         if culprits:
-            reasons.append("one op entered early by fewer ranks than the ops others entered")
+            reasons.append(DecidedBy(how="early_movers"))
     if not culprits:
         culprits = _habit_breakers(matched, component)
         if culprits:
-            reasons.append(
-                "each rank's own habit: what followed the op before at every earlier step"
-            )
+            reasons.append(DecidedBy(how="habit"))
     if not culprits:
-        return (), "", words
-    return tuple(sorted(culprits)), "decided by " + " and ".join(sorted(set(reasons))), words
+        return (), (), conflicts
+    return tuple(sorted(culprits)), tuple(reasons), conflicts
 
 
 def _cycle_history(matched: MatchResult, cycle: tuple[int, ...]) -> set[int]:
@@ -303,15 +306,11 @@ def _p2p_finding(
     culprits: tuple[int, ...],
 ) -> Finding:
     """A send/recv cycle where the culprits posted the wrong direction of their pattern."""
-    parts = []
-    for r in culprits:
-        op = matched.blocked[r]
-        want = "recv" if op.op == "send" else "send"
-        parts.append(
-            f"rank {r} never posted the {want} matching rank {op.peer}'s "
-            f"{'send' if want == 'recv' else 'recv'} in {membership.groups[op.gid].label}: it "
-            f"posted a {op.op} instead, breaking the pattern it repeated every step"
-        )
+
+    def post(rank: int) -> P2PPost:
+        op = matched.blocked[rank]
+        return P2PPost(rank=rank, posted=op.op, peer=op.peer, group=membership.groups[op.gid])
+
     held = victims_of(waits, component)
     first = matched.blocked[culprits[0]]
     return Finding(
@@ -322,16 +321,11 @@ def _p2p_finding(
         group=membership.groups[first.gid],
         op=first.op,
         confidence=Confidence.MEDIUM,
-        detail=Prose(
-            summary="; ".join(parts)
-            + f"; ranks {format_ranks(component)} wait on each other"
-            + (f"; {len(held)} more ranks wait on them" if held else ""),
-            why="decided by each rank's repeating send/recv pattern with its peer",
-            evidence=tuple(
-                f"rank {r} is blocked in {matched.blocked[r].op} with rank "
-                f"{matched.blocked[r].peer}"
-                for r in component
-            ),
+        detail=PatternBroken(
+            broke=tuple(post(r) for r in culprits),
+            component=component,
+            held=len(held),
+            blocked=tuple(post(r) for r in component),
         ),
     )
 
@@ -345,15 +339,20 @@ def find_deadlocks(
         edges = {(a, b): waits.graph.edges[a, b] for a, b in _pairs(cycle)}
         if {d["kind"] for d in edges.values()} == {str(EdgeKind.MISMATCH)}:
             continue  # two sides of a mismatch without a majority: the mismatch finding tells
-        steps: list[str] = []
+        steps: list[CycleStep] = []
         for a, b in _pairs(cycle):
             data = edges[(a, b)]
-            group = membership.groups[data["gid"]]
             blocked = matched.blocked.get(a)
-            op = signature_at(dumps, blocked.row).op if blocked is not None else "?"
-            seq = f" #{data['seq']}" if data["seq"] is not None else ""
-            steps.append(f"rank {a} is in {op}{seq} of {group.label}, waiting for rank {b}")
-        deviators, why, conflicts = _deviators(membership, matched, component, cycle)
+            steps.append(
+                CycleStep(
+                    rank=a,
+                    op=signature_at(dumps, blocked.row).op if blocked is not None else "?",
+                    seq=data["seq"],
+                    group=membership.groups[data["gid"]],
+                    waits_for=b,
+                )
+            )
+        deviators, decided_by, conflicts = _deviators(membership, matched, component, cycle)
         if not deviators:
             p2p_culprits = _p2p_deviators(membership, matched, component)
             if p2p_culprits:
@@ -361,23 +360,11 @@ def find_deadlocks(
                 continue
         if deviators:
             culprits, confidence = deviators, Confidence.HIGH
-            lead = (
-                f"rank{'s' if len(deviators) > 1 else ''} {format_ranks(deviators)} entered "
-                "shared groups in a different order than the other ranks: "
-            )
         else:
             culprits = _conflict_ranks(membership, matched, component) or component
             confidence = Confidence.MEDIUM
-            why = (
-                "the dumps do not show which of them changed the order (no majority, no "
-                "earlier step in the buffers): each is named"
-            )
-            lead = ""
         held = victims_of(waits, component)
         victims = held | (set(component) - set(culprits))
-        size = (
-            f"ranks {format_ranks(component)}" if len(component) <= 8 else f"{len(component)} ranks"
-        )
         findings.append(
             Finding(
                 kind=FindingKind.DEADLOCK,
@@ -385,18 +372,13 @@ def find_deadlocks(
                 culprit_ranks=tuple(culprits),
                 waiting_ranks=tuple(sorted(victims)),
                 confidence=confidence,
-                detail=Prose(
-                    summary=(
-                        f"cross-group deadlock: {lead}{size} wait on each other "
-                        f"({'; '.join(steps)})"
-                        + (f"; {len(held)} more ranks wait on them" if held else "")
-                    ),
-                    why=why,
-                    evidence=(
-                        *conflicts,
-                        *steps,
-                        "every rank must enter shared groups in the same order",
-                    ),
+                detail=Deadlock(
+                    component=component,
+                    deviators=deviators,
+                    decided_by=decided_by,
+                    steps=tuple(steps),
+                    conflicts=tuple(conflicts),
+                    held=len(held),
                 ),
                 cycle=cycle,
             )

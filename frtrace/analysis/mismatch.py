@@ -15,19 +15,18 @@ sequence shift at the first disagreement instead of a cascade of mismatches.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal
 
 import pandas as pd
 
 from frtrace.analysis.groups import Membership
 from frtrace.analysis.ops import MatchResult
 from frtrace.analysis.signatures import signature_at
-from frtrace.detail import Prose
+from frtrace.detail import Mismatch, RankSignature
 from frtrace.load.tables import DumpSet
 from frtrace.model import Confidence, Finding, FindingKind, OpSignature, Severity
-from frtrace.ranges import format_ranks
 
 __all__ = ["find_mismatches"]
 
@@ -47,6 +46,13 @@ class _Disagreement:
     ops: dict[int, str]
     sibling_backers: int = 0  # >0: the majority was decided by sibling groups (a tie inside)
     by_size_rule: bool = False  # the tie was decided by the op family's size rule
+
+
+_DIFFERS_IN: dict[FindingKind, Literal["op", "sizes", "dtypes"]] = {
+    FindingKind.OP_MISMATCH: "op",
+    FindingKind.SIZE_MISMATCH: "sizes",
+    FindingKind.DTYPE_MISMATCH: "dtypes",
+}
 
 
 def _classify(a: OpSignature, b: OpSignature) -> FindingKind:
@@ -236,58 +242,18 @@ def _finding(
     culprits = tuple(sorted(d.culprits))
     waiting = tuple(sorted(d.majority))
     shift = _shift(match, gid, d.seq, culprits) if d.majority else None
-    noun = {
-        FindingKind.OP_MISMATCH: "called a different collective",
-        FindingKind.SIZE_MISMATCH: "passed different sizes",
-        FindingKind.DTYPE_MISMATCH: "passed different dtypes",
-    }[kind]
-    who = f"rank{'s' if len(culprits) > 1 else ''} {format_ranks(culprits)}"
+    differs_in = _DIFFERS_IN[kind]
+    basis: Literal["majority", "size_rule", "siblings", "no_majority"] = "no_majority"
+    confidence = Confidence.LOW
     if d.majority:
-        summary = (
-            f"{who} {noun} at {expected.op} #{d.seq} of {group.label}: "
-            f"{_describe(next(iter(actual.values())), kind)} where "
-            f"{len(waiting)} other rank{'s have' if len(waiting) != 1 else ' has'} "
-            f"{_describe(expected, kind)}"
-        )
-        confidence, why = (
-            Confidence.HIGH,
-            (f"{len(waiting)} of {len(d.rows)} members that recorded #{d.seq} agree"),
-        )
+        confidence, basis = Confidence.HIGH, "majority"
         if d.by_size_rule:
-            confidence, why = (
-                Confidence.MEDIUM,
-                f"the group's members are split evenly; only ranks {format_ranks(waiting)} pass "
-                f"sizes that fit {expected.op} on {len(group.members)} ranks",
-            )
+            confidence, basis = Confidence.MEDIUM, "size_rule"
         elif d.sibling_backers:
-            confidence, why = (
-                Confidence.MEDIUM,
-                f"the group's members are split evenly; {d.sibling_backers} members of other "
-                f"groups like {group.label} did what ranks {format_ranks(waiting)} did at "
-                f"#{d.seq}",
-            )
-    else:
-        summary = f"members of {group.label} disagree at #{d.seq} with no majority: " + "; ".join(
-            f"rank {r}: {_describe(s, kind)}"
-            for r, s in sorted({ref_rank: expected, **actual}.items())
-        )
-        confidence, why = Confidence.LOW, "no majority: any side may be the wrong one"
-    evidence = [
-        f"rank {r}: {_sizes_text(s)} dtypes={list(s.input_dtypes)} state={s.state}"
-        for r, s in sorted({ref_rank: expected, **actual}.items())
-    ]
+            confidence, basis = Confidence.MEDIUM, "siblings"
     if shift is not None:
         kind = FindingKind.SEQUENCE_SHIFT
-        summary = f"{who} {shift} in {group.label} (first disagreement at #{d.seq})"
-        evidence.append(
-            f"its collectives after #{d.seq} line up with the others' when shifted: the "
-            "later disagreements are consequences, not separate faults"
-        )
-    if n_later:
-        evidence.append(
-            f"{n_later} later seq(s) of {group.label} disagree on the same ranks "
-            "(follow-on effects of this one)"
-        )
+    sides = sorted({ref_rank: expected, **actual}.items())
     return Finding(
         kind=kind,
         severity=Severity.ERROR,
@@ -299,32 +265,25 @@ def _finding(
         expected=expected if d.majority else None,
         actual=actual,
         confidence=confidence,
-        detail=Prose(summary=summary, why=why, evidence=tuple(evidence)),
+        detail=Mismatch(
+            culprits=culprits,
+            waiting=waiting,
+            differs_in=differs_in,
+            sides=tuple(RankSignature(rank=r, sig=sig) for r, sig in sides),
+            reference=ref_rank,
+            recorded=len(d.rows),
+            group_size=len(group.members),
+            basis=basis,
+            backers=d.sibling_backers,
+            shift=shift,
+            later=n_later,
+        ),
     )
 
 
-def _describe(sig: OpSignature, kind: FindingKind) -> str:
-    if kind == FindingKind.OP_MISMATCH:
-        return sig.op
-    if kind == FindingKind.SIZE_MISMATCH:
-        return _sizes_text(sig)
-    return f"{sig.op} dtypes={_first(sig.input_dtypes)}"
-
-
-def _sizes_text(sig: OpSignature) -> str:
-    ins = _first([list(s) for s in sig.input_sizes])
-    outs = _first([list(s) for s in sig.output_sizes])
-    return f"{sig.op} in={ins} out={outs}"
-
-
-def _first(values: Sequence[Any], shown: int = 4) -> str:
-    """``[a, b, c, d] +N``: a coalesced op can carry thousands of tensors."""
-    more = f" +{len(values) - shown}" if len(values) > shown else ""
-    return f"{list(values[:shown])}{more}"
-
-
-def _shift(match: MatchResult, gid: int, seq: int, culprits: tuple[int, ...]) -> str | None:
-    """'skipped N collective(s)' / 'made N extra collective call(s)' when the ops line up."""
+def _shift(match: MatchResult, gid: int, seq: int, culprits: tuple[int, ...]) -> int | None:
+    """How many collectives the culprits skipped (> 0) or added (< 0), when their later ops
+    line up with the others' shifted by it."""
     coll = match.collectives[match.collectives["gid"] == gid]
     others = coll[~coll["rank"].isin(culprits)]
     if others.empty:
@@ -335,7 +294,7 @@ def _shift(match: MatchResult, gid: int, seq: int, culprits: tuple[int, ...]) ->
     ):
         votes[int(s)][(str(op), int(sig))] += 1
     majority = {s: max(v.items(), key=lambda kv: kv[1])[0] for s, v in votes.items()}
-    verdicts: set[str] = set()
+    verdicts: set[int] = set()
     for rank in culprits:
         mine = coll[(coll["rank"] == rank) & (coll["seq"] >= seq)].sort_values("seq")
         ops = {
@@ -353,8 +312,5 @@ def _shift(match: MatchResult, gid: int, seq: int, culprits: tuple[int, ...]) ->
                 break
         if found is None:
             return None
-        if found > 0:
-            verdicts.add(f"skipped {found} collective{'s' if found > 1 else ''}")
-        else:
-            verdicts.add(f"made {-found} extra collective call{'s' if found < -1 else ''}")
+        verdicts.add(found)
     return verdicts.pop() if len(verdicts) == 1 else None

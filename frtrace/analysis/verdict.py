@@ -42,6 +42,7 @@ from frtrace.analysis.groups import Membership
 from frtrace.analysis.notes import unexplained_ranks
 from frtrace.analysis.rules.first_failure import TOGETHER_NS
 from frtrace.analysis.waitgraph import WaitGraph, victims_of
+from frtrace.detail import Disagreement, LaterFailure, NamedApart
 from frtrace.evidence.model import Role
 from frtrace.model import Confidence, Finding, FindingKind, Severity, Straggler, Verdict
 from frtrace.ranges import format_ranks
@@ -80,7 +81,7 @@ class Decision:
     culprits: tuple[int, ...]
     suspected: tuple[int, ...]  # named only from missing dumps
     presumed: dict[int, tuple[str, tuple[int, ...]]]  # no dump, presumed held up: (where, by)
-    disagreements: tuple[str, ...]
+    disagreements: tuple[Disagreement, ...]
 
 
 def verdict(found: list[Finding], facts: Facts, stragglers: tuple[Straggler, ...]) -> Decision:
@@ -123,7 +124,7 @@ def verdict(found: list[Finding], facts: Facts, stragglers: tuple[Straggler, ...
         and f.kind not in (FindingKind.STACK_OUTLIER, FindingKind.MISSING_DUMP)
     ]
     victims = _victims_of_first_cause(facts)
-    disagreements: list[str] = []
+    disagreements: list[Disagreement] = []
     if job and entries:
         late, note = _after_the_hang_began(job, entries, facts)
         if note is not None:
@@ -140,9 +141,9 @@ def verdict(found: list[Finding], facts: Facts, stragglers: tuple[Straggler, ...
         named_by_entries = {r for f in entries for r in f.culprit_ranks}
         if named_by_entries and named_by_job and named_by_entries != named_by_job:
             disagreements.append(
-                f"the job's own failures name rank(s) {format_ranks(sorted(named_by_job))}; "
-                "the Flight Recorder entries name rank(s) "
-                f"{format_ranks(sorted(named_by_entries))}: both are shown"
+                NamedApart(
+                    by_job=tuple(sorted(named_by_job)), by_entries=tuple(sorted(named_by_entries))
+                )
             )
     has_positive = bool(job or entries)
     something_wrong = bool(
@@ -198,7 +199,7 @@ def verdict(found: list[Finding], facts: Facts, stragglers: tuple[Straggler, ...
 
 def _after_the_hang_began(
     job: list[Finding], entries: list[Finding], facts: Facts
-) -> tuple[list[Finding], str | None]:
+) -> tuple[list[Finding], LaterFailure | None]:
     """First failures that cannot have started a hang the entries pin on another rank.
 
     The entries name a member (with a dump) that never joined, or never posted, the op its
@@ -232,12 +233,8 @@ def _after_the_hang_began(
             late.append(f)
     if not late:
         return [], None
-    who = format_ranks(sorted({r for f in late for r in f.culprit_ranks}))
-    by = format_ranks(sorted(named))
-    return late, (
-        f"rank(s) {who} also failed on their own, but at a time no file says or after ranks "
-        f"were already waiting on rank(s) {by}, whom the Flight Recorder entries name: a "
-        "later event, not where the hang began"
+    return late, LaterFailure(
+        failed=tuple(sorted({r for f in late for r in f.culprit_ranks})), named=tuple(sorted(named))
     )
 
 

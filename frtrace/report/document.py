@@ -32,7 +32,7 @@ from frtrace.report.nextsteps import next_steps
 from frtrace.report.select import Selection
 from frtrace.report.stacks import class_lines, where_line
 from frtrace.report.timeline import timeline_lines
-from frtrace.report.wording import evidence, summary, why
+from frtrace.report.wording import disagreement, evidence, summary, why
 
 __all__ = [
     "Block",
@@ -249,7 +249,8 @@ def _timeline(doc: _Doc, report: Report) -> None:
         return
     doc.add(Heading(2, "What failed, and when"))
     if report.disagreements:
-        doc.add(Para("The evidence disagrees: " + "; ".join(report.disagreements), strong=True))
+        said = [disagreement(d) for d in report.disagreements]
+        doc.add(Para("The evidence disagrees: " + "; ".join(said), strong=True))
     if lines:
         causes = [f for f in report.timeline if f.role == Role.CAUSE and f.rank is not None]
         title = (

@@ -25,7 +25,7 @@ from frtrace.report.nextsteps import finding_steps, next_steps
 from frtrace.report.select import Selection
 from frtrace.report.stacks import stacks_to_dict, where_to_dict
 from frtrace.report.timeline import failure_to_dict
-from frtrace.report.wording import evidence, summary, why
+from frtrace.report.wording import disagreement, evidence, summary, why
 
 __all__ = ["SCHEMA_VERSION", "dumps_compact", "render_json", "report_to_dict"]
 
@@ -140,7 +140,7 @@ def report_to_dict(report: Report, selection: Selection | None = None) -> dict[s
         out["evidence_files"] = list(report.evidence_files)
         out["evidence_problems"] = list(report.evidence_problems)
     if report.disagreements:
-        out["disagreements"] = list(report.disagreements)  # 1.2
+        out["disagreements"] = [disagreement(d) for d in report.disagreements]  # 1.2
     return out
 
 

@@ -13,11 +13,13 @@ from typing import assert_never
 
 from frtrace.detail import (
     CulpritStack,
+    Disagreement,
     FirstFailure,
     InFlight,
+    LaterFailure,
+    NamedApart,
     NamedByError,
     NothingRecorded,
-    Prose,
     RunningOps,
     RunningSnapshot,
     StackOutlier,
@@ -29,9 +31,10 @@ from frtrace.evidence.model import Failure
 from frtrace.model import Finding
 from frtrace.ranges import format_ranks
 from frtrace.report.words import op_at, who
+from frtrace.report.words_desync import DesyncDetail, desync_words
 from frtrace.report.words_hang import HangDetail, hang_words
 
-__all__ = ["MAX_WHERE_IN_SUMMARY", "evidence", "summary", "why"]
+__all__ = ["MAX_WHERE_IN_SUMMARY", "disagreement", "evidence", "summary", "why"]
 
 MAX_WHERE_IN_SUMMARY = 2  # culprits whose place is added to a finding's one-line summary
 
@@ -47,13 +50,29 @@ def summary(f: Finding) -> str:
     return f"{text}; {'; '.join(clauses)}"
 
 
+def disagreement(d: Disagreement) -> str:
+    """Where two kinds of evidence name different ranks, in one sentence."""
+    if isinstance(d, LaterFailure):
+        return (
+            f"rank(s) {format_ranks(d.failed)} also failed on their own, but at a time no file "
+            f"says or after ranks were already waiting on rank(s) {format_ranks(d.named)}, whom "
+            "the Flight Recorder entries name: a later event, not where the hang began"
+        )
+    if isinstance(d, NamedApart):
+        return (
+            f"the job's own failures name rank(s) {format_ranks(d.by_job)}; the Flight Recorder "
+            f"entries name rank(s) {format_ranks(d.by_entries)}: both are shown"
+        )
+    assert_never(d)
+
+
 def why(f: Finding) -> str:
     """What the finding's confidence rests on."""
     d = f.detail
     if isinstance(d, HangDetail):
         return hang_words(f, d).why
-    if isinstance(d, Prose):
-        return d.why
+    if isinstance(d, DesyncDetail):
+        return desync_words(f, d).why
     if isinstance(d, FirstFailure):
         return (
             "its failure is the earliest, and of its own making; the others' are timeouts "
@@ -113,8 +132,8 @@ def _summary(f: Finding) -> str:
     d = f.detail
     if isinstance(d, HangDetail):
         return hang_words(f, d).summary
-    if isinstance(d, Prose):
-        return d.summary
+    if isinstance(d, DesyncDetail):
+        return desync_words(f, d).summary
     if isinstance(d, FirstFailure):
         return _first_failure(d)
     if isinstance(d, NamedByError):
@@ -207,8 +226,8 @@ def _evidence(f: Finding) -> tuple[str, ...]:
     d = f.detail
     if isinstance(d, HangDetail):
         return hang_words(f, d).evidence
-    if isinstance(d, Prose):
-        return d.evidence
+    if isinstance(d, DesyncDetail):
+        return desync_words(f, d).evidence
     if isinstance(d, FirstFailure):
         lines = [_failure_line(x) for x in (*d.first, *d.after)]
         if d.untimed_others:

@@ -13,7 +13,7 @@ import pytest
 
 from frtrace.analysis import codec
 from frtrace.analysis.codec import CodecError, decode, decode_report, encode, encode_report
-from frtrace.detail import Prose
+from frtrace.detail import StuckInCollective
 from frtrace.model import Finding, FindingKind, OpSignature, Report, Severity
 from frtrace.pipeline import analyze
 from frtrace.report.html import render_html
@@ -59,7 +59,7 @@ def test_round_trip_keeps_what_the_fixtures_may_not_hold() -> None:
     finding = Finding(
         kind=FindingKind.OP_MISMATCH,
         severity=Severity.ERROR,
-        detail=Prose(summary="x"),
+        detail=StuckInCollective(entered=(1, 3), held=0),
         culprit_ranks=(3,),
         expected=sig,
         actual={3: replace(sig, op="broadcast"), 1: sig},

@@ -18,6 +18,7 @@ from frtrace.model import Confidence, FindingKind, Report, Verdict
 from frtrace.pipeline import analyze_dumps
 from frtrace.pystack.discover import StackSet
 from frtrace.pystack.model import Frame, ProcessStacks, ThreadStack
+from frtrace.report.wording import disagreement
 from tests.conftest import GLOO
 
 # Failures in the same hour as the fixtures' entries, before any of their ops: a first cause
@@ -103,7 +104,7 @@ def test_when_the_job_and_the_entries_name_different_ranks_both_are_shown() -> N
     report = _run("never_joins", _cause(0), _symptom(1), _symptom(3))  # rank 2 said nothing
     assert report.culprit_ranks == (0, 2)
     assert report.verdict == Verdict.HANG
-    [line] = report.disagreements
+    [line] = map(disagreement, report.disagreements)
     assert "name rank(s) 0" in line and "name rank(s) 2" in line
 
 
@@ -208,7 +209,7 @@ def test_a_cause_after_the_waits_began_is_a_later_event_not_the_culprit() -> Non
     later = max(t for t in dumps.entries.column("time_created_ns").to_pylist() if t) + 60 * 10**9
     report = _run("never_joins", _cause(0, at=later, kind=FailureKind.CRASH))
     assert (report.verdict, report.culprit_ranks) == (Verdict.HANG, (2,))
-    [line] = report.disagreements
+    [line] = map(disagreement, report.disagreements)
     assert "rank(s) 0 also failed" in line and "rank(s) 2" in line
     first = next(f for f in report.findings if f.kind == FindingKind.FIRST_FAILURE)
     assert first.severity.name == "WARNING"

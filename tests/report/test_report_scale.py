@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from frtrace.detail import Prose, StuckInCollective
+from frtrace.detail import NeverJoined, PgStatus, StuckInCollective, Waits
 from frtrace.model import (
     Confidence,
     Finding,
@@ -83,13 +83,20 @@ def big_report() -> Report:
         expected=_sig("all_reduce", stack),
         actual={CULPRIT: _sig("all_gather", stack[3:])},
         confidence=Confidence.HIGH,
-        detail=Prose(
-            summary=f"rank {CULPRIT} never joined all_reduce #{SEQ} of tp (pg {own_tp.name}); "
-            f"{WORLD - 1} ranks wait on it",
-            why="every rank involved has a dump that shows it",
-            evidence=(
-                "ranks " + ",".join(str(r) for r in range(0, WORLD, 2)) + ": inside all_reduce",
-                *(f"fact {i}" for i in range(40)),
+        detail=NeverJoined(
+            waits=Waits(
+                culprits=(CULPRIT,),
+                waiting=tuple(range(0, WORLD, 2)),  # a rank list that must be cut in the text
+                blocked=WORLD - 1,
+                last_seen=(),
+                waiting_state="started",
+                call_site=None,
+                failed=None,
+                timed_out=(),
+            ),
+            basis="dumps",
+            pg_status=tuple(  # 41 evidence lines in all
+                PgStatus(rank=r, last_enqueued=SEQ - 1, last_completed=SEQ - 1) for r in range(40)
             ),
         ),
     )

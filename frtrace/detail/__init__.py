@@ -1,0 +1,123 @@
+"""The values a finding is made of, and the typed evidence of each finding kind
+(``Finding.detail``): what each rule saw (ranks, ops, sequence numbers, counts, times).
+
+The analysis fills these and writes no words; ``report.wording`` says each one (a finding's
+summary, why and evidence lines), so every reporter and the gate say the same thing.
+``frtrace.model`` re-exports the shared values (``GroupRef``, ``OpSignature``, ...).
+"""
+
+from __future__ import annotations
+
+from frtrace.detail.desync import (
+    CycleStep,
+    Deadlock,
+    DecidedBy,
+    Mismatch,
+    OrderConflict,
+    P2PPost,
+    PatternBroken,
+    RankSignature,
+    SplitMismatch,
+    SplitPair,
+)
+from frtrace.detail.hang import (
+    IdleAtDump,
+    LastSeen,
+    MaybeElsewhere,
+    NeverJoined,
+    NeverPosted,
+    NewestEntry,
+    NoDump,
+    NotStarted,
+    OpFailed,
+    PgStatus,
+    Waits,
+)
+from frtrace.detail.kinds import (
+    BlockedAlone,
+    DumpedAfter,
+    FirstFailure,
+    InFlight,
+    LaterFailure,
+    NamedApart,
+    NamedByError,
+    NothingRecorded,
+    RankGroupCount,
+    RunningOps,
+    RunningSnapshot,
+    StackOutlier,
+    StuckInCollective,
+    UnrecordedOps,
+    UnseenMembers,
+)
+from frtrace.detail.values import CulpritStack, CulpritWhere, GroupRef, OpSignature
+
+__all__ = [
+    "BlockedAlone",
+    "CulpritStack",
+    "CulpritWhere",
+    "CycleStep",
+    "Deadlock",
+    "DecidedBy",
+    "Detail",
+    "Disagreement",
+    "DumpedAfter",
+    "FirstFailure",
+    "GroupRef",
+    "IdleAtDump",
+    "InFlight",
+    "LastSeen",
+    "LaterFailure",
+    "MaybeElsewhere",
+    "Mismatch",
+    "NamedApart",
+    "NamedByError",
+    "NeverJoined",
+    "NeverPosted",
+    "NewestEntry",
+    "NoDump",
+    "NotStarted",
+    "NothingRecorded",
+    "OpFailed",
+    "OpSignature",
+    "OrderConflict",
+    "P2PPost",
+    "PatternBroken",
+    "PgStatus",
+    "RankGroupCount",
+    "RankSignature",
+    "RunningOps",
+    "RunningSnapshot",
+    "SplitMismatch",
+    "SplitPair",
+    "StackOutlier",
+    "StuckInCollective",
+    "UnrecordedOps",
+    "UnseenMembers",
+    "Waits",
+]
+
+# Every kind's evidence: one of these is a finding's ``detail``
+Detail = (
+    FirstFailure
+    | NamedByError
+    | StackOutlier
+    | UnseenMembers
+    | RunningSnapshot
+    | NothingRecorded
+    | UnrecordedOps
+    | InFlight
+    | RunningOps
+    | StuckInCollective
+    | NeverJoined
+    | NotStarted
+    | NeverPosted
+    | NoDump
+    | Mismatch
+    | SplitMismatch
+    | Deadlock
+    | PatternBroken
+)
+
+# Where two kinds of evidence name different ranks (``Report.disagreements``)
+Disagreement = LaterFailure | NamedApart

@@ -1,0 +1,139 @@
+"""The typed evidence of the hang findings (FR001, FR005, FR006, FR008): who holds up whom,
+where the culprits were last seen, what shows the op failed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from frtrace.detail.values import GroupRef
+
+__all__ = [
+    "IdleAtDump",
+    "LastSeen",
+    "MaybeElsewhere",
+    "NeverJoined",
+    "NeverPosted",
+    "NewestEntry",
+    "NoDump",
+    "NotStarted",
+    "OpFailed",
+    "PgStatus",
+    "Waits",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewestEntry:
+    """A rank's newest entry: where the dumps last saw it."""
+
+    op: str
+    seq: int | None
+    group: GroupRef | None  # None: no group of the job has that name for the rank
+    group_name: str | None
+    state: str | None
+    retired: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LastSeen:
+    """Where a culprit with a dump was last seen (None: its dump holds no entry)."""
+
+    rank: int
+    entry: NewestEntry | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpFailed:
+    """A retired op that cannot have completed (``analysis.failure``), and who says so."""
+
+    reason: Literal["absent", "late", "stopped"]
+    ranks: tuple[int, ...]  # never reached it / entered it late / left no dump
+    retired_on: tuple[int, ...]  # members that dumped after it failed
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Waits:
+    """What every hang finding (FR001, FR005, FR006, FR008) rests on: who holds up whom in
+    which op, where the culprits were last seen, and what shows that the op failed."""
+
+    culprits: tuple[int, ...]
+    waiting: tuple[int, ...]  # ranks directly blocked, as the rule found them
+    blocked: int  # ranks that wait on the culprits, directly or not
+    last_seen: tuple[LastSeen, ...]  # each culprit with a dump
+    waiting_state: str | None  # the waiting ranks' state in the op
+    call_site: str | None  # where the waiting ranks called it from
+    failed: OpFailed | None
+    timed_out: tuple[int, ...]  # NCCL: members that dumped after the watchdog gave up on it
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PgStatus:
+    """What a culprit's own ``pg_status`` says of the group (torch 2.5+)."""
+
+    rank: int
+    last_enqueued: int | None
+    last_completed: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IdleAtDump:
+    """A rank that dumped this long after its newest entry (the recorder's dump time)."""
+
+    rank: int
+    idle_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MaybeElsewhere:
+    """Why a culprit may be blocked in an op its buffer does not show: its stack is inside
+    this torch.distributed call (``in_call``), or it ran ``unrecorded`` Gloo send/recv."""
+
+    rank: int
+    in_call: str | None
+    unrecorded: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NeverJoined:
+    """FR001: the culprits never joined the op their peers wait in (or joined it too late)."""
+
+    waits: Waits
+    late_by_s: float | None = None  # joined, this long after its peers ...
+    timeout_s: float | None = None  # ... past their timeout (both None: never joined)
+    late: bool = False
+    # what the confidence rests on: every rank has a dump, the membership was inferred, some
+    # members have no dump, the culprits' newest op is not retired, they run unrecorded ops
+    basis: Literal["dumps", "inferred", "members_missing", "unretired", "unrecorded"]
+    pg_status: tuple[PgStatus, ...] = ()
+    unretired: tuple[int, ...] = ()  # Gloo: newest op not retired though others finished it
+    unretired_op: str | None = None
+    host: tuple[int, ...] = ()  # finished every op they recorded: in host code
+    idle: tuple[IdleAtDump, ...] = ()
+    no_dump_time: bool = False  # host ranks without a dump time, and no failed op
+    hidden: tuple[int, ...] = ()  # finished every op recorded, but run unrecorded send/recv
+    doubts: tuple[MaybeElsewhere, ...] = ()  # kept a warning: may be waiting too
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NotStarted:
+    """FR005: the culprits enqueued the op but their GPU never started it."""
+
+    waits: Waits
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NeverPosted:
+    """FR006: the culprits never posted the p2p op matching their peers' (waiter, culprit)."""
+
+    waits: Waits
+    pairs: tuple[tuple[int, int], ...]  # the first few
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NoDump:
+    """FR008: the culprits have no dump, and the op waits on them."""
+
+    waits: Waits
+    failed_it: tuple[int, ...]  # members whose op shows finished: Gloo retired it failed
+    stopped: bool  # every other member stopped in it (it may also have finished)

@@ -1,0 +1,209 @@
+"""The words of the desync and deadlock findings (FR002-FR004 and FR011 mismatches, FR003 on
+all_to_all splits, FR006 from a send/recv cycle, FR007 deadlocks), from their typed evidence."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, assert_never
+
+from frtrace.detail import (
+    CycleStep,
+    Deadlock,
+    DecidedBy,
+    Mismatch,
+    OrderConflict,
+    PatternBroken,
+    SplitMismatch,
+)
+from frtrace.model import Finding, OpSignature
+from frtrace.ranges import format_ranks
+from frtrace.report.words import Words, who
+
+__all__ = ["DesyncDetail", "desync_words"]
+
+DesyncDetail = Mismatch | SplitMismatch | Deadlock | PatternBroken
+
+_NOUN = {
+    "op": "called a different collective",
+    "sizes": "passed different sizes",
+    "dtypes": "passed different dtypes",
+}
+
+
+def _first(values: Sequence[Any], shown: int = 4) -> str:
+    """``[a, b, c, d] +N``: a coalesced op can carry thousands of tensors."""
+    more = f" +{len(values) - shown}" if len(values) > shown else ""
+    return f"{list(values[:shown])}{more}"
+
+
+def _sizes_text(sig: OpSignature) -> str:
+    ins = _first([list(s) for s in sig.input_sizes])
+    outs = _first([list(s) for s in sig.output_sizes])
+    return f"{sig.op} in={ins} out={outs}"
+
+
+def _describe(sig: OpSignature, differs_in: str) -> str:
+    if differs_in == "op":
+        return sig.op
+    if differs_in == "sizes":
+        return _sizes_text(sig)
+    return f"{sig.op} dtypes={_first(sig.input_dtypes)}"
+
+
+def _label(f: Finding) -> str:
+    return f.group.label if f.group is not None else "?"
+
+
+def _mismatch(f: Finding, d: Mismatch) -> Words:
+    label, seq = _label(f), f.seq
+    sigs = {s.rank: s.sig for s in d.sides}
+    expected = sigs[d.reference]
+    named = who(d.culprits)
+    n = len(d.waiting)
+    if d.basis == "no_majority":
+        summary = f"members of {label} disagree at #{seq} with no majority: " + "; ".join(
+            f"rank {s.rank}: {_describe(s.sig, d.differs_in)}" for s in d.sides
+        )
+        why = "no majority: any side may be the wrong one"
+    else:
+        summary = (
+            f"{named} {_NOUN[d.differs_in]} at {expected.op} #{seq} of {label}: "
+            f"{_describe(sigs[d.culprits[0]], d.differs_in)} where "
+            f"{n} other rank{'s have' if n != 1 else ' has'} {_describe(expected, d.differs_in)}"
+        )
+        if d.basis == "size_rule":
+            why = (
+                f"the group's members are split evenly; only ranks {format_ranks(d.waiting)} "
+                f"pass sizes that fit {expected.op} on {d.group_size} ranks"
+            )
+        elif d.basis == "siblings":
+            why = (
+                f"the group's members are split evenly; {d.backers} members of other groups "
+                f"like {label} did what ranks {format_ranks(d.waiting)} did at #{seq}"
+            )
+        else:
+            why = f"{n} of {d.recorded} members that recorded #{seq} agree"
+    lines = [
+        f"rank {s.rank}: {_sizes_text(s.sig)} dtypes={list(s.sig.input_dtypes)} state={s.sig.state}"
+        for s in d.sides
+    ]
+    if d.shift is not None:
+        k = d.shift
+        shifted = (
+            f"skipped {k} collective{'s' if k > 1 else ''}"
+            if k > 0
+            else f"made {-k} extra collective call{'s' if k < -1 else ''}"
+        )
+        summary = f"{named} {shifted} in {label} (first disagreement at #{seq})"
+        lines.append(
+            f"its collectives after #{seq} line up with the others' when shifted: the "
+            "later disagreements are consequences, not separate faults"
+        )
+    if d.later:
+        lines.append(
+            f"{d.later} later seq(s) of {label} disagree on the same ranks "
+            "(follow-on effects of this one)"
+        )
+    return Words(summary, why, tuple(lines))
+
+
+def _splits(f: Finding, d: SplitMismatch) -> Words:
+    first = d.pairs[0]
+    more = f" (and {d.total - 1} more pairs)" if d.total > 1 else ""
+    lines = [
+        f"rank {p.sender} sends {p.sends} elements to rank {p.receiver}, which expects "
+        f"{p.expects} from it"
+        for p in d.pairs
+    ]
+    if d.total > len(d.pairs):
+        lines.append(f"{d.total - len(d.pairs)} more mismatched pairs")
+    return Words(
+        f"{f.op} #{f.seq} of {_label(f)}: rank {first.sender} sends {first.sends} elements to "
+        f"rank {first.receiver}, which expects {first.expects}{more}",
+        f"rank {d.culprits[0]} is in every mismatched pair"
+        if len(d.culprits) == 1
+        else f"the split sizes of ranks {format_ranks(d.culprits)} disagree pairwise; "
+        "which side is wrong is not recorded",
+        tuple(lines),
+    )
+
+
+def _step(s: CycleStep) -> str:
+    seq = f" #{s.seq}" if s.seq is not None else ""
+    return f"rank {s.rank} is in {s.op}{seq} of {s.group.label}, waiting for rank {s.waits_for}"
+
+
+def _conflict(c: OrderConflict) -> str:
+    return (
+        f"ranks {format_ranks(c.first_here)} entered #{c.seq_here} of {c.group_here.label} "
+        f"first, ranks {format_ranks(c.first_there)} entered #{c.seq_there} of "
+        f"{c.group_there.label} first"
+    )
+
+
+def _decided_by(r: DecidedBy) -> str:
+    return {
+        "majority": f"{r.fewer} against {r.more}",
+        "previous_step": "their order at the previous step",
+        "cycle_history": "each rank's order at the previous step",
+        "early_movers": "one op entered early by fewer ranks than the ops others entered",
+        "habit": "each rank's own habit: what followed the op before at every earlier step",
+    }[r.how]
+
+
+def _deadlock(d: Deadlock) -> Words:
+    steps = [_step(s) for s in d.steps]
+    if d.deviators:
+        lead = (
+            f"{who(d.deviators)} entered shared groups in a different order than the other ranks: "
+        )
+        why = "decided by " + " and ".join(sorted({_decided_by(r) for r in d.decided_by}))
+    else:
+        lead = ""
+        why = (
+            "the dumps do not show which of them changed the order (no majority, no "
+            "earlier step in the buffers): each is named"
+        )
+    n = len(d.component)
+    size = f"ranks {format_ranks(d.component)}" if n <= 8 else f"{n} ranks"
+    return Words(
+        f"cross-group deadlock: {lead}{size} wait on each other ({'; '.join(steps)})"
+        + (f"; {d.held} more ranks wait on them" if d.held else ""),
+        why,
+        (
+            *(_conflict(c) for c in d.conflicts),
+            *steps,
+            "every rank must enter shared groups in the same order",
+        ),
+    )
+
+
+def _pattern_broken(d: PatternBroken) -> Words:
+    parts = []
+    for p in d.broke:
+        want = "recv" if p.posted == "send" else "send"
+        parts.append(
+            f"rank {p.rank} never posted the {want} matching rank {p.peer}'s "
+            f"{'send' if want == 'recv' else 'recv'} in {p.group.label}: it posted a {p.posted} "
+            "instead, breaking the pattern it repeated every step"
+        )
+    return Words(
+        "; ".join(parts)
+        + f"; ranks {format_ranks(d.component)} wait on each other"
+        + (f"; {d.held} more ranks wait on them" if d.held else ""),
+        "decided by each rank's repeating send/recv pattern with its peer",
+        tuple(f"rank {p.rank} is blocked in {p.posted} with rank {p.peer}" for p in d.blocked),
+    )
+
+
+def desync_words(f: Finding, d: DesyncDetail) -> Words:
+    """The summary, why and evidence of a desync or deadlock finding."""
+    if isinstance(d, Mismatch):
+        return _mismatch(f, d)
+    if isinstance(d, SplitMismatch):
+        return _splits(f, d)
+    if isinstance(d, Deadlock):
+        return _deadlock(d)
+    if isinstance(d, PatternBroken):
+        return _pattern_broken(d)
+    assert_never(d)
