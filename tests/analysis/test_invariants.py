@@ -1,9 +1,10 @@
 """Invariants of the verdict, over every committed dump set and generated jobs.
 
 1. Never ``healthy`` while a rank is blocked in an op that nothing explains: every rank with
-   an op neither retired nor completed must have been running when dumped (a known dump
-   time moments after its newest entry), else the verdict is not healthy. Computed here from
-   the raw entries, not from the analysis' own notion of "blocked".
+   an op neither retired nor completed (nor followed by a finished op of its group, nor a
+   send/recv whose peer posted the other half) must have been running when dumped (a known
+   dump time moments after its newest entry), else the verdict is not healthy. Computed here
+   from the raw entries, not from the analysis' own notion of "blocked".
 2. A culprit the verdict names rests on evidence: it is named by a finding of error severity.
 """
 
@@ -36,8 +37,25 @@ def _pending_ranks(dumps: DumpSet) -> set[int]:
     closing entry is gone (onlyActive drops it once completed) is left out, as the analysis
     leaves out runs it cannot see whole."""
     rows = dumps.entries.select(
-        ["rank", "group_name", "collective_seq", "op", "is_p2p", "state", "retired"]
+        [
+            "rank",
+            "group_name",
+            "collective_seq",
+            "op",
+            "is_p2p",
+            "p2p_src_local",
+            "p2p_dst_local",
+            "state",
+            "retired",
+        ]
     ).to_pylist()
+    # a pending send whose receiver has the matching recv pending (and the other way round)
+    # is a p2p op in flight that both sides posted: matched by its members
+    posted: dict[str, set[tuple[str, int, int]]] = {"send": set(), "recv": set()}
+    for r in rows:
+        if r["is_p2p"] and r["op"] in posted and not r["retired"]:
+            posted[r["op"]].add((r["group_name"], r["p2p_src_local"], r["p2p_dst_local"]))
+    matched = posted["send"] & posted["recv"]
     runs: dict[tuple[int, str, int], list[str]] = {}
     for r in rows:
         if not r["is_p2p"]:
@@ -53,6 +71,7 @@ def _pending_ranks(dumps: DumpSet) -> set[int]:
             r["retired"] is False
             and key not in done_later
             and (r["rank"], r["group_name"], r["collective_seq"]) not in cut
+            and (r["group_name"], r["p2p_src_local"], r["p2p_dst_local"]) not in matched
         ):
             pending.add(r["rank"])
     return pending
