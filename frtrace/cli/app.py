@@ -368,8 +368,10 @@ def check(
     _echo(f"check failed: {len(diffs)} difference{'s' if len(diffs) > 1 else ''}")
     for d in diffs:
         _echo(f"  {d}")
+    from frtrace.report.wording import summary
+
     for f in report.findings[:5]:
-        _echo(f"  [{f.code}] {f.summary}")
+        _echo(f"  [{f.code}] {summary(f)}")
     raise typer.Exit(code=EXIT_PROBLEM)
 
 

@@ -28,7 +28,7 @@ from frtrace.detail import (
     UnseenMembers,
 )
 from frtrace.evidence.model import Failure
-from frtrace.model import Finding
+from frtrace.model import Finding, Severity
 from frtrace.ranges import format_ranks
 from frtrace.report.words import op_at, who
 from frtrace.report.words_desync import DesyncDetail, desync_words
@@ -135,6 +135,12 @@ def _summary(f: Finding) -> str:
     if isinstance(d, DesyncDetail):
         return desync_words(f, d).summary
     if isinstance(d, FirstFailure):
+        if f.severity < Severity.ERROR:  # the verdict found it later than the hang it began
+            return (
+                f"{who(d.ranks)} also failed on its own ({_first_what(d)}), at a time no file "
+                "says or after its peers were already waiting on another rank: a later event, "
+                "not where the hang began"
+            )
         return _first_failure(d)
     if isinstance(d, NamedByError):
         by = f" (rank {format_ranks(d.reporters)} says so)" if d.reporters else ""
@@ -206,10 +212,14 @@ def _summary(f: Finding) -> str:
     assert_never(d)
 
 
+def _first_what(d: FirstFailure) -> str:
+    lead = d.first[0]
+    return lead.exc_type or str(lead.kind).replace("_", " ")
+
+
 def _first_failure(d: FirstFailure) -> str:
     lead = d.first[0]
-    what = lead.exc_type or str(lead.kind).replace("_", " ")
-    text = f"{who(d.ranks)} failed first with {what}"
+    text = f"{who(d.ranks)} failed first with {_first_what(d)}"
     if lead.where:
         text += f" at {lead.where}"
     if d.victims:

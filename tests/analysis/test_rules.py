@@ -259,3 +259,15 @@ def test_empty_buffers_are_never_healthy(tmp_path: Path) -> None:
     report = analyze(_only_dumps(EVIDENCE / "pp_gpipe_exception__signal", tmp_path / "d"))
     assert report.verdict == Verdict.CANNOT_TELL
     assert FindingKind.NOTHING_RECORDED in _codes(report)
+
+
+def test_a_later_failure_is_said_to_be_later() -> None:
+    from frtrace.report.wording import summary
+
+    report = _run("never_joins", _cause(0, at=None, kind=FailureKind.CRASH))
+    later = next(f for f in report.findings if f.kind == FindingKind.FIRST_FAILURE)
+    assert "a later event, not where the hang began" in summary(later)
+    first = _run("never_joins", _cause(2), _symptom(0))
+    assert "failed first" in summary(
+        next(f for f in first.findings if f.kind == FindingKind.FIRST_FAILURE)
+    )
