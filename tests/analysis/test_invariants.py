@@ -2,7 +2,8 @@
 
 1. Never ``healthy`` while a rank is blocked in an op that nothing explains: every rank with
    an op neither retired nor completed (nor followed by a finished op of its group, nor a
-   send/recv whose peer posted the other half) must have been running when dumped (a known
+   collective every member of its group entered, nor a send/recv whose peer posted the other
+   half) must have been running when dumped (a known
    dump time moments after its newest entry), else the verdict is not healthy. Computed here
    from the raw entries, not from the analysis' own notion of "blocked".
 2. A culprit the verdict names rests on evidence: it is named by a finding of error severity.
@@ -56,6 +57,15 @@ def _pending_ranks(dumps: DumpSet) -> set[int]:
         if r["is_p2p"] and r["op"] in posted and not r["retired"]:
             posted[r["op"]].add((r["group_name"], r["p2p_src_local"], r["p2p_dst_local"]))
     matched = posted["send"] & posted["recv"]
+    # a collective every member of its group entered is in flight, not waiting on anyone
+    members: dict[str, set[int]] = {}
+    for g in dumps.groups.select(["group_name", "ranks"]).to_pylist():
+        members.setdefault(g["group_name"], set()).update(g["ranks"] or ())
+    entered: dict[tuple[str, int], set[int]] = {}
+    for r in rows:
+        if not r["is_p2p"] and r["collective_seq"] is not None:
+            entered.setdefault((r["group_name"], r["collective_seq"]), set()).add(r["rank"])
+    everyone = {k for k, ranks in entered.items() if members.get(k[0]) and members[k[0]] <= ranks}
     runs: dict[tuple[int, str, int], list[str]] = {}
     for r in rows:
         if not r["is_p2p"]:
@@ -72,6 +82,7 @@ def _pending_ranks(dumps: DumpSet) -> set[int]:
             and key not in done_later
             and (r["rank"], r["group_name"], r["collective_seq"]) not in cut
             and (r["group_name"], r["p2p_src_local"], r["p2p_dst_local"]) not in matched
+            and (r["is_p2p"] or (r["group_name"], r["collective_seq"]) not in everyone)
         ):
             pending.add(r["rank"])
     return pending
