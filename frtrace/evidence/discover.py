@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 
 from frtrace.evidence.errorfile import ErrorFileError, parse_error_file
-from frtrace.evidence.logs import parse_log, short
+from frtrace.evidence.logs import parse_log
 from frtrace.evidence.messages import classify
 from frtrace.evidence.model import Failure, FailureKind, JobEvidence, Role
 from frtrace.pystack.discover import StackSet, is_stack_file_name
@@ -102,17 +102,11 @@ def _from_stacks(stacks: StackSet | None) -> list[Failure]:
         user = where(sample).user_frame
         place = None if user is None else frame_label(user)
         out.append(
-            Failure(
+            found.failure(
                 rank=sample.rank,
-                kind=found.kind,
-                role=found.role,
-                message=short(detail or trigger),
+                message=detail or trigger,
                 source=f"{os.path.basename(sample.path)} (trigger)",
                 at_ns=sample.taken_at_ns,
-                exc_type=found.exc_type,
-                named_ranks=found.named_ranks,
-                op=found.op,
-                seq=found.seq,
                 where=place,
             )
         )

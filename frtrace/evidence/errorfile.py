@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from frtrace.evidence.logs import frames_of, short, user_frame
+from frtrace.evidence.logs import frames_of, user_frame
 from frtrace.evidence.messages import classify
 from frtrace.evidence.model import Failure
 
@@ -49,18 +49,5 @@ def parse_error_file(text: str, source: str, *, rank: int | None) -> list[Failur
     if found is None:
         return []
     return [
-        Failure(
-            rank=rank,
-            kind=found.kind,
-            role=found.role,
-            message=short(line),
-            source=source,
-            at_ns=at,
-            exc_type=found.exc_type,
-            named_ranks=found.named_ranks,
-            op=found.op,
-            seq=found.seq,
-            where=user_frame(frames),
-            signal=found.signal,
-        )
+        found.failure(rank=rank, message=line, source=source, at_ns=at, where=user_frame(frames))
     ]

@@ -18,12 +18,11 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from frtrace.evidence.messages import classify, exception_line
+from frtrace.evidence.messages import classify, exception_line, short
 from frtrace.evidence.model import Failure, FailureKind, Role
 
-__all__ = ["MAX_MESSAGE", "frames_of", "parse_log", "short", "user_frame"]
+__all__ = ["frames_of", "parse_log", "user_frame"]
 
-MAX_MESSAGE = 300  # characters of a failure message kept
 _TEE = re.compile(r"^\[(?P<who>[A-Za-z_]+?)(?P<n>\d{1,7})\]:\s?")
 _SRUN = re.compile(r"^\s{0,6}(?P<n>\d{1,7}): ")
 _GLOG = re.compile(r"\[?[IWEF](?P<mo>\d\d)(?P<d>\d\d) (?P<t>\d\d:\d\d:\d\d)(?:\.(?P<f>\d{1,9}))?")
@@ -65,11 +64,6 @@ def _ns(stamp: str, frac: str | None) -> int | None:
     except ValueError:
         return None
     return int(at.timestamp()) * 1_000_000_000 + int(((frac or "0") + "000000000")[:9])
-
-
-def short(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
 
 
 def frames_of(lines: list[str]) -> list[tuple[str, int, str]]:
@@ -159,17 +153,11 @@ def parse_log(text: str, source: str, *, rank: int | None, year: int | None) -> 
             found = classify(line, exception=exc is not None)
             if found is not None:
                 out.append(
-                    Failure(
+                    found.failure(
                         rank=who,
-                        kind=found.kind,
-                        role=found.role,
-                        message=short(line),
+                        message=line,
                         source=where,
                         at_ns=at if at is not None else stream.last_at_ns,
-                        exc_type=found.exc_type,
-                        named_ranks=found.named_ranks,
-                        op=found.op,
-                        seq=found.seq,
                         where=user_frame(stream.traceback),
                     )
                 )
@@ -183,21 +171,7 @@ def parse_log(text: str, source: str, *, rank: int | None, year: int | None) -> 
             continue
         found = classify(line, exception=is_exception)
         if found is not None:
-            out.append(
-                Failure(
-                    rank=who,
-                    kind=found.kind,
-                    role=found.role,
-                    message=short(line),
-                    source=where,
-                    at_ns=at,
-                    exc_type=found.exc_type,
-                    named_ranks=found.named_ranks,
-                    op=found.op,
-                    seq=found.seq,
-                    signal=found.signal,
-                )
-            )
+            out.append(found.failure(rank=who, message=line, source=where, at_ns=at))
     if child is not None and "traceback" in child:
         out.extend(_child_failure(child, child_at))
     return out
@@ -246,17 +220,8 @@ def _child_failure(child: dict[str, str], where: str) -> list[Failure]:
     found = classify(message, exception=bool(ends)) if message else None
     if found is not None and not message.startswith("To enable traceback"):
         return [
-            Failure(
-                rank=rank,
-                kind=found.kind,
-                role=found.role,
-                message=short(message),
-                source=where,
-                at_ns=at,
-                exc_type=found.exc_type,
-                named_ranks=found.named_ranks,
-                signal=found.signal,
-                where=user_frame(frames),
+            found.failure(
+                rank=rank, message=message, source=where, at_ns=at, where=user_frame(frames)
             )
         ]
     if code is None or code == 0:

@@ -14,9 +14,18 @@ import re
 import signal
 from dataclasses import dataclass
 
-from frtrace.evidence.model import CAUSES, FailureKind, Role
+from frtrace.evidence.model import CAUSES, Failure, FailureKind, Role
 
-__all__ = ["Classification", "classify", "exception_line"]
+__all__ = ["MAX_MESSAGE", "Classification", "classify", "exception_line", "short"]
+
+MAX_MESSAGE = 300  # characters of a failure message kept
+
+
+def short(text: str) -> str:
+    """The message on one line, cut to ``MAX_MESSAGE`` characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
+
 
 _K = FailureKind
 
@@ -30,6 +39,31 @@ class Classification:
     op: str | None = None
     seq: int | None = None
     signal: str | None = None
+
+    def failure(
+        self,
+        *,
+        rank: int | None,
+        message: str,
+        source: str,
+        at_ns: int | None,
+        where: str | None = None,
+    ) -> Failure:
+        """The failure this message reports, where it was read."""
+        return Failure(
+            rank=rank,
+            kind=self.kind,
+            role=self.role,
+            message=short(message),
+            source=source,
+            at_ns=at_ns,
+            exc_type=self.exc_type,
+            named_ranks=self.named_ranks,
+            op=self.op,
+            seq=self.seq,
+            where=where,
+            signal=self.signal,
+        )
 
 
 # "RuntimeError: ...", "torch.distributed.DistBackendError: ...", "ValueError" alone.
