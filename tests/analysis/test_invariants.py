@@ -1,17 +1,19 @@
 """Invariants of the verdict, over every committed dump set and generated jobs.
 
-1. Never ``healthy`` while a rank is blocked in an op that nothing explains: every rank with
-   an op neither retired nor completed (nor followed by a finished op of its group, nor a
-   collective every member of its group entered, nor a send/recv whose peer posted the other
-   half) must have been running when dumped (a known
-   dump time moments after its newest entry), else the verdict is not healthy. Computed here
-   from the raw entries, not from the analysis' own notion of "blocked".
+1. Never ``healthy`` while a rank is blocked in an op that nothing explains: a rank counts by
+   its oldest open op (neither retired nor completed, nor followed by a finished op of its
+   group; the later ones are queued behind it); unless that op is a collective every member
+   of its group entered, or a send/recv whose peer posted the other half, the rank must have
+   been running when dumped (a known dump time moments after its newest entry), else the
+   verdict is not healthy. Computed here from the raw entries, not from the analysis' own
+   notion of "blocked".
 2. A culprit the verdict names rests on evidence: it is named by a finding of error severity.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -71,7 +73,8 @@ def _pending_ranks(dumps: DumpSet) -> set[int]:
         if not r["is_p2p"]:
             runs.setdefault((r["rank"], r["group_name"], r["collective_seq"]), []).append(r["op"])
     cut = {k for k, ops in runs.items() if len(ops) > 1 and not any("coalesced" in o for o in ops)}
-    pending: set[int] = set()
+    # each rank is blocked in its oldest op still open (the later ones are queued behind it)
+    oldest: dict[int, dict[str, Any]] = {}
     done_later: set[tuple[int, str]] = set()
     for r in reversed(rows):  # newest first within each rank (rows are in buffer order)
         key = (r["rank"], r["group_name"])
@@ -81,10 +84,16 @@ def _pending_ranks(dumps: DumpSet) -> set[int]:
             r["retired"] is False
             and key not in done_later
             and (r["rank"], r["group_name"], r["collective_seq"]) not in cut
-            and (r["group_name"], r["p2p_src_local"], r["p2p_dst_local"]) not in matched
-            and (r["is_p2p"] or (r["group_name"], r["collective_seq"]) not in everyone)
         ):
-            pending.add(r["rank"])
+            oldest[r["rank"]] = r  # (overwritten by older rows: the oldest open one stays)
+    pending: set[int] = set()
+    for rank, r in oldest.items():
+        if r["is_p2p"]:
+            explained = (r["group_name"], r["p2p_src_local"], r["p2p_dst_local"]) in matched
+        else:
+            explained = (r["group_name"], r["collective_seq"]) in everyone
+        if not explained:
+            pending.add(rank)
     return pending
 
 
