@@ -143,11 +143,12 @@ def test_generated_jobs_keep_the_invariants(
 
 def _undetectable(spec: JobSpec) -> bool:
     """A running job's onlyActive snapshot without NCCL timing (a dump missing or not): every
-    completed entry is gone and nothing says when any dump was written. In random runs (thousands of jobs) a few such
-    sets were called healthy with ranks whose oldest open op this test's reading of the raw
-    entries does not explain (async ops in flight across groups); the dumps cannot tell that
-    from a hang either way (test_properties' running-snapshot case says so too), so invariant
-    1 is not asserted there. Culprits still must rest on evidence."""
+    completed entry is gone and nothing says when any dump was written. In random runs
+    (thousands of jobs) a few such sets were called healthy with ranks whose oldest open op
+    this test's reading of the raw entries does not explain (async ops in flight across
+    groups); the dumps cannot tell that from a hang either way (test_properties' running
+    snapshot case says so too), so invariant 1 is not asserted there. Culprits still must
+    rest on evidence."""
     capture = spec.capture
     return capture.moment == Moment.SNAPSHOT and capture.only_active and not spec.timing
 
