@@ -504,3 +504,14 @@ def test_a_file_name_that_is_not_utf8_prints_under_a_strict_utf8_stdout(tmp_path
         assert b"Traceback" not in proc.stderr, proc.stderr
         assert proc.returncode in (0, 1), proc.stderr
     assert b"bad\\udcffname.log" in proc.stdout  # (summary lists the files skipped)
+
+
+def test_summary_names_the_stacks_and_logs_analyze_reads_not_as_skipped() -> None:
+    """One discovery: a file analyze reads (py-spy text, a torchrun log) is not 'skipped'."""
+    result = run("summary", "-d", str(FIXTURES / "gloo_evidence" / "pp_1f1b_skip__timer"))
+    assert result.exit_code == 0, result.output
+    assert "read as Python stacks by analyze, not as dumps: 4 file(s) (pyspy_rank_0.txt" in (
+        result.output
+    )
+    assert "read as logs and error files by analyze" in result.output
+    assert "skipped" not in result.output
