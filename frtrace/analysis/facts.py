@@ -50,11 +50,6 @@ class Facts:
         place = self.places.get(rank)
         return None if place is None else place.place == "collective"
 
-    @property
-    def unrecorded_groups(self) -> frozenset[int]:
-        """Groups where some rank ran ops its buffer does not hold (Gloo's send/recv)."""
-        return frozenset(gid for (_, gid), n in self.unrecorded.items() if n > 0)
-
 
 def gather_facts(
     dumps: DumpSet,

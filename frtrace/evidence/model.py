@@ -73,6 +73,3 @@ class JobEvidence:
 
     def __bool__(self) -> bool:
         return bool(self.failures)
-
-    def of_rank(self, rank: int) -> tuple[Failure, ...]:
-        return tuple(f for f in self.failures if f.rank == rank)
