@@ -36,6 +36,14 @@ def _first(values: Sequence[Any], shown: int = 4) -> str:
     return f"{list(values[:shown])}{more}"
 
 
+def _dtypes(values: Sequence[str], shown: int = 4) -> str:
+    """``Float`` / ``Float,Half``: dtype names joined with commas, never a Python list."""
+    if not values:
+        return "-"
+    more = f" +{len(values) - shown}" if len(values) > shown else ""
+    return ",".join(values[:shown]) + more
+
+
 def _sizes_text(sig: OpSignature) -> str:
     ins = _first([list(s) for s in sig.input_sizes])
     outs = _first([list(s) for s in sig.output_sizes])
@@ -47,7 +55,7 @@ def _describe(sig: OpSignature, differs_in: str) -> str:
         return sig.op
     if differs_in == "sizes":
         return _sizes_text(sig)
-    return f"{sig.op} dtypes={_first(sig.input_dtypes)}"
+    return f"{sig.op} dtypes={_dtypes(sig.input_dtypes)}"
 
 
 def _label(f: Finding) -> str:
@@ -84,7 +92,8 @@ def _mismatch(f: Finding, d: Mismatch) -> Words:
         else:
             why = f"{n} of {d.recorded} members that recorded #{seq} agree"
     lines = [
-        f"rank {s.rank}: {_sizes_text(s.sig)} dtypes={list(s.sig.input_dtypes)} state={s.sig.state}"
+        f"rank {s.rank}: {_sizes_text(s.sig)} dtypes={_dtypes(s.sig.input_dtypes)} "
+        f"state={s.sig.state}"
         for s in d.sides
     ]
     if d.shift is not None:
