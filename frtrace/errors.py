@@ -87,5 +87,9 @@ class UnsafePathError(FrtraceError):
     """A file, link or directory collect will not read, write or trust (see SECURITY.md)."""
 
 
+class CollectError(FrtraceError):
+    """``collect`` cannot start: no store answers, no registry, torch missing (exit code 2)."""
+
+
 class SeveralJobs(FrtraceError):
     """The rank processes on this host belong to more than one job (exit code 2)."""

@@ -4,6 +4,7 @@ stacks. Wires the steps, decides nothing."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from frtrace.analysis.capture import dump_times_from_entries
@@ -11,6 +12,7 @@ from frtrace.analysis.diagnose import diagnose
 from frtrace.analysis.stackjoin import join_stacks
 from frtrace.diagnosis_cache import Diagnosis, DiagnosisCache
 from frtrace.errors import NoDumpsFound
+from frtrace.evidence.collected import Collected, read_collected
 from frtrace.evidence.discover import load_evidence
 from frtrace.evidence.model import JobEvidence
 from frtrace.load import tables
@@ -61,15 +63,29 @@ def analyze_loaded(dumps: DumpSet) -> Report:
     if not where.is_dir():
         return analyze_dumps(dumps)
     stacks = stack_files.load_stacks(where)
-    return analyze_dumps(dumps, stacks, load_evidence(where, stacks))
+    collected = read_collected(where)
+    evidence = load_evidence(where, stacks)
+    if collected.files or collected.problems:
+        evidence = replace(
+            evidence,
+            files=evidence.files + collected.files,
+            problems=evidence.problems + collected.problems,
+        )
+    return analyze_dumps(dumps, stacks, evidence, collected)
 
 
 def analyze_dumps(
-    dumps: DumpSet, stacks: StackSet | None = None, evidence: JobEvidence | None = None
+    dumps: DumpSet,
+    stacks: StackSet | None = None,
+    evidence: JobEvidence | None = None,
+    collected: Collected | None = None,
 ) -> Report:
     """Diagnose an already loaded dump set; ``stacks`` say where the culprits are,
-    ``evidence`` what the job's logs, error files and sidecars reported."""
+    ``evidence`` what the job's logs, error files and sidecars reported, ``collected`` what
+    ``frtrace collect`` knew of each rank (its dump time, host and pid)."""
     times = dump_times_from_entries(dumps)  # NCCL: what the dump itself discovered
+    if collected is not None:
+        times |= collected.dumped_at_ns()  # when collect got the dump
     if stacks is None:
         return diagnose(dumps, times, evidence=evidence)
     times |= {r: t for r in stacks.ranks if (t := stacks.taken_at_ns(r)) is not None}

@@ -49,6 +49,16 @@ def collect(
     timeout: Annotated[
         float, typer.Option("--timeout", help="Seconds to wait for each dump.", min=0.5)
     ] = 20.0,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            metavar="HOST:PORT",
+            help="Every rank of the job, on every host, through torch's debug server: the "
+            "job's MASTER_ADDR:MASTER_PORT (needs torch here, and "
+            "torch.distributed.debug.start_debug_server() in the job).",
+        ),
+    ] = None,
     any_user: Annotated[
         bool,
         typer.Option(
@@ -58,22 +68,31 @@ def collect(
         ),
     ] = False,
 ) -> None:
-    """Get every local rank's dump and stacks from a live, hung job, without killing it.
+    """Get every rank's dump and stacks from a live, hung job, without harming it.
 
-    Finds the rank processes on this host (RANK in their environment), takes a py-spy dump
-    of each, asks each for a Flight Recorder dump (frtrace.recorder's SIGUSR1, the NCCL
-    debug pipe, or torch's worker server), prints what was collected per rank and how,
-    then analyses DIR. Only this user's processes unless --any-user; never signals; what it
-    writes is private (files 0600, folders 0700). See SECURITY.md.
+    With --store HOST:PORT: every rank of the job, on every host, from torch's debug server
+    (its registry in the job's TCPStore): py-spy's and faulthandler's stacks and the Flight
+    Recorder dump of each rank, over HTTP, in parallel, each request bounded by --timeout.
+
+    Without it: the rank processes on this host (RANK in their environment): a py-spy dump of
+    each, then a Flight Recorder dump asked of frtrace.recorder (through its socket), the
+    NCCL debug pipe or torch's worker server. Only this user's processes unless --any-user.
+
+    Either way: never a signal; written into DIR/<host>/ (files 0600, folders 0700), with
+    frtrace-collect.json naming each rank's host, pid and dump time; a table of what was
+    collected per rank and how; then DIR is analysed. See SECURITY.md.
+
+    Example: frtrace collect incident --store node-0:29500   # every host, from anywhere
 
     Example: frtrace collect /shared/incident --no-analyze   # on every host, then analyze once
     """
     from tabulate import tabulate
 
     from frtrace.cli.app import _echo, _fail, analyze
-    from frtrace.collect.run import CollectOptions, render_table
+    from frtrace.collect.run import CollectOptions, collect_from_store, render_table
     from frtrace.collect.run import collect as run_collect
-    from frtrace.errors import SeveralJobs
+    from frtrace.collect.store import parse_store_address
+    from frtrace.errors import CollectError, SeveralJobs
 
     match: dict[str, str] = {}
     for item in env_match or []:
@@ -82,8 +101,14 @@ def collect(
             raise _fail(f"--env {item!r}: give NAME=VALUE, e.g. --env MASTER_PORT=29500")
         match[key] = value
     options = CollectOptions(
-        dump_timeout_s=timeout, pyspy=pyspy, match_env=match or None, any_user=any_user
+        dump_timeout_s=timeout,
+        http_timeout_s=timeout,
+        pyspy=pyspy,
+        match_env=match or None,
+        any_user=any_user,
     )
+    if store is not None and (match or any_user):
+        raise _fail("--store collects every rank the job registered: no --env or --any-user")
     snaps = [out_dir] if twice is None else [out_dir / "snap1", out_dir / "snap2"]
     for i, snap in enumerate(snaps):
         if i:
@@ -91,10 +116,13 @@ def collect(
 
             time.sleep(twice or 0)
         try:
-            result = run_collect(snap, options)
+            if store is None:
+                result = run_collect(snap, options)
+            else:
+                result = collect_from_store(snap, *parse_store_address(store), options)
         except OSError as exc:
             raise _fail(f"{snap}: cannot collect there ({exc.strerror})") from None
-        except SeveralJobs as exc:
+        except (SeveralJobs, CollectError) as exc:
             raise _fail(exc) from None
         others = ""
         if result.others:
@@ -103,6 +131,10 @@ def collect(
                 f"{result.others} rank process{s} of other users left alone (--any-user to "
                 "collect them, as root)"
             )
+        for problem in result.problems:
+            _echo(f"not collected: {problem}")
+        if not result.ranks and store is not None:
+            raise _fail(f"the store at {store} names no usable worker server")
         if not result.ranks:
             raise _fail(
                 "no rank process found on this host (no process with RANK in its environment"
@@ -110,7 +142,7 @@ def collect(
                 + " that this user can read); run it as the job's user, on a host of the job"
                 + (f"; {others}" if others else "")
             )
-        headers = ("rank", "pid", "Flight Recorder dump", "stacks", "not collected")
+        headers = ("rank", "host", "pid", "Flight Recorder dump", "stacks", "not collected")
         _echo(f"collected into {snap}:")
         _echo(tabulate(render_table(result), headers=headers))
         if others:

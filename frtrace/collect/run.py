@@ -1,5 +1,10 @@
-"""``frtrace collect``: every local rank's dump and stacks into one directory, and one table
-of what was collected per rank and how, and what was not and why.
+"""``frtrace collect``: every rank's dump and stacks into one directory, one folder per host
+(``DIR/<host>/``, so every host of a job can collect into one shared folder), with a manifest
+per folder (:mod:`frtrace.evidence.collected`: each rank's host, pid and dump time), and one
+table of what was collected per rank and how, and what was not and why.
+
+Local ranks (this host's processes, :func:`collect`) or every rank of a job through torch's
+debug server registry (:func:`collect_from_store`, ``collect --store``: ``store.py``).
 
 Per rank, the stack first (``py-spy dump``: the moment as found, before any dump request
 stirs the process), then one Flight Recorder dump, by the first way that works: a request to
@@ -10,20 +15,37 @@ host of 8 ranks takes about as long as its slowest rank.
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import shutil
+import socket
+import time
+import zlib
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from frtrace.collect import mechanisms as m
 from frtrace.collect.ask import recorder
 from frtrace.collect.procs import RankProcess, job_of, scan_rank_processes
-from frtrace.collect.safety import make_private_dir
+from frtrace.collect.safety import make_private_dir, write_private
+from frtrace.collect.store import StoreRank, fetch_all, read_registry
 from frtrace.errors import SeveralJobs
+from frtrace.evidence.collected import MANIFEST_NAME, CollectedRank, manifest_document
+from frtrace.job.env import DUMP_PREFIX
 from frtrace.ranges import format_ranks
 
-__all__ = ["CollectOptions", "CollectResult", "RankCollection", "collect", "render_table"]
+__all__ = [
+    "CollectOptions",
+    "CollectResult",
+    "RankCollection",
+    "collect",
+    "collect_from_store",
+    "host_folder",
+    "render_table",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,10 +63,13 @@ class CollectOptions:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RankCollection:
-    """What was done for one rank process."""
+    """What was done for one rank: its process here (local collect) or its worker server."""
 
-    proc: RankProcess
+    rank: int
+    host: str
+    pid: int | None
     outcomes: tuple[m.Outcome, ...]
+    dumped_at_ns: int | None = None  # when its dump arrived, on collect's clock
 
     @property
     def dump(self) -> m.Outcome | None:
@@ -60,23 +85,62 @@ class CollectResult:
     directory: Path
     ranks: tuple[RankCollection, ...]
     others: int = 0  # rank processes of other users left alone (no --any-user)
+    problems: tuple[str, ...] = ()  # registry values that could not be used (--store)
 
     @property
     def ok(self) -> bool:
         return bool(self.ranks) and all(r.dump is not None for r in self.ranks)
 
 
+_SAFE_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+
+def host_folder(host: str) -> str:
+    """The folder name of a host's evidence: the host name where it is a plain name, else
+    ``host-<crc>`` (a name from a job's registry never makes a path of its own)."""
+    if _SAFE_HOST.match(host) and ".." not in host:
+        return host
+    return f"host-{zlib.crc32(host.encode('utf-8', 'replace')):08x}"
+
+
 def _one(proc: RankProcess, out: Path, opts: CollectOptions, exe: str | None) -> RankCollection:
     outcomes: list[m.Outcome] = []
     if opts.pyspy:
         outcomes.append(m.pyspy(proc, out, opts.pyspy_timeout_s, exe))
+    dumped_at: int | None = None
     for ask in (recorder, m.nccl_pipe, m.worker_server_dump):
         if any(o.kind == "dump" and o.ok for o in outcomes):
             break
         timeout = opts.http_timeout_s if ask is m.worker_server_dump else opts.dump_timeout_s
         outcomes.append(ask(proc, out, timeout))
+        if outcomes[-1].ok:
+            dumped_at = time.time_ns()
     outcomes.append(m.worker_server_traceback(proc, out, opts.http_timeout_s))
-    return RankCollection(proc=proc, outcomes=tuple(outcomes))
+    host = socket.gethostname()
+    return RankCollection(
+        rank=proc.rank, host=host, pid=proc.pid, outcomes=tuple(outcomes), dumped_at_ns=dumped_at
+    )
+
+
+def _write_manifest(
+    folder: Path, host: str, how: str, clock: str, done: list[RankCollection]
+) -> None:
+    ranks = []
+    for rc in done:
+        dump = rc.dump
+        ranks.append(
+            CollectedRank(
+                rank=rc.rank,
+                host=rc.host,
+                pid=rc.pid,
+                dumped_at_ns=rc.dumped_at_ns,
+                dump=os.path.basename(dump.paths[0]) if dump and dump.paths else None,
+                how=f"{dump.mechanism} ({dump.detail})" if dump else None,
+            )
+        )
+    collector = {"host": socket.gethostname(), "pid": os.getpid(), "how": how}
+    doc = manifest_document(host, collector, clock, ranks)
+    write_private(folder, MANIFEST_NAME, (json.dumps(doc, indent=1) + "\n").encode())
 
 
 def one_job(procs: list[RankProcess]) -> None:
@@ -109,17 +173,60 @@ def one_job(procs: list[RankProcess]) -> None:
 
 
 def collect(directory: Path, options: CollectOptions | None = None) -> CollectResult:
-    """Collect every rank process found on this host into ``directory`` (created 0700)."""
+    """Collect every rank process found on this host into ``directory/<host>/`` (created
+    0700), so every host of the job can collect into one shared ``directory``."""
     opts = options or CollectOptions()
     procs, others = scan_rank_processes(opts.match_env, opts.pids, any_user=opts.any_user)
     one_job(procs)  # before anything is written
-    make_private_dir(directory)
+    host = socket.gethostname()
+    folder = directory / host_folder(host)
+    make_private_dir(folder)
     exe = shutil.which("py-spy") if opts.pyspy else None
     if not procs:
-        return CollectResult(directory=directory, ranks=(), others=len(others))
+        return CollectResult(directory=folder, ranks=(), others=len(others))
     with ThreadPoolExecutor(max_workers=min(32, len(procs))) as pool:
-        done = list(pool.map(lambda p: _one(p, directory, opts, exe), procs))
-    return CollectResult(directory=directory, ranks=tuple(done), others=len(others))
+        done = list(pool.map(lambda p: _one(p, folder, opts, exe), procs))
+    _write_manifest(folder, host, "local", "local", done)
+    return CollectResult(directory=folder, ranks=tuple(done), others=len(others))
+
+
+def collect_from_store(
+    directory: Path, host: str, port: int, options: CollectOptions | None = None
+) -> CollectResult:
+    """Collect every rank that torch's debug server registered in the job's store at
+    ``host:port`` into ``directory/<rank's host>/``."""
+    opts = options or CollectOptions()
+    workers, problems = read_registry(host, port, opts.http_timeout_s)
+    make_private_dir(directory)
+    fetched = fetch_all(
+        workers, opts.http_timeout_s, pyspy=opts.pyspy, dump_name=lambda r: f"{DUMP_PREFIX}{r}"
+    )
+    by_host: dict[str, list[StoreRank]] = {}
+    for got in fetched:
+        by_host.setdefault(got.worker.host, []).append(got)
+    done: list[RankCollection] = []
+    for rank_host, items in sorted(by_host.items()):
+        folder = directory / host_folder(rank_host)
+        make_private_dir(folder)
+        here: list[RankCollection] = []
+        for got in items:
+            paths = {n: str(write_private(folder, n, data)) for n, data in got.files.items()}
+            outcomes = tuple(
+                replace(o, paths=tuple(paths.get(p, p) for p in o.paths)) for o in got.outcomes
+            )
+            here.append(
+                RankCollection(
+                    rank=got.worker.rank,
+                    host=rank_host,
+                    pid=got.pid,
+                    outcomes=outcomes,
+                    dumped_at_ns=got.dumped_at_ns,
+                )
+            )
+        _write_manifest(folder, rank_host, "store", "collector", here)
+        done.extend(here)
+    done.sort(key=lambda rc: rc.rank)
+    return CollectResult(directory=directory, ranks=tuple(done), problems=tuple(problems))
 
 
 def _cell(outcomes: list[m.Outcome]) -> str:
@@ -127,15 +234,17 @@ def _cell(outcomes: list[m.Outcome]) -> str:
 
 
 def render_table(result: CollectResult) -> list[list[str]]:
-    """One row per rank: rank, pid, the dump and how, the stacks and how, what was not got."""
+    """One row per rank: rank, host, pid, the dump and how, the stacks and how, what was not
+    got."""
     rows = []
     for rc in result.ranks:
         dump = rc.dump
         missed = [o for o in rc.outcomes if not o.ok]
         rows.append(
             [
-                str(rc.proc.rank),
-                str(rc.proc.pid),
+                str(rc.rank),
+                rc.host,
+                "?" if rc.pid is None else str(rc.pid),
                 f"{dump.mechanism} ({dump.detail})" if dump else "NONE",
                 _cell(list(rc.stacks)),
                 "; ".join(f"{o.mechanism}: {o.detail}" for o in missed) or "-",

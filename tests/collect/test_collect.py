@@ -6,6 +6,7 @@ jobs on a shared machine are left alone; every child is killed in ``finally``.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -23,6 +24,7 @@ from typer.testing import CliRunner
 
 from frtrace.cli import app
 from frtrace.collect.procs import find_rank_processes, signal_caught
+from frtrace.collect.run import host_folder
 from frtrace.job.env import DUMP_PREFIX
 
 pytest.importorskip("torch")
@@ -132,14 +134,17 @@ def test_collect_a_hung_recorder_job_names_rank_and_function(tmp_path: Path) -> 
     assert lines[start].startswith("HANG: culprit rank 2;"), result.output
     assert "rank 2: in host code at load_batch (hung_job.py:27)" in first, first
     assert "The stacks corroborate the verdict: culprit rank 2" in result.output
+    here = out / host_folder(socket.gethostname())  # collect writes DIR/<host>/
+    manifest = json.loads((here / "frtrace-collect.json").read_text())
+    assert [(r["rank"], r["pid"]) for r in manifest["ranks"]] == [(p.rank, p.pid) for p in found]
     for r in range(4):
-        assert (out / f"{DUMP_PREFIX}{r}").is_file()
-        assert (out / f"stacks_rank_{r}.json").is_file()
+        assert (here / f"{DUMP_PREFIX}{r}").is_file()
+        assert (here / f"stacks_rank_{r}.json").is_file()
     if no_pyspy is not None:
         pytest.skip(f"py-spy path not checked: {no_pyspy}")
     assert sum("py-spy (dump)" in line for line in lines) == 4, result.output
     for r in range(4):
-        (out / f"stacks_rank_{r}.json").unlink()
+        (here / f"stacks_rank_{r}.json").unlink()
     again = CliRunner().invoke(app, ["analyze", "-d", str(out)])
     assert again.output.splitlines()[0].startswith("HANG: culprit rank 2;")
     assert "rank 2: in host code at load_batch (hung_job.py:27)" in again.output

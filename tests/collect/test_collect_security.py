@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -34,6 +35,7 @@ import pytest
 from typer.testing import CliRunner
 
 from frtrace.cli import app
+from frtrace.collect.run import host_folder
 from frtrace.job.env import DUMP_PREFIX
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -241,11 +243,12 @@ def test_collect_writes_private_copies(shared: Path, tmp_path: Path, who: str) -
         os.umask(old)
     assert code == 0, output
     assert "nccl_pipe (pipe_0.pipe)" in output, output
-    dump = out / f"{DUMP_PREFIX}0"
+    here = out / host_folder(socket.gethostname())  # collect writes DIR/<host>/
+    dump = here / f"{DUMP_PREFIX}0"
     assert dump.read_bytes() == b"DUMP OF RANK 0"
-    for folder in (out, out.parent):
+    for folder in (here, out, out.parent):
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
-    for path in out.iterdir():
+    for path in here.iterdir():
         assert stat.S_IMODE(path.lstat().st_mode) == 0o600, path
 
 
@@ -278,7 +281,8 @@ def test_collect_does_not_signal_a_recorder_whose_handler_was_replaced(
         assert proc.poll() is None, f"the job exited ({proc.returncode}): it was signalled"
     assert code == 0, output
     assert "recorder (request (+ stacks sidecar))" in output, output
-    assert (tmp_path / "out" / f"{DUMP_PREFIX}0").stat().st_size > 0
+    here = tmp_path / "out" / host_folder(socket.gethostname())
+    assert (here / f"{DUMP_PREFIX}0").stat().st_size > 0
 
 
 @pytest.mark.parametrize("entry", ["older recorder", "earlier process"])

@@ -90,5 +90,5 @@ def test_the_console_script_names_both_jobs_and_collects_one(two_jobs: str, tmp_
     one = _collect(tmp_path / "one", "--env", mine, "--env", "MASTER_PORT=29600")
     assert "2 jobs" not in one.stderr
     rows = [line.split() for line in one.stdout.splitlines()[3:]]
-    pids = {row[1] for row in rows if row and row[0].isdigit()}
+    pids = {row[2] for row in rows if row and row[0].isdigit()}  # rank, host, pid, ...
     assert len(pids) == 2, one.stdout

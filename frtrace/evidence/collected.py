@@ -1,0 +1,175 @@
+"""What ``frtrace collect`` knew about each rank it collected: the manifest it leaves.
+
+``collect`` writes one ``frtrace-collect.json`` into every folder it fills (one per host:
+``DIR/<host>/``), so the analysis of the folder, of the union of several hosts' folders, or of
+an archive of them, knows what the dumps alone do not say: which host and process each rank
+was, and when its dump was taken::
+
+    {"format": "frtrace-collect", "version": 1,
+     "host": "node-7",                 # the host the folder is about
+     "collector": {"host": "login-1", "pid": 4242, "how": "store" | "local"},
+     "clock": "collector",             # whose clock "dumped_at_ns" is read from
+     "ranks": [{"rank": 5, "host": "node-7", "pid": 1234, "dumped_at_ns": 17000...,
+                "dump": "comm_lib_trace_rank_5.json", "how": "debug server ..."}]}
+
+``dumped_at_ns`` is when the dump arrived (``collect``'s clock: the rank's own host for a local
+collect; the collector's for ``--store``, which differs from the ranks' hosts by their clock
+skew). Unknown keys are ignored; a manifest that cannot be read is one line in the problems,
+never a failed analysis.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "MANIFEST_FORMAT",
+    "MANIFEST_NAME",
+    "MANIFEST_VERSION",
+    "Collected",
+    "CollectedRank",
+    "manifest_document",
+    "read_collected",
+]
+
+MANIFEST_NAME = "frtrace-collect.json"
+MANIFEST_FORMAT = "frtrace-collect"
+MANIFEST_VERSION = 1
+_MAX_BYTES = 64 * 1024 * 1024  # 10^5 ranks of ~300 bytes each
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CollectedRank:
+    """One rank as ``collect`` found it."""
+
+    rank: int
+    host: str | None = None
+    pid: int | None = None
+    dumped_at_ns: int | None = None  # when its dump arrived (see ``clock``)
+    dump: str | None = None  # the dump file's name in the folder, None: no dump got
+    how: str | None = None  # "debug server http://node-7:40123", "recorder (socket)", ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Collected:
+    """Every manifest under a directory, merged: one entry per rank (a rank in two manifests:
+    the later dump wins, and the other is a problem line)."""
+
+    ranks: tuple[CollectedRank, ...] = ()
+    files: tuple[str, ...] = ()  # the manifests read (relative paths)
+    problems: tuple[str, ...] = ()
+
+    def dumped_at_ns(self) -> dict[int, int]:
+        return {r.rank: r.dumped_at_ns for r in self.ranks if r.dumped_at_ns is not None}
+
+    def __bool__(self) -> bool:
+        return bool(self.ranks)
+
+
+def manifest_document(
+    host: str, collector: dict[str, Any], clock: str, ranks: list[CollectedRank]
+) -> dict[str, Any]:
+    """The JSON document ``collect`` writes for one folder."""
+    return {
+        "format": MANIFEST_FORMAT,
+        "version": MANIFEST_VERSION,
+        "host": host,
+        "collector": collector,
+        "clock": clock,
+        "ranks": [
+            {
+                "rank": r.rank,
+                "host": r.host,
+                "pid": r.pid,
+                "dumped_at_ns": r.dumped_at_ns,
+                "dump": r.dump,
+                "how": r.how,
+            }
+            for r in sorted(ranks, key=lambda r: r.rank)
+        ],
+    }
+
+
+def _typed(value: Any, kind: type) -> Any:
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        return None
+    return value if isinstance(value, kind) else None
+
+
+def _ranks_of(doc: Any) -> list[CollectedRank]:
+    if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT:
+        raise ValueError(f"not a {MANIFEST_FORMAT} manifest")
+    if _typed(doc.get("version"), int) != MANIFEST_VERSION:
+        raise ValueError(f"version {doc.get('version')!r}, this frtrace reads {MANIFEST_VERSION}")
+    items = doc.get("ranks")
+    if not isinstance(items, list):
+        raise ValueError('"ranks" is not a list')
+    out = []
+    for item in items:
+        rank = _typed(item.get("rank"), int) if isinstance(item, dict) else None
+        if rank is None or rank < 0:
+            raise ValueError(f"a rank entry without a rank number: {str(item)[:60]}")
+        out.append(
+            CollectedRank(
+                rank=rank,
+                host=_typed(item.get("host"), str),
+                pid=_typed(item.get("pid"), int),
+                dumped_at_ns=_typed(item.get("dumped_at_ns"), int),
+                dump=_typed(item.get("dump"), str),
+                how=_typed(item.get("how"), str),
+            )
+        )
+    return out
+
+
+def _read(path: Path) -> Any:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fh.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file")
+        if info.st_size > _MAX_BYTES:
+            raise ValueError(f"{info.st_size} bytes, more than a manifest holds")
+        return json.loads(fh.read(_MAX_BYTES))
+
+
+def read_collected(directory: Path) -> Collected:
+    """Every ``frtrace-collect.json`` under ``directory`` (links never followed)."""
+    if not directory.is_dir():
+        return Collected()
+    by_rank: dict[int, CollectedRank] = {}
+    files: list[str] = []
+    problems: list[str] = []
+    for root, dirs, names in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        if MANIFEST_NAME not in names:
+            continue
+        path = Path(root) / MANIFEST_NAME
+        rel = str(path.relative_to(directory))
+        try:
+            ranks = _ranks_of(_read(path))
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            problems.append(f"{rel}: {why}; its ranks' hosts, pids and dump times are not used")
+            continue
+        files.append(rel)
+        for r in ranks:
+            have = by_rank.get(r.rank)
+            if have is not None:
+                keep = max((have, r), key=lambda x: x.dumped_at_ns or 0)
+                problems.append(
+                    f"{rel}: rank {r.rank} is also in another manifest (hosts {have.host}, "
+                    f"{r.host}); the later dump's is used ({keep.host})"
+                )
+                r = keep
+            by_rank[r.rank] = r
+    return Collected(
+        ranks=tuple(by_rank[k] for k in sorted(by_rank)),
+        files=tuple(files),
+        problems=tuple(problems),
+    )
