@@ -136,7 +136,8 @@ def _hang_finding(
     context = Waits(
         culprits=culprits,
         waiting=waiting,
-        blocked=len(victims_of(waits, culprits)),
+        # the group's members that wait on them, directly or not (the job's are the headline's)
+        blocked=len(victims_of(waits, culprits) & set(group.members)),
         last_seen=tuple(seen),
         waiting_state=expected.state,
         call_site=call_site(expected.stack),

@@ -59,7 +59,7 @@ class Waits:
 
     culprits: tuple[int, ...]
     waiting: tuple[int, ...]  # ranks directly blocked, as the rule found them
-    blocked: int  # ranks that wait on the culprits, directly or not
+    blocked: int  # members of the group that wait on the culprits, directly or not
     last_seen: tuple[LastSeen, ...]  # each culprit with a dump
     waiting_state: str | None  # the waiting ranks' state in the op
     call_site: str | None  # where the waiting ranks called it from

@@ -30,7 +30,7 @@ from frtrace.detail import (
 from frtrace.evidence.model import Failure
 from frtrace.model import Finding, Severity
 from frtrace.ranges import format_ranks
-from frtrace.report.words import op_at, who
+from frtrace.report.words import held_too, op_at, who
 from frtrace.report.words_desync import DesyncDetail, desync_words
 from frtrace.report.words_hang import HangDetail, hang_words
 
@@ -193,9 +193,7 @@ def _summary(f: Finding) -> str:
         label = f.group.label if f.group is not None else "?"
         return (
             f"every member of {label} entered {op_at(f)} with matching arguments and it did not "
-            "finish"
-            + (f"; {d.held} more ranks wait on them" if d.held else "")
-            + ": the Flight Recorder cannot name a rank"
+            "finish" + held_too(d.held) + ": the Flight Recorder cannot name a rank"
         )
     if isinstance(d, NothingRecorded):
         return (

@@ -8,7 +8,7 @@ from typing import NamedTuple
 from frtrace.model import Finding
 from frtrace.ranges import format_ranks
 
-__all__ = ["Words", "op_at", "seconds", "who"]
+__all__ = ["Words", "held_too", "op_at", "seconds", "who"]
 
 
 class Words(NamedTuple):
@@ -22,6 +22,14 @@ class Words(NamedTuple):
 def who(listed: tuple[int, ...] | list[int]) -> str:
     """``rank 3`` / ``ranks 3,5``."""
     return f"rank{'s' if len(listed) > 1 else ''} {format_ranks(listed)}"
+
+
+def held_too(n: int) -> str:
+    """``; 2 more ranks of the job wait on them``: ranks outside those named that wait on them,
+    anywhere in the job (``""`` for none)."""
+    if not n:
+        return ""
+    return f"; {n} more rank{'s' if n != 1 else ''} of the job wait{'' if n != 1 else 's'} on them"
 
 
 def op_at(f: Finding) -> str:

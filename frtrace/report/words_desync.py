@@ -17,7 +17,7 @@ from frtrace.detail import (
 )
 from frtrace.model import Finding, OpSignature
 from frtrace.ranges import format_ranks
-from frtrace.report.words import Words, who
+from frtrace.report.words import Words, held_too, who
 
 __all__ = ["DesyncDetail", "desync_words"]
 
@@ -177,7 +177,7 @@ def _deadlock(d: Deadlock) -> Words:
     size = f"ranks {format_ranks(d.component)}" if n <= 8 else f"{n} ranks"
     return Words(
         f"cross-group deadlock: {lead}{size} wait on each other ({'; '.join(steps)})"
-        + (f"; {d.held} more ranks wait on them" if d.held else ""),
+        + held_too(d.held),
         why,
         (
             *(_conflict(c) for c in d.conflicts),
@@ -199,7 +199,7 @@ def _pattern_broken(d: PatternBroken) -> Words:
     return Words(
         "; ".join(parts)
         + f"; ranks {format_ranks(d.component)} wait on each other"
-        + (f"; {d.held} more ranks wait on them" if d.held else ""),
+        + held_too(d.held),
         "decided by each rank's repeating send/recv pattern with its peer",
         tuple(f"rank {p.rank} is blocked in {p.posted} with rank {p.peer}" for p in d.blocked),
     )
