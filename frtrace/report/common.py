@@ -10,7 +10,15 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from frtrace.model import Finding, FindingKind, OpSignature, Report, Severity, Verdict
+from frtrace.model import (
+    Finding,
+    FindingKind,
+    GroupRef,
+    OpSignature,
+    Report,
+    Severity,
+    Verdict,
+)
 from frtrace.ranges import format_ranks
 
 __all__ = [
@@ -33,6 +41,7 @@ __all__ = [
     "short_frame",
     "shorten_rank_lists",
     "stack_rows",
+    "unfinished_ops",
 ]
 
 # Limits that keep the report one screen per finding at any job size. Whatever they cut is
@@ -153,6 +162,17 @@ def idle_in_host_code(report: Report, rank: int) -> bool:
             if finished is None or finished < entered:
                 return False
     return seen
+
+
+def unfinished_ops(report: Report, rank: int) -> list[tuple[GroupRef, int]]:
+    """Each group in which ``rank`` entered a collective it did not finish (neither completed
+    nor retired), with the newest sequence number it entered there."""
+    out = []
+    for p in report.progress:
+        for member, entered, finished in zip(p.group.members, p.entered, p.finished, strict=True):
+            if member == rank and entered is not None and (finished is None or finished < entered):
+                out.append((p.group, entered))
+    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

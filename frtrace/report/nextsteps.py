@@ -7,7 +7,13 @@ enough to print for every report.
 from __future__ import annotations
 
 from frtrace.model import Finding, FindingKind, Report, Severity
-from frtrace.report.common import compact_ranks, idle_in_host_code, ranks_phrase, short_frame
+from frtrace.report.common import (
+    compact_ranks,
+    idle_in_host_code,
+    ranks_phrase,
+    short_frame,
+    unfinished_ops,
+)
 
 __all__ = ["DUMP_LOCATIONS", "MAX_STEPS", "finding_steps", "next_steps"]
 
@@ -55,15 +61,28 @@ def finding_steps(finding: Finding, report: Report) -> list[str]:
                     f"open {w.file}:{w.line} (`{w.function}`): rank {w.rank}'s main thread "
                     f"is there{call}; its stack is in {w.file_name}"
                 )
-        idle = [r for r in idle if r not in placed or placed[r].function is None]
-        if idle:
-            steps.append(_PY_SPY.format(who=ranks_phrase(idle), first=idle[0]))
-        stuck = [r for r in culprits if r not in idle]
-        if stuck:
+        unplaced = [r for r in culprits if r not in placed or placed[r].function is None]
+        elsewhere, earlier, unseen = _open_ops(
+            finding, report, [r for r in culprits if r not in idle]
+        )
+        lost = [r for r in unplaced if r in idle or r in unseen]
+        if lost:
+            steps.append(_PY_SPY.format(who=ranks_phrase(lost), first=lost[0]))
+        if elsewhere:
+            ranks = sorted(elsewhere)
+            labels = sorted({label for r in ranks for label in elsewhere[r]})
+            shown = ", ".join(labels[:3]) + (f" +{len(labels) - 3} more" if len(labels) > 3 else "")
             steps.append(
-                f"{ranks_phrase(stuck)} still {'have' if len(stuck) > 1 else 'has'} an unfinished "
-                "op of another group: `frtrace show` with --ranks "
-                f"{compact_ranks(stuck)} shows which, and who that op waits on"
+                f"{ranks_phrase(ranks)} still {'have' if len(ranks) > 1 else 'has'} an unfinished "
+                f"op of another group ({shown}): `frtrace show` with --ranks "
+                f"{compact_ranks(ranks)} shows it, and who that op waits on"
+            )
+        if earlier:
+            label = finding.group.label if finding.group is not None else "its group"
+            steps.append(
+                f"{ranks_phrase(earlier)} did not finish an earlier op of {label}: `frtrace "
+                f"show` with --ranks {compact_ranks(earlier)} shows it, and whether the others "
+                "finished it"
             )
         steps.append(
             f"find why {who} went another way than its peers: a rank-dependent branch, an "
@@ -129,6 +148,29 @@ def finding_steps(finding: Finding, report: Report) -> list[str]:
     elif kind == FindingKind.STUCK_IN_COLLECTIVE:
         steps.append(_stuck_step(list(finding.waiting_ranks)))
     return steps
+
+
+def _open_ops(
+    finding: Finding, report: Report, ranks: list[int]
+) -> tuple[dict[int, list[str]], list[int], list[int]]:
+    """What is true of culprits that are not idle in host code: those with an op of another
+    group they neither completed nor retired (rank -> those groups' labels), those whose only
+    unfinished op is an earlier one of the finding's group, and those with no collective
+    recorded at all."""
+    here = finding.group.name if finding.group is not None else None
+    elsewhere: dict[int, list[str]] = {}
+    earlier: list[int] = []
+    unseen: list[int] = []
+    for r in ranks:
+        ops = unfinished_ops(report, r)
+        other = [f"#{seq} of {g.label}" for g, seq in ops if g.name != here]
+        if other:
+            elsewhere[r] = other
+        elif ops:
+            earlier.append(r)
+        else:
+            unseen.append(r)
+    return elsewhere, earlier, unseen
 
 
 def next_steps(report: Report, *, limit: int | None = MAX_STEPS) -> list[str]:
