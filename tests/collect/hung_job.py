@@ -6,13 +6,19 @@ others block in ``all_reduce``. One rank of it, configured by the command line:
 MODE ``recorder``: ``frtrace.recorder.enable(DUMP_DIR)`` (dumps on SIGUSR1, with its stacks
 sidecar). MODE ``server``: no recorder; the script runs inside torch's ``worker_main()``, so
 ``TORCH_WORKER_SERVER_SOCKET`` (set by the test) serves ``fr_trace_json`` and
-``dump_traceback``. Each rank prints ``ready`` once it is where it will stay.
+``dump_traceback``. MODE ``debug_server``: torch's debug server
+(``torch.distributed.debug.start_debug_server``; its frontend on rank 0 at ``DEBUG_PORT``)
+registers each rank's worker server in the job's store, for ``collect --store``. Each rank
+prints ``ready`` once it is where it will stay. ``FRTRACE_TEST_HOSTNAME``: the rank first
+names its host so (run it in a UTS namespace of its own: ``unshare --uts``), so ranks of one
+machine play several hosts.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import sys
 import time
 from datetime import timedelta
@@ -43,6 +49,8 @@ def train_step(step: int, rank: int) -> None:
 def main() -> None:
     rank, world, port = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     dump_dir, mode = Path(sys.argv[4]), sys.argv[5]
+    if host := os.environ.get("FRTRACE_TEST_HOSTNAME"):
+        socket.sethostname(host)
     if mode == "recorder":
         import frtrace.recorder
 
@@ -54,6 +62,11 @@ def main() -> None:
     dist.init_process_group(
         "gloo", store=store, rank=rank, world_size=world, timeout=timedelta(seconds=300)
     )
+    if mode == "debug_server":
+        from torch.distributed.debug import start_debug_server
+
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        start_debug_server(port=int(os.environ["DEBUG_PORT"]), start_method="spawn")
     ctx = worker_main() if mode == "server" else contextlib.nullcontext()
     with ctx:
         for step in range(4):

@@ -1,0 +1,194 @@
+"""``frtrace collect --store``: a real hung Gloo job on two "hosts" (each rank in a UTS namespace
+of its own, named 127.0.0.2 or 127.0.0.3, so torch's debug server registers
+``http://127.0.0.3:<port>`` and Gloo binds that address), collected from its TCPStore alone:
+every rank's dump, py-spy and faulthandler stacks, into one folder per host, and the report
+names the culprit rank, its host, pid and function."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from frtrace.cli import app
+from frtrace.collect.store import parse_store_address, parse_worker_url
+from frtrace.errors import CollectError
+from frtrace.job.env import DUMP_PREFIX
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB = ROOT / "tests" / "collect" / "hung_job.py"
+HOSTS = {0: "127.0.0.2", 1: "127.0.0.2", 2: "127.0.0.3", 3: "127.0.0.3"}
+DEADLINE_S = 90.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _own_hostname_works() -> str | None:
+    """None where a process can name its own host in a UTS namespace (root, or user
+    namespaces), else why not."""
+    if not sys.platform.startswith("linux") or shutil.which("unshare") is None:
+        return "needs Linux and unshare(1)"
+    for prefix in (["unshare", "--uts"], ["unshare", "--user", "--map-root-user", "--uts"]):
+        probe = [*prefix, sys.executable, "-c", "import socket; socket.sethostname('x')"]
+        if subprocess.run(probe, capture_output=True, timeout=30).returncode == 0:
+            return None
+    return "cannot make a UTS namespace here (not root, no user namespaces)"
+
+
+def _unshare() -> list[str]:
+    probe = ["unshare", "--uts", "true"]
+    if subprocess.run(probe, capture_output=True, timeout=30).returncode == 0:
+        return ["unshare", "--uts"]
+    return ["unshare", "--user", "--map-root-user", "--uts"]
+
+
+@contextmanager
+def two_host_job(tmp: Path, stuck: int) -> Iterator[tuple[int, list[subprocess.Popen[str]]]]:
+    """4 ranks of hung_job.py with the debug server, 2 per "host"; yields (store port,
+    processes) once every rank is where it will stay."""
+    pytest.importorskip("torch")
+    pytest.importorskip("jinja2")  # the debug server's frontend (rank 0) imports it
+    port, debug_port = _free_port(), _free_port()
+    procs: list[subprocess.Popen[str]] = []
+    wrap = _unshare()
+    try:
+        for r, host in HOSTS.items():
+            env = {
+                k: v
+                for k, v in os.environ.items()
+                if not k.startswith(("TORCH_FR_", "TORCH_NCCL_", "MASTER_", "RANK"))
+            }
+            env.update(
+                PYTHONPATH=str(ROOT),
+                PYTHONUNBUFFERED="1",
+                RANK=str(r),
+                LOCAL_RANK=str(r % 2),
+                WORLD_SIZE=str(len(HOSTS)),
+                FRTRACE_TEST_JOB=uuid.uuid4().hex,
+                FRTRACE_TEST_HOSTNAME=host,
+                STUCK_RANK=str(stuck),
+                DEBUG_PORT=str(debug_port),
+            )
+            argv = [sys.executable, str(JOB), str(r), str(len(HOSTS)), str(port), str(tmp)]
+            procs.append(
+                subprocess.Popen(
+                    [*wrap, *argv, "debug_server"],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    text=True,
+                    env=env,
+                    cwd=ROOT,
+                    start_new_session=True,  # rank 0's debug server frontend goes with it
+                )
+            )
+        deadline = time.monotonic() + DEADLINE_S
+        for p in procs:
+            assert p.stdout is not None
+            while time.monotonic() < deadline:
+                line = p.stdout.readline()
+                if line.strip() == "ready":
+                    break
+                if not line and p.poll() is not None:
+                    pytest.fail(f"a rank exited with {p.returncode} before it was ready")
+        time.sleep(3.0)  # long enough in the wait to be hung, not running
+        yield port, procs
+    finally:
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+        for p in procs:
+            p.communicate(timeout=20)
+
+
+def test_collect_store_gets_every_host_and_names_the_culprit(tmp_path: Path) -> None:
+    why = _own_hostname_works()
+    if why is not None:
+        pytest.skip(why)
+    out = tmp_path / "incident"
+    with two_host_job(tmp_path, stuck=3) as (port, procs):
+        started = time.monotonic()
+        result = CliRunner().invoke(app, ["collect", str(out), "--store", f"127.0.0.1:{port}"])
+        took = time.monotonic() - started
+        assert all(p.poll() is None for p in procs), "collect must not harm the job"
+    assert result.exit_code == 1, result.output  # a hang
+    lines = result.output.splitlines()
+    table = lines[3 : next(i for i, ln in enumerate(lines) if ln.startswith("HANG")) - 1]
+    rows = {int(ln.split()[0]): ln.split() for ln in table if ln.split()[:1] != []}
+    assert sorted(rows) == [0, 1, 2, 3], result.output
+    for r, row in rows.items():
+        assert row[1] == HOSTS[r] and row[2] == str(procs[r].pid), result.output
+        assert "debug_server (fr_trace_json)" in " ".join(row), result.output
+    # one folder per host, private, with the manifest naming each rank's host, pid, dump time
+    for host, ranks in (("127.0.0.2", [0, 1]), ("127.0.0.3", [2, 3])):
+        folder = out / host
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+        manifest = json.loads((folder / "frtrace-collect.json").read_text())
+        assert [r["rank"] for r in manifest["ranks"]] == ranks
+        assert [r["pid"] for r in manifest["ranks"]] == [procs[r].pid for r in ranks]
+        assert all(r["dumped_at_ns"] for r in manifest["ranks"])
+        for r in ranks:
+            for name in (f"{DUMP_PREFIX}{r}.json", f"traceback_rank_{r}.txt"):
+                assert stat.S_IMODE((folder / name).stat().st_mode) == 0o600
+    head = "\n".join(lines[lines.index(next(ln for ln in lines if ln.startswith("HANG"))) :][:8])
+    assert head.startswith("HANG: culprit rank 3;"), result.output
+    assert "load_batch (hung_job.py:" in head, head
+    assert took < 60, f"collect took {took:.1f} s"
+
+
+def test_store_address_and_registry_values_are_checked() -> None:
+    assert parse_store_address("node-0:29500") == ("node-0", 29500)
+    assert parse_store_address("[::1]:29500") == ("::1", 29500)
+    for bad in ("node-0", "node-0:0", ":29500", "node-0:http"):
+        with pytest.raises(CollectError, match="HOST:PORT"):
+            parse_store_address(bad)
+    w = parse_worker_url(3, b"http://node-7:40123")
+    assert not isinstance(w, str) and (w.rank, w.host, w.port) == (3, "node-7", 40123)
+    for bad_url in (b"file:///etc/passwd", b"http://node-7", b"not a url \xff"):
+        assert isinstance(parse_worker_url(3, bad_url), str)
+
+
+def test_collect_store_with_no_store_there_is_one_line(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    port = _free_port()  # nothing listens there
+    out = tmp_path / "incident"
+    args = ["collect", str(out), "--store", f"127.0.0.1:{port}", "--timeout", "1"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert f"--store 127.0.0.1:{port}: no TCPStore answered within 1 s" in result.output
+    assert "Traceback" not in result.output
+    assert not out.exists()  # nothing written
+
+
+def test_collect_store_without_a_registry_says_how_to_start_one(tmp_path: Path) -> None:
+    torch_dist = pytest.importorskip("torch.distributed")
+    from datetime import timedelta
+
+    port = _free_port()
+    server = torch_dist.TCPStore(
+        "127.0.0.1", port, 1, is_master=True, timeout=timedelta(seconds=10)
+    )
+    server.set("some/other/key", "1")
+    out = tmp_path / "incident"
+    result = CliRunner().invoke(app, ["collect", str(out), "--store", f"127.0.0.1:{port}"])
+    assert result.exit_code == 2, result.output
+    assert "holds no debug server registry" in result.output
+    assert "start_debug_server()" in result.output
+    del server
