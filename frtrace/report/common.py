@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from frtrace.detail import NeverJoined, NeverPosted, NoDump, NotStarted
 from frtrace.model import (
     Finding,
     FindingKind,
@@ -181,29 +182,55 @@ class Column:
 
     title: str
     sig: OpSignature
+    # which entry it is (``#7 of pg 2``; ``#3 of pg 4, retired``), where the columns are not
+    # all the same op: a culprit's newest entry beside the op its peers wait in
+    entry: str | None = None
+
+
+def _newest_entries(finding: Finding) -> dict[int, str]:
+    """Each culprit's newest entry, said short, for the findings that compare it with the op
+    the others wait in (the hang findings)."""
+    d = finding.detail
+    if not isinstance(d, NeverJoined | NotStarted | NeverPosted | NoDump):
+        return {}
+    out = {}
+    for seen in d.waits.last_seen:
+        e = seen.entry
+        if e is None:
+            continue
+        where = e.group.label if e.group is not None else f"pg {e.group_name}"
+        at = f"#{e.seq} of {where}" if e.seq is not None else f"in {where}"
+        out[seen.rank] = at + (", retired" if e.retired else "")
+    return out
 
 
 def finding_columns(finding: Finding) -> tuple[list[Column], int]:
     """The majority's column, then one per distinct culprit behaviour; and how many were cut.
 
-    Culprits that did exactly the same thing (same op, sizes, dtypes, state and stack) share a
-    column, so 500 ranks stuck the same way are one column, not 500.
+    Culprits that did exactly the same thing (same op, sizes, dtypes, state and stack, and
+    the same entry) share a column, so 500 ranks stuck the same way are one column, not 500.
+    Where a culprit's column is its newest entry (a hang: not the op its peers wait in), each
+    column says which entry it is.
     """
     columns: list[Column] = []
+    entries = _newest_entries(finding)
     if finding.expected is not None:
         who = (
             f"waiting {ranks_phrase(finding.waiting_ranks, max_chars=32)}"
             if finding.kind not in MISMATCH_KINDS and finding.waiting_ranks
             else "majority"
         )
-        columns.append(Column(title=who, sig=finding.expected))
-    same: dict[OpSignature, list[int]] = {}
+        label = finding.group.label if finding.group is not None else "?"
+        at = f"#{finding.seq} of {label}" if finding.seq is not None else f"in {label}"
+        columns.append(Column(title=who, sig=finding.expected, entry=at if entries else None))
+    same: dict[tuple[OpSignature, str | None], list[int]] = {}
     for rank, sig in sorted(finding.actual.items()):
-        same.setdefault(sig, []).append(rank)
+        same.setdefault((sig, entries.get(rank)), []).append(rank)
     distinct = sorted(same.items(), key=lambda kv: kv[1][0])
     suffix = " (newest entry)" if finding.kind not in MISMATCH_KINDS else ""
-    for sig, ranks in distinct[:MAX_CULPRIT_COLUMNS]:
-        columns.append(Column(title=f"{ranks_phrase(ranks, max_chars=32)}{suffix}", sig=sig))
+    for (sig, entry), ranks in distinct[:MAX_CULPRIT_COLUMNS]:
+        title = f"{ranks_phrase(ranks, max_chars=32)}{suffix}"
+        columns.append(Column(title=title, sig=sig, entry=entry or ("-" if entries else None)))
     return columns, max(0, len(distinct) - MAX_CULPRIT_COLUMNS)
 
 
@@ -233,7 +260,10 @@ def compare_rows(columns: Sequence[Column], *, mark: bool = True) -> list[list[s
         base = values[0]
         return [base] + [v if v == base or not mark else f"{v} ≠" for v in values[1:]]
 
-    return [[label, *cells(key)] for key, label in _FIELDS]
+    rows = [[label, *cells(key)] for key, label in _FIELDS]
+    if any(c.entry is not None for c in columns):
+        rows.insert(0, ["entry", *(c.entry or "-" for c in columns)])
+    return rows
 
 
 _FIELDS = (

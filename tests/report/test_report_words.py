@@ -18,6 +18,7 @@ from frtrace.model import (
     Verdict,
 )
 from frtrace.pipeline import analyze
+from frtrace.report.document import Table, build_document
 from frtrace.report.nextsteps import next_steps
 from frtrace.report.text import render_text
 from frtrace.report.wording import summary
@@ -141,3 +142,14 @@ def test_an_unfinished_earlier_op_of_the_same_group_is_said_so() -> None:
     steps = next_steps(_never_joined(2, _WORLD, one_group))
     assert not [s for s in steps if "another group" in s], steps
     assert steps[0].startswith("rank 2 did not finish an earlier op of default_pg (pg 0)")
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_no_culprit_table_has_two_identical_columns(scenario: str) -> None:
+    """The majority's column and a culprit's never say the same thing in every row (mesh_stall's
+    pg 4: the op rank 1 waits in, #4, and rank 5's newest entry, #3, were alike but for that)."""
+    for block in build_document(_report(scenario)):
+        if not isinstance(block, Table) or block.headers[:1] != ("",):
+            continue
+        columns = list(zip(*block.rows, strict=True))[1:]
+        assert len(set(columns)) == len(columns), (scenario, block)
