@@ -61,11 +61,15 @@ def _unshare() -> list[str]:
 
 
 @contextmanager
-def two_host_job(tmp: Path, stuck: int) -> Iterator[tuple[int, list[subprocess.Popen[str]]]]:
-    """4 ranks of hung_job.py with the debug server, 2 per "host"; yields (store port,
-    processes) once every rank is where it will stay."""
-    pytest.importorskip("torch")
-    pytest.importorskip("jinja2")  # the debug server's frontend (rank 0) imports it
+def two_host_job(
+    tmp: Path, stuck: int, python: str = sys.executable
+) -> Iterator[tuple[int, list[subprocess.Popen[str]]]]:
+    """4 ranks of hung_job.py with the debug server, 2 per "host", run by ``python`` (this
+    interpreter: with the checkout on its path; another: its own packages only); yields
+    (store port, processes) once every rank is where it will stay."""
+    if python == sys.executable:
+        pytest.importorskip("torch")
+        pytest.importorskip("jinja2")  # the debug server's frontend (rank 0) imports it
     port, debug_port = _free_port(), _free_port()
     procs: list[subprocess.Popen[str]] = []
     wrap = _unshare()
@@ -76,8 +80,10 @@ def two_host_job(tmp: Path, stuck: int) -> Iterator[tuple[int, list[subprocess.P
                 for k, v in os.environ.items()
                 if not k.startswith(("TORCH_FR_", "TORCH_NCCL_", "MASTER_", "RANK"))
             }
+            env.pop("PYTHONPATH", None)
+            if python == sys.executable:
+                env["PYTHONPATH"] = str(ROOT)
             env.update(
-                PYTHONPATH=str(ROOT),
                 PYTHONUNBUFFERED="1",
                 RANK=str(r),
                 LOCAL_RANK=str(r % 2),
@@ -87,7 +93,7 @@ def two_host_job(tmp: Path, stuck: int) -> Iterator[tuple[int, list[subprocess.P
                 STUCK_RANK=str(stuck),
                 DEBUG_PORT=str(debug_port),
             )
-            argv = [sys.executable, str(JOB), str(r), str(len(HOSTS)), str(port), str(tmp)]
+            argv = [python, str(JOB), str(r), str(len(HOSTS)), str(port), str(tmp)]
             procs.append(
                 subprocess.Popen(
                     [*wrap, *argv, "debug_server"],
