@@ -38,6 +38,7 @@ FR018  nothing_recorded       no rank recorded any op: stuck before the first co
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 
@@ -57,6 +58,7 @@ __all__ = [
     "GroupProgress",
     "GroupRef",
     "OpSignature",
+    "RankProcess",
     "Report",
     "Severity",
     "StackEvidence",
@@ -223,6 +225,21 @@ class GroupProgress:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RankProcess:
+    """The process a rank ran in, as far as anything collected says (None: not known)."""
+
+    host: str | None = None
+    pid: int | None = None
+
+    def describe(self) -> str:
+        """``on node-b, pid 4242``; ``pid 4242``; ``on node-b``."""
+        parts = ([f"on {self.host}"] if self.host else []) + (
+            [f"pid {self.pid}"] if self.pid is not None else []
+        )
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Report:
     """Everything one analysis concluded, deterministic for the same input."""
 
@@ -248,6 +265,8 @@ class Report:
     evidence_problems: tuple[str, ...] = ()  # files that could not be read, one line each
     # Where two kinds of evidence name different ranks: which, and whom (report.wording says it)
     disagreements: tuple[Disagreement, ...] = ()
+    # Each rank's host and pid where a stack sample (or collect's manifest) says, by rank
+    processes: Mapping[int, RankProcess] = field(default_factory=dict)
 
     @property
     def has_problems(self) -> bool:

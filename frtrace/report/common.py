@@ -7,7 +7,7 @@ a 4,096-rank report readable live here.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from frtrace.detail import NeverJoined, NeverPosted, NoDump, NotStarted
@@ -16,6 +16,7 @@ from frtrace.model import (
     FindingKind,
     GroupRef,
     OpSignature,
+    RankProcess,
     Report,
     Severity,
     Verdict,
@@ -33,6 +34,7 @@ __all__ = [
     "Column",
     "compact_ranks",
     "compare_rows",
+    "culprits_phrase",
     "finding_columns",
     "headline",
     "headlines",
@@ -204,8 +206,28 @@ def _newest_entries(finding: Finding) -> dict[int, str]:
     return out
 
 
-def finding_columns(finding: Finding) -> tuple[list[Column], int]:
+def culprits_phrase(report: Report, ranks: Sequence[int] | None = None, *, most: int = 3) -> str:
+    """``2 (on node-b, pid 4242)``: the culprits as ranges, with the process of each whose host
+    or pid is known (the first ``most``; the rest counted)."""
+    ranks = report.culprit_ranks if ranks is None else ranks
+    text = compact_ranks(ranks)
+    known = [(r, report.processes[r]) for r in ranks if r in report.processes]
+    if not known:
+        return text
+    if len(ranks) == 1:
+        return f"{text} ({known[0][1].describe()})"
+    said = [f"rank {r} {p.describe()}" for r, p in known[:most]]
+    if len(known) > most:
+        said.append(f"+{len(known) - most} more in the JSON report")
+    return f"{text} ({'; '.join(said)})"
+
+
+def finding_columns(
+    finding: Finding, processes: Mapping[int, RankProcess] | None = None
+) -> tuple[list[Column], int]:
     """The majority's column, then one per distinct culprit behaviour; and how many were cut.
+    A column of one rank names its process where ``processes`` know it (``rank 2 on node-b,
+    pid 4242``).
 
     Culprits that did exactly the same thing (same op, sizes, dtypes, state and stack, and
     the same entry) share a column, so 500 ranks stuck the same way are one column, not 500.
@@ -229,7 +251,9 @@ def finding_columns(finding: Finding) -> tuple[list[Column], int]:
     distinct = sorted(same.items(), key=lambda kv: kv[1][0])
     suffix = " (newest entry)" if finding.kind not in MISMATCH_KINDS else ""
     for (sig, entry), ranks in distinct[:MAX_CULPRIT_COLUMNS]:
-        title = f"{ranks_phrase(ranks, max_chars=32)}{suffix}"
+        process = (processes or {}).get(ranks[0]) if len(ranks) == 1 else None
+        where = f" {process.describe()}" if process is not None else ""
+        title = f"{ranks_phrase(ranks, max_chars=32)}{where}{suffix}"
         columns.append(Column(title=title, sig=sig, entry=entry or ("-" if entries else None)))
     return columns, max(0, len(distinct) - MAX_CULPRIT_COLUMNS)
 

@@ -21,6 +21,7 @@ from frtrace.report.common import (
     MISMATCH_KINDS,
     compact_ranks,
     compare_rows,
+    culprits_phrase,
     finding_columns,
     headline,
     headlines,
@@ -109,7 +110,7 @@ def build_document(report: Report, selection: Selection | None = None) -> list[B
     if shown:
         doc.add(Heading(2, "Findings"))
         for f in shown:
-            _finding(doc, f)
+            _finding(doc, f, report)
     shown_ids = {id(f) for f in shown}
     _other_findings(doc, [f for f in report.findings if id(f) not in shown_ids])
     _stragglers(doc, report)
@@ -138,7 +139,7 @@ def _answer(doc: _Doc, report: Report, selection: Selection) -> None:
         loaded += f"; unreadable: {compact_ranks(report.ranks_unreadable)}"
     pairs = [("verdict", str(report.verdict)), ("ranks", loaded)]
     if report.culprit_ranks:
-        pairs.append(("culprits", compact_ranks(report.culprit_ranks)))
+        pairs.append(("culprits", culprits_phrase(report)))
     where = where_line(report)
     if where is not None:
         pairs.append(("where", where))
@@ -166,7 +167,7 @@ def _tag(f: Finding) -> str:
     return f"{f.code}; {f.group.label} = {who}"
 
 
-def _finding(doc: _Doc, f: Finding) -> None:
+def _finding(doc: _Doc, f: Finding, report: Report) -> None:
     title = f"{f.code} {f.kind} · {f.severity.name.lower()} · confidence {f.confidence}"
     doc.add(Heading(3, title), Para(shorten_rank_lists(summary(f)), strong=True))
     pairs: list[tuple[str, str]] = []
@@ -191,7 +192,7 @@ def _finding(doc: _Doc, f: Finding) -> None:
     if because:
         pairs.append(("because", because))
     doc.add(KeyValues(tuple(pairs)))
-    columns, cut = finding_columns(f)
+    columns, cut = finding_columns(f, report.processes)
     if columns:
         headers = ("", *(c.title for c in columns))
         rows = tuple(tuple(r) for r in compare_rows(columns, mark=f.kind in MISMATCH_KINDS))

@@ -3,7 +3,9 @@
 The fields are described in the README ("JSON report"); the golden files of the fixture
 scenarios (``tests/fixtures/golden/*.json``) pin them. Lists of ranks are lists of integers.
 Bump the major version on a breaking change (a field removed, renamed or its meaning changed),
-the minor when fields are added.
+the minor when fields are added (1.1: ``where`` and ``stacks``; 1.2: ``timeline``,
+``evidence_files``, ``evidence_problems``, ``disagreements`` and a finding's ``failures``; 1.3:
+``processes``, each rank's host and pid where known).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from frtrace.report.wording import disagreement, evidence, summary, why
 
 __all__ = ["SCHEMA_VERSION", "dumps_compact", "render_json", "report_to_dict"]
 
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 
 
 def _group(g: GroupRef | None) -> dict[str, Any] | None:
@@ -141,6 +143,10 @@ def report_to_dict(report: Report, selection: Selection | None = None) -> dict[s
         out["evidence_problems"] = list(report.evidence_problems)
     if report.disagreements:
         out["disagreements"] = [disagreement(d) for d in report.disagreements]  # 1.2
+    if report.processes:  # 1.3: only when a host or pid is known
+        out["processes"] = {
+            str(r): {"host": p.host, "pid": p.pid} for r, p in sorted(report.processes.items())
+        }
     return out
 
 
