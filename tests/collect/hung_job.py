@@ -9,9 +9,12 @@ sidecar). MODE ``server``: no recorder; the script runs inside torch's ``worker_
 ``dump_traceback``. MODE ``debug_server``: torch's debug server
 (``torch.distributed.debug.start_debug_server``; its frontend on rank 0 at ``DEBUG_PORT``)
 registers each rank's worker server in the job's store, for ``collect --store``. Each rank
-prints ``ready`` once it is where it will stay. ``FRTRACE_TEST_HOSTNAME``: the rank first
-names its host so (run it in a UTS namespace of its own: ``unshare --uts``), so ranks of one
-machine play several hosts.
+prints ``ready`` once it is where it will stay.
+
+``DEBUG_DUMP_DIR``: the frontend also writes every rank's stacks there every second (its
+periodic dumps). ``SLOW_JOB``: no rank is stuck; every step is slow (a job progressing).
+``FRTRACE_TEST_HOSTNAME``: the rank first names its host so (run it in a UTS namespace of its
+own: ``unshare --uts``), so ranks of one machine play several hosts.
 """
 
 from __future__ import annotations
@@ -46,6 +49,31 @@ def train_step(step: int, rank: int) -> None:
     work.wait()
 
 
+def read_shard(step: int) -> None:
+    time.sleep(0.3)  # slow data, three ways: where a sample finds a rank changes every step
+
+
+def decode_batch(step: int) -> None:
+    time.sleep(0.3)
+
+
+def augment_batch(step: int) -> None:
+    time.sleep(0.3)
+
+
+def slow_steps(rank: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    t = torch.ones(16)
+    print("ready", flush=True)
+    step = 0
+    while True:
+        (read_shard, decode_batch, augment_batch)[step % 3](step)
+        dist.all_reduce(t)
+        step += 1
+
+
 def main() -> None:
     rank, world, port = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     dump_dir, mode = Path(sys.argv[4]), sys.argv[5]
@@ -66,9 +94,18 @@ def main() -> None:
         from torch.distributed.debug import start_debug_server
 
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        start_debug_server(port=int(os.environ["DEBUG_PORT"]), start_method="spawn")
+        periodic = os.environ.get("DEBUG_DUMP_DIR")  # the frontend's periodic dumps, every 1 s
+        start_debug_server(
+            port=int(os.environ["DEBUG_PORT"]),
+            start_method="spawn",
+            dump_dir=periodic,
+            dump_interval=1.0,
+            enabled_dumps={"stacks"},
+        )
     ctx = worker_main() if mode == "server" else contextlib.nullcontext()
     with ctx:
+        if os.environ.get("SLOW_JOB"):  # no rank stuck: every step slow, the job progressing
+            slow_steps(rank)
         for step in range(4):
             train_step(step, rank)
 

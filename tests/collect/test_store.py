@@ -62,7 +62,7 @@ def _unshare() -> list[str]:
 
 @contextmanager
 def two_host_job(
-    tmp: Path, stuck: int, python: str = sys.executable
+    tmp: Path, stuck: int, python: str = sys.executable, env_extra: dict[str, str] | None = None
 ) -> Iterator[tuple[int, list[subprocess.Popen[str]]]]:
     """4 ranks of hung_job.py with the debug server, 2 per "host", run by ``python`` (this
     interpreter: with the checkout on its path; another: its own packages only); yields
@@ -93,6 +93,7 @@ def two_host_job(
                 STUCK_RANK=str(stuck),
                 DEBUG_PORT=str(debug_port),
             )
+            env.update(env_extra or {})
             argv = [python, str(JOB), str(r), str(len(HOSTS)), str(port), str(tmp)]
             procs.append(
                 subprocess.Popen(
@@ -198,3 +199,43 @@ def test_collect_store_without_a_registry_says_how_to_start_one(tmp_path: Path) 
     assert "holds no debug server registry" in result.output
     assert "start_debug_server()" in result.output
     del server
+
+
+def _wait_for_files(folder: Path, pattern: str, count: int, timeout_s: float) -> list[Path]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = sorted(folder.glob(pattern))
+        if len(found) >= count:
+            return found
+        time.sleep(0.2)
+    pytest.fail(f"{count} {pattern} files did not appear in {folder} within {timeout_s} s")
+
+
+@pytest.mark.parametrize("job", ["hung", "slow"])
+def test_periodic_dumps_tell_stuck_from_slow(tmp_path: Path, job: str) -> None:
+    """torch's debug server writing every rank's stacks every second (dump_dir): the files
+    are read per rank, with each rank's host; a hung job's ranks stay where they are, a slow
+    job's move: stuck or slow from one folder, no second command."""
+    why = _own_hostname_works()
+    if why is not None:
+        pytest.skip(why)
+    from frtrace.analysis.series import stack_series
+    from frtrace.pystack.periodic import parse_periodic
+
+    periodic = tmp_path / "periodic"
+    env = {"DEBUG_DUMP_DIR": str(periodic)} | ({"SLOW_JOB": "1"} if job == "slow" else {})
+    with two_host_job(tmp_path, stuck=3, env_extra=env):
+        first = len(list(periodic.glob("stacks_*.txt"))) if periodic.is_dir() else 0
+        files = _wait_for_files(periodic, "stacks_*.txt", first + 4, 30)[first:]
+    samples = tuple(s for f in files for s in parse_periodic(f.read_bytes(), f))
+    assert {s.rank for s in samples} == {0, 1, 2, 3}
+    assert {(s.rank, s.host) for s in samples} == set(HOSTS.items())
+    series = stack_series(samples)
+    assert series is not None and series.moments >= 2, files
+    if job == "hung":
+        assert series.moved == (), series
+        assert series.still == (0, 1, 2, 3)
+        place = {r.rank: r.place for r in series.ranks}
+        assert "load_batch (hung_job.py:" in place[3] and "train_step" in place[0], place
+    else:
+        assert series.moved == (0, 1, 2, 3), series
