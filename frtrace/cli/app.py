@@ -55,8 +55,11 @@ app = typer.Typer(
     rich_markup_mode=None,  # plain help: rewrapped to the terminal, examples kept as written
     context_settings={"help_option_names": ["-h", "--help"]},  # (every command inherits it)
     help="Which rank hung the job, and why: analyse PyTorch Flight Recorder dumps.\n\n"
-    "\b\nExample:\n  frtrace analyze /tmp/dumps          # the diagnosis\n"
-    "  frtrace analyze dumps.tar.gz -f html -o report.html",
+    "Every command's -h ends with examples that run as written from the root of a checkout of "
+    "the frtrace repository (tests/fixtures holds real dumps of hung jobs).\n\n"
+    "\b\nExample:\n"
+    "  frtrace analyze tests/fixtures/gloo/never_joins     # the diagnosis; exit 1: a hang\n"
+    "  frtrace env --dir /tmp/frtrace_dumps                # how to make a job dump",
 )
 
 
@@ -233,9 +236,10 @@ def analyze(
 
     \b
     Example:
-      frtrace analyze /tmp/dumps
-      frtrace analyze incident.tar.gz --format html -o report.html
-      frtrace analyze /tmp/dumps --pg tp --ranks 0-7 -f json
+      frtrace analyze tests/fixtures/gloo/never_joins                              # exit 1: a hang
+      frtrace analyze tests/fixtures/gloo/mesh_stall --format html -o report.html  # exit 1
+      frtrace analyze tests/fixtures/gloo/mesh_stall --pg 2 --ranks 4-7 -f json    # exit 1
+      frtrace analyze tests/fixtures/gloo/healthy -q                               # exit 0: healthy
     """
     from frtrace.gate.exitcodes import analysis_exit_code, incomplete_ranks
     from frtrace.ranges import format_ranks
@@ -285,7 +289,7 @@ def check(
     expect: Annotated[
         Path | None,
         typer.Option(
-            "--expect", "-e", help="Expectation file (JSON; see the README).", dir_okay=False
+            "--expect", "-e", help="Expectation file (JSON, as --write makes it).", dir_okay=False
         ),
     ] = None,
     expect_culprits: Annotated[
@@ -319,8 +323,10 @@ def check(
 
     \b
     Example:
-      frtrace check incidents/rank5_hang --expect incidents/rank5_hang/expect.json
-      frtrace check smoke_run_dumps/ --expect-healthy
+      frtrace check tests/fixtures/gloo/mesh_stall --expect expect.json --write   # record it
+      frtrace check tests/fixtures/gloo/mesh_stall --expect expect.json           # exit 0: same
+      frtrace check tests/fixtures/gloo/mesh_stall --expect-culprits 5            # exit 0
+      frtrace check tests/fixtures/gloo/mesh_stall --expect-healthy   # exit 1: it is a hang
     """
     from frtrace.gate.check import (
         compare,
@@ -398,8 +404,8 @@ def env(
 
     \b
     Example:
-      eval "$(frtrace env --dir /shared/fr)" && torchrun ... train.py
-      frtrace env --torch 2.4 --format env > fr.env
+      eval "$(frtrace env --dir /tmp/frtrace_dumps)"   # then start the job from this shell
+      frtrace env --torch 2.4 --format env > fr.env    # KEY=VALUE lines, for docker or k8s
     """
     from frtrace.job.env import parse_version, render_env
 
@@ -417,11 +423,13 @@ def env(
 def schema() -> None:
     """Print the JSON Schema of the JSON report (frtrace analyze --format json).
 
+    Validate a report against the schema of the frtrace that wrote it, with any JSON Schema
+    (draft 2020-12) validator, e.g. check-jsonschema --schemafile report.schema.json report.json
+
     \b
     Example:
       frtrace schema > report.schema.json
-      frtrace analyze dumps/ -f json > report.json
-      check-jsonschema --schemafile report.schema.json report.json
+      frtrace analyze tests/fixtures/gloo/healthy -f json > report.json
     """
     from frtrace.report.json_schema import schema_text
 

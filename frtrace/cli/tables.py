@@ -61,7 +61,7 @@ def show(
 
     \b
     Example:
-      frtrace show dumps/ --pg 0 --ranks 0-3 --seq 10-14 --stacks
+      frtrace show tests/fixtures/gloo/never_joins --pg 0 --ranks 0-3 --seq 10-14 --stacks
     """
     from frtrace.report.show import ShowOptions, render_show
 
@@ -128,7 +128,8 @@ def export(
 
     \b
     Example:
-      frtrace export dumps/ -o tables/ && duckdb -c "from 'tables/entries.parquet'"
+      frtrace export tests/fixtures/gloo/never_joins -o tables/
+      python -c "import pandas; print(pandas.read_parquet('tables/entries.parquet'))"
     """
     from frtrace.load.export import export_parquet
 
