@@ -281,8 +281,8 @@ def test_no_memory_is_kept_from_one_call_to_the_next(via: Via) -> None:
     ids=str,
 )
 def test_the_console_script_says_the_same_without_the_c_pass(fixture: str, tmp_path: Path) -> None:
-    """`FRTRACE_PURE_PYTHON=1` (documented in the README) through the installed console script:
-    the same JSON report, byte for byte, as with the C pass."""
+    """`FRTRACE_PURE_PYTHON=1` (docs/performance.md) through the installed console script: the
+    same JSON report, byte for byte, as with the C pass."""
     from tests.test_commands import frtrace_script
 
     directory = FIXTURES / fixture

@@ -76,10 +76,14 @@ def test_every_golden_json_has_the_current_schema_version() -> None:
         assert set(data) == documented, path.name
 
 
-def test_readme_lists_every_finding_code() -> None:
-    """The README's finding-code table matches frtrace.model.KIND_CODES."""
+def test_the_docs_list_every_finding_code() -> None:
+    """The finding-code table of docs/json-report.md is frtrace.model.KIND_CODES, row for row."""
     from frtrace.model import KIND_CODES
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    page = (Path(__file__).parents[2] / "docs" / "json-report.md").read_text()
+    rows = {
+        line.split(" | ")[0].lstrip("| ") for line in page.splitlines() if line.startswith("| FR")
+    }
+    assert rows == set(KIND_CODES.values())
     for kind, code in KIND_CODES.items():
-        assert f"| {code} | `{kind}` |" in readme, code
+        assert f"| {code} | `{kind}` |" in page, code
