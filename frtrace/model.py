@@ -41,6 +41,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
+from typing import Literal
 
 from frtrace.detail import CulpritStack, CulpritWhere, Detail, Disagreement, GroupRef, OpSignature
 from frtrace.evidence.model import Failure
@@ -160,6 +161,9 @@ class Finding:
     where: tuple[CulpritWhere, ...] = ()  # each culprit with a collected stack, by rank
     stacks: tuple[CulpritStack, ...] = ()  # the culprits' stacks joined to it, by rank
     failures: tuple[Failure, ...] = ()  # what the job's logs and sidecars said, as evidence
+    # the Python stacks agree with it (and raised its confidence): the waiting ranks' stacks
+    # are in the op they wait in, the culprits' in the op the entries name, or both
+    stacks_agree: Literal["waiting", "culprits", "both"] | None = None
 
     @property
     def code(self) -> str:

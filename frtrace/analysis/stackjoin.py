@@ -16,9 +16,21 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import replace
+from typing import Literal
 
-from frtrace.model import CulpritStack, CulpritWhere, Finding, Report, StackEvidence, Verdict
+from frtrace.analysis.signatures import call_site
+from frtrace.detail import NeverJoined
+from frtrace.model import (
+    Confidence,
+    CulpritStack,
+    CulpritWhere,
+    Finding,
+    Report,
+    StackEvidence,
+    Verdict,
+)
 from frtrace.pystack.classes import StackClass, group_stacks
 from frtrace.pystack.discover import StackSet
 from frtrace.pystack.model import Frame, ProcessStacks
@@ -78,6 +90,75 @@ def _with_where(f: Finding, found: dict[int, tuple[CulpritWhere, ProcessStacks]]
         return f
     wheres = tuple(cw for cw, _ in mine)
     return replace(f, where=wheres, stacks=tuple(_joined(cw, s) for cw, s in mine))
+
+
+def _frame_key(frame: str) -> tuple[str, str] | None:
+    """``train_step (/job/train.py:37)`` -> (``train_step``, ``train.py``)."""
+    name, sep, rest = frame.partition(" (")
+    if not sep or not rest.endswith(")"):
+        return None
+    path = rest[:-1].rsplit(":", 1)[0] if rest[:-1].rpartition(":")[2].isdigit() else rest[:-1]
+    return name.rsplit(".", 1)[-1], path.replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def _in_op(w: CulpritWhere, op: str | None, stack: tuple[str, ...]) -> bool:
+    """Is a rank's stack in this op: inside the torch.distributed call of that name, or its
+    innermost frame of user code in the function that called it (the call site of the entry's
+    recorded stack: an async op is waited on a few lines after it was issued)?"""
+    if w.place == "collective" and w.library_call is not None and op is not None:
+        called = w.library_call.partition(" (")[0].rsplit(".", 1)[-1]
+        if called == op or op.startswith(called) or called.startswith(op):
+            return True
+    site = call_site(stack)
+    if w.function is None or w.file is None or site is None:
+        return False
+    return _frame_key(site) == (w.function.rsplit(".", 1)[-1], w.file.rsplit("/", 1)[-1])
+
+
+def _stacks_agree(
+    f: Finding,
+    by_rank: Mapping[int, ProcessStacks],
+    classes: tuple[StackClass, ...],
+) -> Literal["waiting", "culprits", "both"] | None:
+    """Whether the stacks agree with a finding: every waiting rank with a stack is in the op
+    it waits in, or every culprit with a stack is where its entries put it (the op they name;
+    host code, for a culprit that finished every op it recorded); never where a culprit has
+    the same stack as a rank waiting on it (that questions the finding)."""
+    class_of = {r: i for i, c in enumerate(classes) for r in c.ranks}
+    culprits = [r for r in f.culprit_ranks if r in by_rank]
+    waiting = [r for r in f.waiting_ranks if r in by_rank]
+    waiting_classes = {class_of[r] for r in waiting if r in class_of}
+    if any(class_of.get(r) in waiting_classes for r in culprits):
+        return None
+    expected = f.expected
+    waits = bool(waiting) and expected is not None
+    for r in waiting if waits else ():
+        assert expected is not None
+        waits = waits and _in_op(culprit_where(r, by_rank[r]), expected.op, expected.stack)
+    in_theirs = bool(culprits)
+    for r in culprits if in_theirs else ():
+        w = culprit_where(r, by_rank[r])
+        if isinstance(f.detail, NeverJoined):  # the entries say where: in host code
+            in_theirs = in_theirs and r in f.detail.host and w.place == "host code"
+        else:
+            sig = f.actual.get(r)
+            in_theirs = in_theirs and sig is not None and _in_op(w, sig.op, sig.stack)
+    if waits and in_theirs:
+        return "both"
+    return "waiting" if waits else "culprits" if in_theirs else None
+
+
+def _corroborated(
+    f: Finding, by_rank: Mapping[int, ProcessStacks], classes: tuple[StackClass, ...]
+) -> Finding:
+    """A finding of medium confidence whose stacks agree is of high confidence (one of low
+    confidence rests on missing data the stacks do not give)."""
+    if f.confidence != Confidence.MEDIUM:
+        return f
+    agree = _stacks_agree(f, by_rank, classes)
+    if agree is None:
+        return f
+    return replace(f, confidence=Confidence.HIGH, stacks_agree=agree)
 
 
 def _agreement(
@@ -160,8 +241,10 @@ def join_stacks(report: Report, stacks: StackSet) -> Report:
     found = {
         r: (culprit_where(r, by_rank[r]), by_rank[r]) for r in report.culprit_ranks if r in by_rank
     }
-    findings = tuple(_with_where(f, found) for f in report.findings)
     classes = group_stacks(by_rank)
+    findings = tuple(
+        _corroborated(_with_where(f, found), by_rank, classes.classes) for f in report.findings
+    )
     agreement, statement, unexplained = _agreement(report, classes.classes, set(by_rank))
     sources = Counter(s.source for s in by_rank.values())
     evidence = StackEvidence(

@@ -67,7 +67,23 @@ def disagreement(d: Disagreement) -> str:
 
 
 def why(f: Finding) -> str:
-    """What the finding's confidence rests on."""
+    """What the finding's confidence rests on (and the stacks, where they raised it)."""
+    text = _why(f)
+    if f.stacks_agree is None:
+        return text
+    culprits = who(f.culprit_ranks)
+    many = len(f.culprit_ranks) > 1
+    theirs = f"{culprits}'s stack{'s are' if many else ' is'}"
+    said = {
+        "waiting": "the waiting ranks' stacks are in the op",
+        "culprits": f"{theirs} where the entries put {'them' if many else 'it'}",
+        "both": f"the waiting ranks' stacks are in the op, and {culprits}'s where the entries "
+        "put it",
+    }[f.stacks_agree]
+    return f"{text}; the Python stacks confirm it: {said}"
+
+
+def _why(f: Finding) -> str:
     d = f.detail
     if isinstance(d, HangDetail):
         return hang_words(f, d).why
