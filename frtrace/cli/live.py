@@ -89,6 +89,7 @@ def collect(
     from tabulate import tabulate
 
     from frtrace.cli.app import _echo, _fail, analyze
+    from frtrace.cli.params import progress_display
     from frtrace.collect.run import CollectOptions, collect_from_store, render_table
     from frtrace.collect.run import collect as run_collect
     from frtrace.collect.store import parse_store_address
@@ -116,10 +117,17 @@ def collect(
 
             time.sleep(twice or 0)
         try:
-            if store is None:
-                result = run_collect(snap, options)
-            else:
-                result = collect_from_store(snap, *parse_store_address(store), options)
+            with progress_display() as shown, shown.phase("collect") as phase:
+                phase.describe("the ranks' dumps and stacks")
+                if store is None:
+                    result = run_collect(snap, options)
+                else:
+                    result = collect_from_store(snap, *parse_store_address(store), options)
+                hosts = len({rc.host for rc in result.ranks})
+                phase.describe(
+                    f"{len(result.ranks):,} rank{'s' if len(result.ranks) != 1 else ''} on "
+                    f"{hosts:,} host{'s' if hosts != 1 else ''}"
+                )
         except OSError as exc:
             raise _fail(f"{snap}: cannot collect there ({exc.strerror})") from None
         except (SeveralJobs, CollectError) as exc:
