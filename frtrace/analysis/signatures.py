@@ -6,12 +6,9 @@ from typing import Any
 
 from frtrace.load.tables import DumpSet
 from frtrace.model import OpSignature
+from frtrace.pystack.where import call_site
 
-__all__ = ["entry_at", "format_frame", "signature_at"]
-
-# Frames from torch's own wrappers say nothing about the user's code; they are kept in the
-# stack but a reporter may show the first frame outside them as "the call site".
-TORCH_INTERNAL = ("torch/distributed/", "c10d_logger.py", "torch/nn/parallel/")
+__all__ = ["call_site", "entry_at", "format_frame", "signature_at"]
 
 
 def entry_at(dumps: DumpSet, row: int) -> dict[str, Any]:
@@ -42,11 +39,3 @@ def signature_at(dumps: DumpSet, row: int, *, op: str | None = None) -> OpSignat
         state=e["state"],
         stack=stack,
     )
-
-
-def call_site(stack: tuple[str, ...]) -> str | None:
-    """The innermost frame outside torch's own wrappers: where the user's code called in."""
-    for frame in stack:
-        if not any(marker in frame for marker in TORCH_INTERNAL):
-            return frame
-    return stack[0] if stack else None

@@ -5,7 +5,10 @@ Library code is anything in torch, site-packages/dist-packages, the standard lib
 (``threading.py``, ``selectors``, ``socket``, ``subprocess``...), frtrace itself, and native
 frames (``py-spy --native``). Filenames come absolute (faulthandler, the sidecar, py-spy
 ``--json``) or shortened to the package part (py-spy text: ``torch/distributed/...``,
-``threading.py``); both are recognised.
+``threading.py``); both are recognised: the standard library by this Python's ``sysconfig``
+folders and by where any Python keeps it (``lib/python3.11/``, ``lib64/python3.11/``,
+``Lib/``, ``<frozen ...>``), by a module name of it for a bare name. Library frames are
+context: never the user's frame, never the call site (``call_site``).
 """
 
 from __future__ import annotations
@@ -14,16 +17,20 @@ import functools
 import os
 import re
 import sys
-from collections.abc import Iterable
+import sysconfig
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from frtrace.pystack.model import Frame, ProcessStacks, ThreadStack
 
 __all__ = [
     "Where",
+    "call_site",
     "frame_label",
     "innermost_user_frame",
+    "is_library_file",
     "is_library_frame",
+    "is_library_text",
     "pick_thread",
     "short_filename",
     "where",
@@ -34,8 +41,12 @@ __all__ = [
 _USERISH = frozenset({"test", "tests", "code", "main", "this", "types", "token", "profile"})
 _STDLIB = frozenset(sys.stdlib_module_names) - _USERISH
 _LIB_DIRS = re.compile(r"(?:^|/)(?:site-packages|dist-packages)/")
-_STDLIB_DIR = re.compile(r"(?:^|/)[Ll]ib/python\d+(?:\.\d+)?t?/")
-_CUT = re.compile(r"^.*/(?:site-packages|dist-packages|[Ll]ib/python\d+(?:\.\d+)?t?)/")
+# The standard library however the job's Python was installed: ``lib/python3.11/``,
+# ``lib64/python3.11/`` (Fedora, RHEL), ``python3.11/`` alone, ``C:/Python311/Lib/`` (Windows).
+_STDLIB_DIR = re.compile(
+    r"(?:^|/)(?:[Ll]ib(?:64)?/python\d+(?:\.\d+)?t?|python\d\.\d+t?)/|^[A-Za-z]:/(?:[^/]+/)*Lib/"
+)
+_CUT = re.compile(r"^.*/(?:site-packages|dist-packages|[Ll]ib(?:64)?/python\d+(?:\.\d+)?t?)/")
 
 
 @functools.cache
@@ -62,6 +73,27 @@ def short_filename(filename: str) -> str:
 
 
 @functools.cache
+def _install_dirs() -> tuple[str, ...]:
+    """This Python's standard library and site-packages folders (``sysconfig``), each ending
+    in ``/``: a job run with the same interpreter writes them as they are."""
+    dirs: set[str] = set()
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        try:
+            where = sysconfig.get_path(key)
+        except (KeyError, ValueError):  # pragma: no cover - a scheme without it
+            continue
+        if where:
+            dirs.add(where.replace("\\", "/").rstrip("/") + "/")
+    return tuple(sorted(dirs))
+
+
+def is_library_file(filename: str) -> bool:
+    """Is this file library code (torch, the standard library, site-packages, frtrace)? See
+    :func:`is_library_frame`."""
+    return _is_library_path(filename)
+
+
+@functools.cache
 def _is_library_path(filename: str) -> bool:
     path = filename.replace("\\", "/")
     if path.startswith("<frozen ") or path in ("???", "", "<unknown>"):
@@ -69,6 +101,8 @@ def _is_library_path(filename: str) -> bool:
     if path.startswith("<"):
         return False  # <string>, <stdin>: code the user passed in
     if _LIB_DIRS.search(path) or _STDLIB_DIR.search(path):
+        return True
+    if path.startswith(_install_dirs()):
         return True
     parts = [p for p in path.split("/") if p]
     if not parts:
@@ -99,6 +133,30 @@ def is_library_frame(frame: Frame, extra_library: Iterable[str] = ()) -> bool:
         return True
     path = frame.filename.replace("\\", "/")
     return any(s in path for s in extra_library)
+
+
+def _file_of(frame: str) -> str | None:
+    """The file of a frame written ``name (file:line)`` or ``name (file)``."""
+    _, sep, rest = frame.partition(" (")
+    if not sep or not rest.endswith(")"):
+        return None
+    where = rest[:-1]
+    path, colon, line = where.rpartition(":")
+    return path if colon and line.isdigit() else where
+
+
+def is_library_text(frame: str) -> bool:
+    """Is a frame written ``name (file:line)`` (a Flight Recorder entry's stack) library
+    code? A frame that names no file is not taken for one."""
+    path = _file_of(frame)
+    return path is not None and _is_library_path(path)
+
+
+def call_site(stack: Sequence[str]) -> str | None:
+    """Where the user's code called in: the innermost frame of a stack written ``name
+    (file:line)``, innermost first, that is not library code (torch, the standard library,
+    site-packages); None when every frame is (they are context, never the call site)."""
+    return next((frame for frame in stack if not is_library_text(frame)), None)
 
 
 def frame_label(frame: Frame) -> str:

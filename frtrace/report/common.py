@@ -21,6 +21,7 @@ from frtrace.model import (
     Severity,
     Verdict,
 )
+from frtrace.pystack.where import call_site, is_library_text
 from frtrace.ranges import format_ranks
 
 __all__ = [
@@ -312,19 +313,10 @@ def _field(sig: OpSignature, key: str) -> str:
         return ",".join(dtypes) or "-"
     if key == "state":
         return sig.state or "-"
-    site = _call_site(sig.stack)
-    return short_frame(site) if site else "(no stack)"
-
-
-# Frames of torch's own wrappers say nothing about the user's code.
-_TORCH_INTERNAL = ("torch/distributed/", "c10d_logger.py", "torch/nn/parallel/")
-
-
-def _call_site(stack: tuple[str, ...]) -> str | None:
-    for frame in stack:
-        if not any(marker in frame for marker in _TORCH_INTERNAL):
-            return frame
-    return stack[0] if stack else None
+    site = call_site(sig.stack)
+    if site is not None:
+        return short_frame(site)
+    return "(library code only)" if sig.stack else "(no stack)"
 
 
 def short_frame(frame: str, *, parts: int = 2) -> str:
@@ -352,12 +344,14 @@ def stack_rows(columns: Sequence[Column]) -> list[list[str]] | None:
 
 
 def _user_frames(stack: tuple[str, ...]) -> list[str]:
-    """Short frames; a leading run of torch-internal frames is folded after its first frame."""
+    """Short frames; the leading run of library frames (torch, the standard library,
+    site-packages: context, not the user's code) is folded after its first frame."""
     lead = 0
-    while lead < len(stack) and any(m in stack[lead] for m in _TORCH_INTERNAL):
+    while lead < len(stack) and is_library_text(stack[lead]):
         lead += 1
     out = [short_frame(stack[0])] if lead else []
     if lead > 1:
-        out.append(f"(+{plural(lead - 1, 'torch frame')})")
+        torch_only = all("torch/" in f.replace("\\", "/") for f in stack[1:lead])
+        out.append(f"(+{plural(lead - 1, 'torch frame' if torch_only else 'library frame')})")
     out.extend(short_frame(f) for f in stack[lead:])
     return out

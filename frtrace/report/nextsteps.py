@@ -7,6 +7,7 @@ enough to print for every report.
 from __future__ import annotations
 
 from frtrace.model import Finding, FindingKind, Report, Severity
+from frtrace.pystack.where import call_site
 from frtrace.report.common import (
     compact_ranks,
     idle_in_host_code,
@@ -34,10 +35,8 @@ _PY_SPY = (
 
 
 def _site(stack: tuple[str, ...]) -> str | None:
-    for frame in stack:
-        if "torch/distributed/" not in frame and "c10d_logger.py" not in frame:
-            return short_frame(frame, parts=3)
-    return None
+    site = call_site(stack)
+    return None if site is None else short_frame(site, parts=3)
 
 
 def _sites(finding: Finding) -> tuple[str | None, dict[int, str | None]]:
