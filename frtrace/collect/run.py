@@ -24,14 +24,14 @@ import time
 import zlib
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from frtrace.collect import mechanisms as m
 from frtrace.collect.ask import recorder
 from frtrace.collect.procs import RankProcess, job_of, scan_rank_processes
 from frtrace.collect.safety import make_private_dir, write_private
-from frtrace.collect.store import StoreRank, fetch_all, read_registry
+from frtrace.collect.store import StoreRank, Worker, fetch_all, read_registry
 from frtrace.errors import SeveralJobs
 from frtrace.evidence.collected import MANIFEST_NAME, CollectedRank, manifest_document
 from frtrace.job.env import DUMP_PREFIX
@@ -198,8 +198,18 @@ def collect_from_store(
     opts = options or CollectOptions()
     workers, problems = read_registry(host, port, opts.http_timeout_s)
     make_private_dir(directory)
+
+    def save(worker: Worker, name: str, data: bytes) -> str:
+        folder = directory / host_folder(worker.host)
+        make_private_dir(folder)
+        return str(write_private(folder, name, data))
+
     fetched = fetch_all(
-        workers, opts.http_timeout_s, pyspy=opts.pyspy, dump_name=lambda r: f"{DUMP_PREFIX}{r}"
+        workers,
+        opts.http_timeout_s,
+        pyspy=opts.pyspy,
+        dump_name=lambda r: f"{DUMP_PREFIX}{r}",
+        save=save,
     )
     by_host: dict[str, list[StoreRank]] = {}
     for got in fetched:
@@ -208,21 +218,16 @@ def collect_from_store(
     for rank_host, items in sorted(by_host.items()):
         folder = directory / host_folder(rank_host)
         make_private_dir(folder)
-        here: list[RankCollection] = []
-        for got in items:
-            paths = {n: str(write_private(folder, n, data)) for n, data in got.files.items()}
-            outcomes = tuple(
-                replace(o, paths=tuple(paths.get(p, p) for p in o.paths)) for o in got.outcomes
+        here = [
+            RankCollection(
+                rank=got.worker.rank,
+                host=rank_host,
+                pid=got.pid,
+                outcomes=got.outcomes,
+                dumped_at_ns=got.dumped_at_ns,
             )
-            here.append(
-                RankCollection(
-                    rank=got.worker.rank,
-                    host=rank_host,
-                    pid=got.pid,
-                    outcomes=outcomes,
-                    dumped_at_ns=got.dumped_at_ns,
-                )
-            )
+            for got in items
+        ]
         _write_manifest(folder, rank_host, "store", "collector", here)
         done.extend(here)
     done.sort(key=lambda rc: rc.rank)

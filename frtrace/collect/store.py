@@ -63,13 +63,18 @@ class Worker:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StoreRank:
-    """What was fetched from one rank: each outcome, and the rank's pid where py-spy said."""
+    """What was fetched from one rank: each outcome (its ``paths``: where ``save`` put each
+    answer), and the rank's pid where py-spy said."""
 
     worker: Worker
     outcomes: tuple[Outcome, ...]
     pid: int | None
     dumped_at_ns: int | None
-    files: dict[str, bytes]  # file name -> content, written by the caller
+
+
+# Where an answer goes as soon as it arrives (a job of 4,096 ranks is not held in memory):
+# (the rank's worker, a file name, the content) -> the path it was written to.
+Save = Callable[[Worker, str, bytes], str]
 
 
 def parse_store_address(text: str) -> tuple[str, int]:
@@ -220,21 +225,31 @@ def fetch_rank(
     *,
     pyspy: bool,
     dump_name: Callable[[int], str],
+    save: Save,
 ) -> StoreRank:
-    """Everything one rank's worker server gives: its stacks first (the moment as found),
-    then its Flight Recorder dump. Never raises for a rank that is gone or slow."""
+    """Everything one rank's worker server gives, each answer handed to ``save``: its stacks
+    first (the moment as found), then its Flight Recorder dump. Never raises for a rank that
+    is gone or slow (nor for an answer ``save`` cannot write: that outcome says why)."""
     mech = "debug_server"
     outcomes: list[Outcome] = []
-    files: dict[str, bytes] = {}
     pid: int | None = None
+
+    def keep(kind: str, name: str, body: bytes, label: str) -> bool:
+        try:
+            path = save(worker, name, body)
+        except OSError as exc:
+            detail = f"{name}: not written ({exc.strerror or exc})"
+            outcomes.append(Outcome(mechanism=mech, kind=kind, ok=False, detail=detail))
+            return False
+        outcomes.append(Outcome(mechanism=mech, kind=kind, ok=True, detail=label, paths=(path,)))
+        return True
+
     try:
         handlers = _handlers(worker, timeout_s)
     except (OSError, http.client.HTTPException, ValueError) as exc:
         detail = f"{worker.url} did not answer ({_why(exc)})"
         outcomes.append(Outcome(mechanism=mech, kind="dump", ok=False, detail=detail))
-        return StoreRank(
-            worker=worker, outcomes=tuple(outcomes), pid=None, dumped_at_ns=None, files={}
-        )
+        return StoreRank(worker=worker, outcomes=tuple(outcomes), pid=None, dumped_at_ns=None)
 
     def ask(handler: str, query: str, kind: str, name: str, label: str) -> bytes | None:
         if handler not in handlers:
@@ -247,9 +262,7 @@ def fetch_rank(
             detail = f"{handler}: {_why(exc)}"
             outcomes.append(Outcome(mechanism=mech, kind=kind, ok=False, detail=detail))
             return None
-        files[name] = body
-        outcomes.append(Outcome(mechanism=mech, kind=kind, ok=True, detail=label, paths=(name,)))
-        return body
+        return body if keep(kind, name, body, label) else None
 
     if pyspy:
         got = ask(
@@ -266,25 +279,32 @@ def fetch_rank(
         except (OSError, http.client.HTTPException):
             body = b""
         if _has_entries(body):
+            arrived = time.time_ns()
+            if keep("dump", name, body, "NCCL"):
+                dumped_at = arrived
+    if dumped_at is None:
+        before = len(outcomes)
+        got = ask("fr_trace_json", "", "dump", name, "fr_trace_json")
+        if got is not None and len(outcomes) > before:
             dumped_at = time.time_ns()
-            files[name] = body
-            outcomes.append(
-                Outcome(mechanism=mech, kind="dump", ok=True, detail="NCCL", paths=(name,))
-            )
-    if dumped_at is None and ask("fr_trace_json", "", "dump", name, "fr_trace_json") is not None:
-        dumped_at = time.time_ns()
-    return StoreRank(
-        worker=worker, outcomes=tuple(outcomes), pid=pid, dumped_at_ns=dumped_at, files=files
-    )
+    return StoreRank(worker=worker, outcomes=tuple(outcomes), pid=pid, dumped_at_ns=dumped_at)
 
 
 def fetch_all(
-    workers: list[Worker], timeout_s: float, *, pyspy: bool, dump_name: Callable[[int], str]
+    workers: list[Worker],
+    timeout_s: float,
+    *,
+    pyspy: bool,
+    dump_name: Callable[[int], str],
+    save: Save,
 ) -> list[StoreRank]:
-    """Every rank at once (at most 64 requests in flight): as long as the slowest rank."""
+    """Every rank at once (at most 64 ranks asked at a time): as long as the slowest rank
+    where there are no more than 64, in rank order."""
     if not workers:
         return []
+
+    def one(w: Worker) -> StoreRank:
+        return fetch_rank(w, timeout_s, pyspy=pyspy, dump_name=dump_name, save=save)
+
     with ThreadPoolExecutor(max_workers=min(64, len(workers))) as pool:
-        return list(
-            pool.map(lambda w: fetch_rank(w, timeout_s, pyspy=pyspy, dump_name=dump_name), workers)
-        )
+        return list(pool.map(one, workers))

@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from frtrace.collect.store import Worker, fetch_all, fetch_rank
+from frtrace.collect.store import StoreRank, Worker, fetch_all, fetch_rank
 
 GLOO_DUMP = json.dumps({"version": "2.10", "entries": [{"record_id": 0}]}).encode()
 NCCL_DUMP = json.dumps({"version": "2.10", "entries": [{"record_id": 7}], "nccl": True}).encode()
@@ -23,7 +23,7 @@ TRACEBACK = b'Thread 0x00007f (most recent call first):\n  File "t.py", line 3 i
 
 
 @contextmanager
-def worker(answers: dict[str, tuple[int, bytes] | float]) -> Iterator[Worker]:
+def worker(answers: Mapping[str, tuple[int, bytes] | float]) -> Iterator[Worker]:
     """A stand-in worker server: ``answers`` maps a handler to (status, body), or to seconds
     to stall before answering 200 with nothing useful."""
 
@@ -64,6 +64,19 @@ def _name(rank: int) -> str:
     return f"comm_lib_trace_rank_{rank}"
 
 
+class Saved(dict[str, bytes]):
+    """A ``save`` that keeps each answer by file name (and says where it "wrote" it)."""
+
+    def __call__(self, worker: Worker, name: str, data: bytes) -> str:
+        self[name] = data
+        return f"{worker.host}/{name}"
+
+
+def _fetch(w: Worker, timeout_s: float, pyspy: bool) -> tuple[StoreRank, Saved]:
+    saved = Saved()
+    return fetch_rank(w, timeout_s, pyspy=pyspy, dump_name=_name, save=saved), saved
+
+
 def test_a_gloo_rank_gives_its_stacks_pid_and_dump() -> None:
     answers = {
         "pyspy_dump": (200, PYSPY),
@@ -71,9 +84,9 @@ def test_a_gloo_rank_gives_its_stacks_pid_and_dump() -> None:
         "fr_trace_json": (200, GLOO_DUMP),
     }
     with worker(answers) as w:
-        got = fetch_rank(w, 5.0, pyspy=True, dump_name=_name)
+        got, files = _fetch(w, 5.0, True)
     assert got.pid == 4242
-    assert got.files == {
+    assert files == {
         "pyspy_rank_5.txt": PYSPY,
         "traceback_rank_5.txt": TRACEBACK,
         "comm_lib_trace_rank_5.json": GLOO_DUMP,
@@ -89,16 +102,16 @@ def test_an_nccl_rank_gives_the_nccl_recorder_s_entries() -> None:
         "dump_nccl_trace_json": (200, NCCL_DUMP),
     }
     with worker(answers) as w:
-        got = fetch_rank(w, 5.0, pyspy=False, dump_name=_name)
-    assert got.files["comm_lib_trace_rank_5.json"] == NCCL_DUMP
+        got, files = _fetch(w, 5.0, False)
+    assert files["comm_lib_trace_rank_5.json"] == NCCL_DUMP
     assert [o.detail for o in got.outcomes if o.kind == "dump"] == ["NCCL"]
 
 
 def test_an_nccl_build_with_nothing_recorded_by_nccl_gives_the_cpu_recorder_s() -> None:
     answers = {"fr_trace_json": (200, GLOO_DUMP), "dump_nccl_trace_json": (200, EMPTY_NCCL)}
     with worker(answers) as w:
-        got = fetch_rank(w, 5.0, pyspy=False, dump_name=_name)
-    assert got.files["comm_lib_trace_rank_5.json"] == GLOO_DUMP
+        _got, files = _fetch(w, 5.0, False)
+    assert files["comm_lib_trace_rank_5.json"] == GLOO_DUMP
 
 
 def test_failures_are_said_per_handler_and_the_rest_still_collected() -> None:
@@ -107,11 +120,11 @@ def test_failures_are_said_per_handler_and_the_rest_still_collected() -> None:
         "fr_trace_json": (200, GLOO_DUMP),
     }
     with worker(answers) as w:
-        got = fetch_rank(w, 5.0, pyspy=True, dump_name=_name)
+        got, files = _fetch(w, 5.0, True)
     failed = {o.detail for o in got.outcomes if not o.ok}
     assert "pyspy_dump: HTTP 500: py-spy: Permission denied (os error 1)" in failed, failed
     assert "dump_traceback: not served by this torch" in failed, failed
-    assert got.pid is None and "comm_lib_trace_rank_5.json" in got.files
+    assert got.pid is None and "comm_lib_trace_rank_5.json" in files
 
 
 def test_a_stalled_rank_costs_one_timeout_and_the_others_are_not_held() -> None:
@@ -120,7 +133,8 @@ def test_a_stalled_rank_costs_one_timeout_and_the_others_are_not_held() -> None:
     with worker(stall) as slow, worker(fine) as quick:
         quick = Worker(rank=6, url=quick.url, host=quick.host, port=quick.port)
         started = time.monotonic()
-        got = fetch_all([slow, quick], 1.0, pyspy=False, dump_name=_name)
+        saved = Saved()
+        got = fetch_all([slow, quick], 1.0, pyspy=False, dump_name=_name, save=saved)
         took = time.monotonic() - started
     assert took < 5.0, f"took {took:.1f} s for two 1 s timeouts in a row on the slow rank"
     assert [o.detail for o in got[0].outcomes if not o.ok] == [
@@ -128,13 +142,14 @@ def test_a_stalled_rank_costs_one_timeout_and_the_others_are_not_held() -> None:
         "fr_trace_json: timed out",
     ]
     assert got[0].dumped_at_ns is None
-    assert "comm_lib_trace_rank_6.json" in got[1].files
+    assert "comm_lib_trace_rank_6.json" in saved
+    assert got[1].outcomes[-1].paths == ("127.0.0.1/comm_lib_trace_rank_6.json",)
 
 
 def test_a_rank_that_is_gone_is_one_line() -> None:
     with worker({}) as w:
         pass  # (closed: nothing listens there any more)
-    got = fetch_rank(w, 1.0, pyspy=True, dump_name=_name)
+    got, _files = _fetch(w, 1.0, True)
     (only,) = got.outcomes
     assert not only.ok and only.detail.startswith(f"{w.url} did not answer"), only.detail
 
@@ -143,5 +158,5 @@ def test_a_rank_that_is_gone_is_one_line() -> None:
 def test_answers_are_kept_whole(size_mib: int) -> None:
     big = json.dumps({"version": "2.10", "entries": [{"x": "y" * (size_mib << 20)}]}).encode()
     with worker({"fr_trace_json": (200, big)}) as w:
-        got = fetch_rank(w, 5.0, pyspy=False, dump_name=_name)
-    assert got.files["comm_lib_trace_rank_5.json"] == big
+        _got, files = _fetch(w, 5.0, False)
+    assert files["comm_lib_trace_rank_5.json"] == big
