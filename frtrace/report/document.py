@@ -1,9 +1,9 @@
 """The report as a list of blocks (headings, tables, lists): built once, drawn by each format.
 
 Text, markdown and HTML say the same things in the same order because they draw this one
-document; only the markup differs. The order is the answer first (headline and one line per
-root cause), then the evidence per finding, stragglers, what the dumps could not show, and
-what to do next.
+document; only the markup differs, and each file is spelled one way in it (``filenames``).
+The order is the answer first (headline and one line per root cause), then the evidence per
+finding, stragglers, what the dumps could not show, and what to do next.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from frtrace.report.common import (
     shorten_rank_lists,
     stack_rows,
 )
+from frtrace.report.filenames import FileNames, file_names
 from frtrace.report.nextsteps import next_steps
 from frtrace.report.select import Selection
 from frtrace.report.stacks import class_lines, where_line
@@ -121,7 +122,25 @@ def build_document(report: Report, selection: Selection | None = None) -> list[B
     steps = next_steps(report)
     if steps:
         doc.add(Heading(2, "Next steps"), Bullets(tuple(steps), ordered=True))
-    return doc.blocks
+    names = file_names(report)
+    return [_spelled(b, names) for b in doc.blocks]
+
+
+def _spelled(block: Block, names: FileNames) -> Block:
+    """The block with every file it names spelled the report's one way."""
+    say = names.text
+    if isinstance(block, Heading):
+        return Heading(block.level, say(block.text))
+    if isinstance(block, Para):
+        return Para(say(block.text), block.strong)
+    if isinstance(block, KeyValues):
+        return KeyValues(tuple((k, say(v)) for k, v in block.pairs))
+    if isinstance(block, Table):
+        rows = tuple(tuple(say(c) for c in row) for row in block.rows)
+        return Table(tuple(say(h) for h in block.headers), rows, block.title, block.code)
+    if isinstance(block, Bullets):
+        return Bullets(tuple(say(i) for i in block.items), block.ordered, say(block.title))
+    return block
 
 
 def _answer(doc: _Doc, report: Report, selection: Selection) -> None:

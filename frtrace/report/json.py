@@ -2,15 +2,18 @@
 
 The fields are described in the README ("JSON report"); the golden files of the fixture
 scenarios (``tests/fixtures/golden/*.json``) pin them. Lists of ranks are lists of integers.
-Bump the major version on a breaking change (a field removed, renamed or its meaning changed),
-the minor when fields are added (1.1: ``where`` and ``stacks``; 1.2: ``timeline``,
-``evidence_files``, ``evidence_problems``, ``disagreements`` and a finding's ``failures``; 1.3:
-``processes``, each rank's host and pid where known).
+Display strings (summaries, evidence, next steps, statements) name each file the way the other
+formats do (``filenames``); the structured fields (an op's ``stack``, ``where``'s ``file``,
+stack frames) keep the paths as read. Bump the major version on a breaking change (a field
+removed, renamed or its meaning changed), the minor when fields are added (1.1: ``where`` and
+``stacks``; 1.2: ``timeline``, ``evidence_files``, ``evidence_problems``, ``disagreements``
+and a finding's ``failures``; 1.3: ``processes``, each rank's host and pid where known).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from frtrace.model import (
@@ -23,6 +26,7 @@ from frtrace.model import (
 )
 from frtrace.printable import json_safe
 from frtrace.report.common import headline
+from frtrace.report.filenames import file_names
 from frtrace.report.nextsteps import finding_steps, next_steps
 from frtrace.report.select import Selection
 from frtrace.report.stacks import stacks_to_dict, where_to_dict
@@ -60,12 +64,12 @@ def _sig(s: OpSignature | None) -> dict[str, Any] | None:
     }
 
 
-def _finding(f: Finding, report: Report) -> dict[str, Any]:
+def _finding(f: Finding, report: Report, say: Callable[[str], str]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "code": f.code,
         "kind": str(f.kind),
         "severity": f.severity.name.lower(),
-        "summary": summary(f),
+        "summary": say(summary(f)),
         "culprit_ranks": list(f.culprit_ranks),
         "waiting_ranks": list(f.waiting_ranks),
         "group": _group(f.group),
@@ -74,16 +78,21 @@ def _finding(f: Finding, report: Report) -> dict[str, Any]:
         "expected": _sig(f.expected),
         "actual": {str(r): _sig(s) for r, s in sorted(f.actual.items())},
         "confidence": str(f.confidence),
-        "why": why(f),
-        "evidence": list(evidence(f)),
+        "why": say(why(f)),
+        "evidence": [say(e) for e in evidence(f)],
         "cycle": list(f.cycle),
-        "next_steps": finding_steps(f, report),
+        "next_steps": [say(s) for s in finding_steps(f, report)],
     }
     if f.where:  # 1.1: only when stack files were found (reports without stay as in 1.0)
-        out["where"] = [where_to_dict(w) for w in f.where]
+        out["where"] = [_said(where_to_dict(w), say, "summary") for w in f.where]
     if f.failures:  # 1.2: the job's own failures this finding rests on
-        out["failures"] = [failure_to_dict(x) for x in f.failures]
+        out["failures"] = [_said(failure_to_dict(x), say, "where") for x in f.failures]
     return out
+
+
+def _said(d: dict[str, Any], say: Callable[[str], str], *keys: str) -> dict[str, Any]:
+    """``d`` with its display strings at ``keys`` naming files the report's way."""
+    return d | {k: say(d[k]) for k in keys if isinstance(d.get(k), str)}
 
 
 def _straggler(s: Straggler) -> dict[str, Any]:
@@ -110,6 +119,7 @@ def _progress(p: GroupProgress) -> dict[str, Any]:
 
 def report_to_dict(report: Report, selection: Selection | None = None) -> dict[str, Any]:
     """The report as plain JSON-ready data (schema ``SCHEMA_VERSION``)."""
+    say = file_names(report).text  # display strings name each file one way; paths stay
     chosen = None
     if selection is not None and selection.active:
         ranks = list(selection.ranks) if selection.ranks is not None else None
@@ -127,22 +137,24 @@ def report_to_dict(report: Report, selection: Selection | None = None) -> dict[s
         "ranks_missing": list(report.ranks_missing),
         "ranks_unreadable": list(report.ranks_unreadable),
         "selection": chosen,
-        "findings": [_finding(f, report) for f in report.findings],
+        "findings": [_finding(f, report, say) for f in report.findings],
         "stragglers": [_straggler(s) for s in report.stragglers],
-        "data_notes": list(report.data_notes),
-        "next_steps": next_steps(report, limit=None),
+        "data_notes": [say(n) for n in report.data_notes],
+        "next_steps": [say(s) for s in next_steps(report, limit=None)],
         "groups": [_group(g) for g in report.groups],
         "progress": [_progress(p) for p in report.progress],
         "wait_edges": [{"waiter": a, "target": b, "why": k} for a, b, k in report.wait_edges],
     }
     if report.stacks is not None:  # 1.1: only when stack files were found
-        out["stacks"] = stacks_to_dict(report.stacks)
+        stacks = _said(stacks_to_dict(report.stacks), say, "statement")
+        stacks["classes"] = [_said(c, say, "description") for c in stacks["classes"]]
+        out["stacks"] = stacks
     if report.timeline or report.evidence_files or report.evidence_problems:
-        out["timeline"] = [failure_to_dict(f) for f in report.timeline]  # 1.2
+        out["timeline"] = [_said(failure_to_dict(f), say, "where") for f in report.timeline]
         out["evidence_files"] = list(report.evidence_files)
         out["evidence_problems"] = list(report.evidence_problems)
     if report.disagreements:
-        out["disagreements"] = [disagreement(d) for d in report.disagreements]  # 1.2
+        out["disagreements"] = [say(disagreement(d)) for d in report.disagreements]  # 1.2
     if report.processes:  # 1.3: only when a host or pid is known
         out["processes"] = {
             str(r): {"host": p.host, "pid": p.pid} for r, p in sorted(report.processes.items())

@@ -14,8 +14,10 @@ from typing import Any
 from frtrace.model import CulpritWhere, Report, StackEvidence
 from frtrace.pystack.classes import PrefixNode, render_classes, tree_to_dict
 from frtrace.pystack.model import Frame
-from frtrace.pystack.where import frame_label, short_filename
+from frtrace.pystack.where import frame_label as _frame_label
+from frtrace.pystack.where import short_filename
 from frtrace.report.common import compact_ranks
+from frtrace.report.filenames import file_names
 
 __all__ = [
     "MAX_CLASS_LINES",
@@ -121,6 +123,10 @@ def render_stack_tree_html(report: Report) -> str:
         return ""
     culprits = set(report.culprit_ranks)
     budget = [_TREE_MAX_NODES]
+    say = file_names(report).text
+
+    def frame_label(f: Frame) -> str:
+        return say(_frame_label(f))
 
     def item(n: PrefixNode, depth: int) -> str:
         budget[0] -= 1
