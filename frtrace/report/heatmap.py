@@ -2,11 +2,12 @@
 
 Each cell is one rank in one group, coloured by where that rank stands against the group's
 front (the highest sequence number any member entered): finished everything, inside the
-newest op, behind by one, by a few, by many, or no dump. Runs of equal cells are drawn as one
-rectangle, so a 4,096-rank row of identical ranks costs one element; a cell unlike the rest of
-its row is drawn at least ``MIN_ODD_PX`` wide, so one odd rank among thousands stays visible.
-Groups with the same description and disjoint members (the 512 tensor-parallel groups of a
-job) share one row.
+newest op, behind by one, by a few, by many, or no dump; a culprit's cell in the group of a
+finding that names it has a colour of its own (it may be inside the op, like its waiters).
+Runs of equal cells are drawn as one rectangle, so a 4,096-rank row of identical ranks costs
+one element; a cell unlike the rest of its row is drawn at least ``MIN_ODD_PX`` wide, so one
+odd rank among thousands stays visible. Groups with the same description and disjoint
+members (the 512 tensor-parallel groups of a job) share one row.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from html import escape
 
-from frtrace.model import GroupProgress, Report
+from frtrace.model import GroupProgress, Report, Severity
 from frtrace.report.common import compact_ranks, plural
 
 __all__ = ["Status", "build_rows", "render_heatmap_svg"]
@@ -26,6 +27,7 @@ LABEL_PX = 200  # row labels on the left
 ROW_PX = 18
 MIN_ODD_PX = 3.0  # a minority run is never drawn narrower than this
 MAX_ROWS = 48  # more rows than this: rows with something odd first, the rest counted
+LEGEND_ROW_PX = 18
 
 
 class Status(IntEnum):
@@ -39,6 +41,7 @@ class Status(IntEnum):
     BEHIND_FEW = 5  # 2-9 ops behind
     BEHIND_MANY = 6  # 10 or more behind
     NO_DUMP = 7  # the rank has no (readable) dump
+    CULPRIT = 8  # a culprit of a finding about this group (whatever else its cell would say)
 
 
 COLOURS = {
@@ -49,8 +52,10 @@ COLOURS = {
     Status.BEHIND_FEW: "#cb181d",
     Status.BEHIND_MANY: "#67000d",
     Status.NO_DUMP: "#525252",
+    Status.CULPRIT: "#7b2cbf",
 }
 LEGEND = {
+    Status.CULPRIT: "culprit",
     Status.DONE: "finished the group's newest op",
     Status.IN_OP: "inside the newest op (waiting)",
     Status.BEHIND_1: "1 op behind",
@@ -125,10 +130,22 @@ def _families(progress: tuple[GroupProgress, ...]) -> list[list[GroupProgress]]:
     return rows
 
 
+def _culprit_cells(report: Report) -> set[tuple[int, str | None]]:
+    """(rank, group name) of each culprit in the group of a finding that names it; (rank,
+    None) for a finding of no one group (a deadlock across groups): its every group."""
+    cells: set[tuple[int, str | None]] = set()
+    for f in report.findings:
+        if f.severity >= Severity.WARNING:
+            name = f.group.name if f.group is not None else None
+            cells.update((r, name) for r in f.culprit_ranks if r in report.culprit_ranks)
+    return cells
+
+
 def build_rows(report: Report, columns: list[int]) -> tuple[list[Row], int]:
     """The rows to draw over ``columns`` (ranks), and how many rows were left out."""
     index = {r: i for i, r in enumerate(columns)}
     absent = set(report.ranks_missing) | set(report.ranks_unreadable)
+    named = _culprit_cells(report)
     rows: list[Row] = []
     for family in _families(report.progress):
         cells: dict[int, tuple[Status, str]] = {}
@@ -138,7 +155,11 @@ def build_rows(report: Report, columns: list[int]) -> tuple[list[Row], int]:
             for member, e, f in zip(p.group.members, p.entered, p.finished, strict=True):
                 if member in index:
                     st = _status(e, f, front, member not in absent)
-                    cells[index[member]] = (st, _detail(st, e, front))
+                    detail = _detail(st, e, front)
+                    culprit = (member, p.group.name) in named or (member, None) in named
+                    if culprit and st != Status.NO_DUMP:
+                        st, detail = Status.CULPRIT, f"culprit; {detail}"
+                    cells[index[member]] = (st, detail)
         if not cells:
             continue
         runs = _runs(cells, columns)
@@ -207,8 +228,10 @@ def render_heatmap_svg(report: Report, columns: list[int] | None = None) -> str:
     suspected = set(report.suspected_ranks)
     axis_y = top + plot_h
     legend_y = axis_y + 52
-    height = legend_y + 24 + (16 if cut else 0)
     width = LABEL_PX + PLOT_PX + 16
+    legend = _legend_places(width - 16)
+    legend_rows = 1 + max(line for _, _, line in legend)
+    height = legend_y + 24 + LEGEND_ROW_PX * (legend_rows - 1) + (16 if cut else 0)
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="heatmap" width="{width}" '
         f'height="{height}" viewBox="0 0 {width} {height}" role="img" '
@@ -261,20 +284,34 @@ def render_heatmap_svg(report: Report, columns: list[int] | None = None) -> str:
             f'<text x="{LABEL_PX}" y="{axis_y + 44}" class="culprit">'
             f"{len(culprits)} culprit ranks</text>"
         )
-    x = LABEL_PX
-    for status, text in LEGEND.items():
+    for status, x, line in legend:
+        y = legend_y + line * LEGEND_ROW_PX
         out.append(
-            f'<rect x="{x}" y="{legend_y}" width="12" height="12" fill="{COLOURS[status]}"/>'
-            f'<text x="{x + 16}" y="{legend_y + 10}" class="tick">{escape(text)}</text>'
+            f'<rect x="{x:.1f}" y="{y}" width="12" height="12" fill="{COLOURS[status]}"/>'
+            f'<text x="{x + 16:.1f}" y="{y + 10}" class="tick">{escape(LEGEND[status])}</text>'
         )
-        x += 24 + 6.2 * len(text)
     if cut:
+        last = legend_y + (legend_rows - 1) * LEGEND_ROW_PX
         out.append(
-            f'<text x="{LABEL_PX}" y="{legend_y + 30}" class="muted">'
+            f'<text x="{LABEL_PX}" y="{last + 30}" class="muted">'
             f"{plural(cut, 'more row')} not drawn; rows with a rank out of step come first</text>"
         )
     out.append("</svg>")
     return "\n".join(out)
+
+
+def _legend_places(right: float) -> list[tuple[Status, float, int]]:
+    """Each legend entry's x and row: left to right from the plot's left edge, on to a new
+    row before an entry would pass ``right`` (11 px text, 0.6 em a character: generous)."""
+    places = []
+    x, row = float(LABEL_PX), 0
+    for status, text in LEGEND.items():
+        step = 24 + 6.6 * len(text)
+        if x + step - 8 > right and x > LABEL_PX:
+            x, row = float(LABEL_PX), row + 1
+        places.append((status, x, row))
+        x += step
+    return places
 
 
 def _ranks_label(ranks: tuple[int, ...]) -> str:

@@ -25,6 +25,11 @@ NODE_GAP = 54
 MAX_PER_COLUMN = 12
 MAX_COLUMNS = 5
 BOX_W, BOX_H, RADIUS = 185, 36, 17
+CAPTION = (  # above the graph, a line each: the SVG is made as wide as the longest
+    "an arrow points from the waiting ranks to the ranks they wait on;",
+    "circles: ranks others wait on, boxes: ranks that only wait",
+)
+CAPTION_LINE_PX = 14
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,9 +97,16 @@ def render_waitgraph_svg(report: Report) -> str | None:
     for node in nodes:
         by_layer[min(node.layer, MAX_COLUMNS - 1)].append(node)
     n_cols = max(by_layer) + 1
-    width = 40 + n_cols * COL_PX
+    whys = sorted({why for _, _, why in links})
+    # as wide as the columns, the caption's longest line and the legend (never cut)
+    width = max(
+        40 + n_cols * COL_PX,
+        40 + max(_text_px(line) for line in CAPTION),
+        40 + _legend_px(whys),
+    )
+    top = 8 + len(CAPTION) * CAPTION_LINE_PX  # the nodes start under the caption
     tallest = max(min(len(v), MAX_PER_COLUMN + 1) for v in by_layer.values())
-    height = 30 + tallest * NODE_GAP + 24
+    height = top + tallest * NODE_GAP + 24
     pos: dict[str, tuple[float, float]] = {}
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="waitgraph" width="{width}" '
@@ -109,11 +121,11 @@ def render_waitgraph_svg(report: Report) -> str | None:
         cx = width - 20 - COL_PX / 2 - col * COL_PX
         shown = column[:MAX_PER_COLUMN]
         for i, node in enumerate(shown):
-            cy = 24 + NODE_GAP / 2 + i * NODE_GAP
+            cy = top + NODE_GAP / 2 + i * NODE_GAP
             pos[node.key] = (cx, cy)
             shapes.append(_shape(node, cx, cy, culprits, suspected))
         if len(column) > MAX_PER_COLUMN:
-            cy = 24 + NODE_GAP / 2 + MAX_PER_COLUMN * NODE_GAP
+            cy = top + NODE_GAP / 2 + MAX_PER_COLUMN * NODE_GAP
             shapes.append(
                 f'<text x="{cx:.1f}" y="{cy:.1f}" text-anchor="middle" class="muted">'
                 f"+{plural(len(column) - MAX_PER_COLUMN, 'more')}</text>"
@@ -122,10 +134,9 @@ def render_waitgraph_svg(report: Report) -> str | None:
         if src in pos and dst in pos:
             out.append(_arrow(pos[src], pos[dst], why, src.startswith("r"), dst.startswith("r")))
     out.extend(shapes)
-    whys = sorted({why for _, _, why in links})
-    out.append(
-        '<text x="20" y="16" class="muted">an arrow points from the waiting ranks to the ranks '
-        "they wait on; circles: ranks others wait on</text>"
+    out.extend(
+        f'<text x="20" y="{16 + i * CAPTION_LINE_PX}" class="muted gcap">{escape(line)}</text>'
+        for i, line in enumerate(CAPTION)
     )
     out.append(_legend(whys, height - 8))
     out.append("</svg>")
@@ -190,6 +201,19 @@ def _arrow(
     )
 
 
+def _text_px(text: str, size: float = 11.0) -> float:
+    """A generous width of ``text`` in the sans-serif font at ``size`` px (0.6 em a
+    character: wider than the average of any common sans-serif font)."""
+    return 0.6 * size * len(text)
+
+
+def _legend_px(whys: list[str]) -> float:
+    return sum(_LEGEND_STEP + _text_px(why.replace("_", " "), 10) for why in whys)
+
+
+_LEGEND_STEP = 40.0  # the line before a legend entry's text, and the gap after it
+
+
 def _legend(whys: list[str], y: float) -> str:
     parts = []
     x = 20.0
@@ -201,7 +225,7 @@ def _legend(whys: list[str], y: float) -> str:
             f'stroke="{colour}" stroke-width="2.5"/>'
             f'<text x="{x + 28:.1f}" y="{y:.1f}" class="edge">{escape(text)}</text>'
         )
-        x += 40 + 6.5 * len(text)
+        x += _LEGEND_STEP + _text_px(text, 10)
     return "".join(parts)
 
 

@@ -12,6 +12,7 @@ from types import ModuleType
 import pytest
 
 from frtrace.pipeline import analyze
+from frtrace.report.heatmap import COLOURS, Status
 from frtrace.report.html import render_html
 from frtrace.report.select import Selection
 from tests.conftest import GLOO
@@ -103,3 +104,38 @@ def test_chromium_draws_the_html_report(tmp_path: Path) -> None:
     assert _png_size(png) == (1400, 1000)
     # A blank page compresses to a few KiB; text, the picture and the graph do not.
     assert png.stat().st_size > 30_000
+
+
+def _svg(page: str, cls: str) -> str:
+    start = page.index(f'class="{cls}"')
+    return page[page.rindex("<svg", 0, start) : page.index("</svg>", start)]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_the_wait_graph_caption_and_legend_fit_the_svg(scenario: str) -> None:
+    """Every line of text is inside the SVG's width, at a generous 0.6 em a character (the
+    caption was one 98-character line in a 510 px graph: cut)."""
+    page = render_html(analyze(GLOO / scenario))
+    if 'class="waitgraph"' not in page:
+        return
+    svg = _svg(page, "waitgraph")
+    width = float(re.search(r'width="([\d.]+)"', svg).group(1))  # type: ignore[union-attr]
+    for x, size_class, text in re.findall(
+        r'<text x="([\d.]+)" y="[\d.]+" class="(muted[^"]*|edge)">([^<]*)</text>', svg
+    ):
+        size = 10 if size_class == "edge" else 11
+        assert float(x) + 0.6 * size * len(text) <= width, (text, width)
+
+
+def test_a_culprit_has_its_own_colour_in_the_heatmap() -> None:
+    """wrong_collective: rank 1 entered #N like its peers (a broadcast where they all_reduce):
+    its cell was the waiters' yellow; now the culprit colour, which the legend names."""
+    page = render_html(analyze(GLOO / "wrong_collective"))
+    svg = _svg(page, "heatmap")
+    culprit, waiting = COLOURS[Status.CULPRIT], COLOURS[Status.IN_OP]
+    assert culprit not in {c for s, c in COLOURS.items() if s != Status.CULPRIT}
+    cells = re.findall(r'fill="(#[0-9a-f]{6})"><title>([^<]*)</title>', svg)
+    by_rank = {title.split(": ")[1]: colour for colour, title in cells}
+    assert by_rank["rank 1"] == culprit
+    assert by_rank["ranks 2-3"] == by_rank["rank 0"] == waiting
+    assert f'fill="{culprit}"/><text x=' in svg and ">culprit</text>" in svg  # the legend
