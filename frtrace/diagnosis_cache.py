@@ -11,8 +11,9 @@ same place, the same size budget and eviction. It is used only when its identity
 
 - each dump's fingerprint, as the table cache takes it (paths, size, mtime, inode change time
   and identity, ends of the file);
-- each collected Python stack file's fingerprint (the files ``load_stacks`` would read);
-- each log and error file's fingerprint (the files ``load_evidence`` would read);
+- each collected Python stack file's fingerprint, and each log and error file's (the side
+  files of the directory's discovery: what ``load_stacks`` and ``load_evidence`` read), and
+  the discovery's own warnings (a rank with a dump in two folders: the one left out);
 - a digest of the code the Report depends on (``CODE``: the load, analysis and pystack stages,
   the pipeline, this module...) and the Python version (which modules are the standard library).
 
@@ -33,12 +34,10 @@ from typing import Any
 
 from frtrace.analysis.codec import CodecError, decode, decode_report, encode, encode_report
 from frtrace.errors import FrtraceError
-from frtrace.evidence.discover import find_evidence_files
 from frtrace.load.cache import DirectoryCache, cache_disabled, cache_root, path_fingerprint
 from frtrace.load.discover import Discovery, discover
 from frtrace.load.problems import LoadProblem
 from frtrace.model import Report
-from frtrace.pystack.discover import discover_stacks
 
 __all__ = ["CODE", "FORMAT", "SIDECAR", "Diagnosis", "DiagnosisCache", "code_digest"]
 
@@ -54,6 +53,7 @@ CODE = (
     "errors.py",
     "evidence",
     "job",
+    "layout.py",
     "load",
     "detail",
     "model.py",
@@ -114,12 +114,14 @@ class DiagnosisCache:
 
     def _identity(self) -> dict[str, Any]:
         if self.identity is None:
+            side = self.discovery.side_files
             self.identity = {
                 "format": FORMAT,
                 "code": code_digest(),
                 "files": self.tables.file_fingerprints(),
-                "stacks": [path_fingerprint(p) for p in discover_stacks(self.directory)],
-                "evidence": [path_fingerprint(p) for p, _ in find_evidence_files(self.directory)],
+                "stacks": [path_fingerprint(f.path) for f in side if f.kind == "stacks"],
+                "evidence": [path_fingerprint(f.path) for f in side if f.kind != "stacks"],
+                "set": [p.message for p in self.discovery.problems],  # (a rank found twice)
             }
         return self.identity
 

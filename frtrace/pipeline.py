@@ -12,11 +12,12 @@ from frtrace.analysis.diagnose import diagnose
 from frtrace.analysis.processes import seen_in_stacks, with_processes
 from frtrace.analysis.stackjoin import join_stacks
 from frtrace.diagnosis_cache import Diagnosis, DiagnosisCache
-from frtrace.errors import NoDumpsFound
+from frtrace.errors import FrtraceError, NoDumpsFound
 from frtrace.evidence.collected import Collected, read_collected
 from frtrace.evidence.discover import load_evidence
 from frtrace.evidence.model import JobEvidence
 from frtrace.load import tables
+from frtrace.load.discover import list_files
 from frtrace.load.empty import empty_dump_set
 from frtrace.load.tables import DumpSet
 from frtrace.model import Report
@@ -46,26 +47,29 @@ def analyze(
 
 def _without_dumps(directory: Path, missing: NoDumpsFound) -> DumpSet:
     """The job left no dump (every rank died or exited before writing one): an empty set, if
-    its logs, error files or stacks name ranks that failed; else the error stands."""
-    if not directory.is_dir():
-        raise missing
-    stacks = stack_files.load_stacks(directory)
-    evidence = load_evidence(directory, stacks)
+    its logs, error files or stacks (a folder's or an archive's) name ranks that failed; else
+    the error stands."""
+    try:
+        side_files = list_files(directory).side_files
+    except FrtraceError:
+        raise missing from None
+    stacks = stack_files.load_stacks(directory, side_files)
+    evidence = load_evidence(directory, stacks, side_files)
     ranks = {f.rank for f in evidence.failures if f.rank is not None} | set(stacks.ranks)
     if not evidence.failures or not ranks:
         raise missing
-    return empty_dump_set(directory, max(ranks) + 1, "the highest rank its logs and stacks name")
+    return empty_dump_set(
+        directory, max(ranks) + 1, "the highest rank its logs and stacks name", side_files
+    )
 
 
 def analyze_loaded(dumps: DumpSet) -> Report:
-    """Diagnose a loaded dump set with the stacks, logs and error files beside its dumps (a
-    directory's; an archive's dumps are analysed alone)."""
+    """Diagnose a loaded dump set with the stacks, logs and error files beside its dumps (the
+    side files its discovery found: a folder's, or an archive's read in memory)."""
     where = dumps.directory
-    if not where.is_dir():
-        return analyze_dumps(dumps)
-    stacks = stack_files.load_stacks(where)
-    collected = read_collected(where)
-    evidence = load_evidence(where, stacks)
+    stacks = stack_files.load_stacks(where, dumps.side_files)
+    collected = read_collected(where, dumps.side_files)
+    evidence = load_evidence(where, stacks, dumps.side_files)
     if collected.files or collected.problems:
         evidence = replace(
             evidence,

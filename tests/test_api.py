@@ -35,9 +35,10 @@ PUBLIC = {
 # the analysis (a training script pays only for what it uses).
 ALLOWED = {
     "job": {"job"},
-    "pystack": {"pystack", "job", "errors", "ranges", "printable"},
-    "evidence": {"evidence", "pystack", "job", "errors", "ranges", "printable"},
-    "load": {"load", "errors", "printable", "ranges", "progress"},
+    # (``layout``: what each file of a dump folder is, one rule for the three readers)
+    "pystack": {"pystack", "job", "errors", "ranges", "printable", "layout"},
+    "evidence": {"evidence", "pystack", "job", "errors", "ranges", "printable", "layout"},
+    "load": {"load", "errors", "printable", "ranges", "progress", "layout"},
     # the findings' typed evidence: plain values, beside the job's failures they cite
     "detail": {"detail", "evidence", "pystack", "job", "errors", "ranges", "printable"},
     "analysis": {

@@ -100,16 +100,10 @@ def summary(
     Example:
       frtrace summary tests/fixtures/gloo/never_joins
     """
-    from frtrace.evidence.discover import find_evidence_files
     from frtrace.load.summary import render_summary
-    from frtrace.pystack.discover import discover_stacks
 
-    dumps = _load(dump_path, dump_dir, jobs, only, scheduler, no_cache)
-    read_as: dict[Path, str] = {}
-    if dumps.directory.is_dir():  # (what analyze reads besides the dumps: one discovery each)
-        read_as |= {p: "logs and error files" for p, _ in find_evidence_files(dumps.directory)}
-        read_as |= dict.fromkeys(discover_stacks(dumps.directory), "Python stacks")
-    _echo(render_summary(dumps, read_as), nl=False)
+    # (the files analyze reads besides the dumps: the same discovery's side files)
+    _echo(render_summary(_load(dump_path, dump_dir, jobs, only, scheduler, no_cache)), nl=False)
 
 
 @app.command()

@@ -23,9 +23,12 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from frtrace.layout import MANIFEST_NAME, SideFile, side_files
 
 __all__ = [
     "MANIFEST_FORMAT",
@@ -37,7 +40,6 @@ __all__ = [
     "read_collected",
 ]
 
-MANIFEST_NAME = "frtrace-collect.json"
 MANIFEST_FORMAT = "frtrace-collect"
 MANIFEST_VERSION = 1
 _MAX_BYTES = 64 * 1024 * 1024  # 10^5 ranks of ~300 bytes each
@@ -138,26 +140,28 @@ def _read(path: Path) -> Any:
         return json.loads(fh.read(_MAX_BYTES))
 
 
-def read_collected(directory: Path) -> Collected:
-    """Every ``frtrace-collect.json`` under ``directory`` (links never followed)."""
-    if not directory.is_dir():
-        return Collected()
+def read_collected(directory: Path, files: Sequence[SideFile] | None = None) -> Collected:
+    """Every ``frtrace-collect.json`` of ``directory`` (links never followed): ``files``, the
+    side files its discovery found (``Discovery.side_files``: an archive's in memory), else
+    the directory is listed."""
+    if files is None:
+        files = side_files(directory)
     by_rank: dict[int, CollectedRank] = {}
-    files: list[str] = []
+    found: list[str] = []
     problems: list[str] = []
-    for root, dirs, names in os.walk(directory):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        if MANIFEST_NAME not in names:
+    for file in files:
+        if file.kind != "manifest":
             continue
-        path = Path(root) / MANIFEST_NAME
-        rel = str(path.relative_to(directory))
+        rel = file.relative
         try:
-            ranks = _ranks_of(_read(path))
+            if file.refused is not None:
+                raise ValueError(file.refused)
+            ranks = _ranks_of(json.loads(file.data) if file.data is not None else _read(file.path))
         except (OSError, ValueError, UnicodeDecodeError) as exc:
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             problems.append(f"{rel}: {why}; its ranks' hosts, pids and dump times are not used")
             continue
-        files.append(rel)
+        found.append(rel)
         for r in ranks:
             have = by_rank.get(r.rank)
             if have is not None:
@@ -170,6 +174,6 @@ def read_collected(directory: Path) -> Collected:
             by_rank[r.rank] = r
     return Collected(
         ranks=tuple(by_rank[k] for k in sorted(by_rank)),
-        files=tuple(files),
+        files=tuple(found),
         problems=tuple(problems),
     )

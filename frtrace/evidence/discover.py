@@ -1,38 +1,35 @@
-"""Find a job's logs and error files beside its dumps, read them and the sidecars' triggers.
+"""Read a job's logs and error files beside its dumps, and the sidecars' triggers.
 
-Taken by name, never by following a link (``lstat``: regular files only): ``*.log``, ``*.out``,
-``*.err``, names that say stdout, stderr, log, slurm or torchrun, and torchelastic's
-``error*.json``. Dumps and stack files are left to their readers. A log's rank is the number
-ending its name (``rank_3.log``) or its folder (torchrun's ``attempt_0/3/stderr.log``), unless
-its lines carry their own. Only the last ``MAX_LOG_BYTES`` of a log are read (a failure is
-at its end). A file that cannot be read is one line in ``JobEvidence.problems``.
+Which files they are is the one discovery's (``frtrace.layout``, the same for ``summary`` and
+``analyze``, a folder's or an archive's): taken by name, never by following a
+link (regular files only): ``*.log``, ``*.out``, ``*.err``, names that say stdout, stderr, log,
+slurm or torchrun, and torchelastic's ``error*.json``. Dumps and stack files are left to their
+readers. A log's rank is the number ending its name (``rank_3.log``) or its folder (torchrun's
+``attempt_0/3/stderr.log``), unless its lines carry their own. Only the last ``MAX_LOG_BYTES``
+of a log are read (a failure is at its end). A file that cannot be read is one line in
+``JobEvidence.problems``.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from frtrace.evidence.errorfile import ErrorFileError, parse_error_file
 from frtrace.evidence.logs import parse_log
 from frtrace.evidence.messages import classify
 from frtrace.evidence.model import Failure, FailureKind, JobEvidence, Role
-from frtrace.pystack.discover import StackSet, is_stack_file_name
+from frtrace.layout import LOG_NAME, MAX_LOG_BYTES, SideFile, side_files
+from frtrace.pystack.discover import StackSet
 from frtrace.pystack.where import frame_label, where
 
 __all__ = ["MAX_LOG_BYTES", "find_evidence_files", "load_evidence"]
 
-MAX_LOG_BYTES = 16 * 1024 * 1024
-_LOG_SUFFIXES = frozenset({".log", ".out", ".err"})
-_LOG_NAME = re.compile(
-    r"(?i)(?:^|[-_.])(?:std(?:out|err)|logs?|slurm|torchrun|console|output)(?:[-_.\d]|$)"
-)
-_ERROR_FILE = re.compile(r"(?i)^(?:.*[-_])?error(?:[-_]?\d+)?\.json$")
+_READ_HERE = frozenset({"log", "error_file"})
 _TRAILING = re.compile(r"(\d{1,7})$")
 # Symptom failures that explain a crash on the same rank (the abort was done to it).
 _EXPLAINS_CRASH = frozenset(
@@ -42,32 +39,17 @@ _EXPLAINS_CRASH = frozenset(
 
 def find_evidence_files(directory: Path) -> list[tuple[Path, str]]:
     """(path, "log" | "error_file") under ``directory``, in path order."""
-    found: list[tuple[Path, str]] = []
-    for root, dirs, files in os.walk(directory):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in sorted(files):
-            if name.startswith(".") or not name.isprintable() or is_stack_file_name(name):
-                continue
-            path = Path(root) / name
-            try:
-                if not stat.S_ISREG(os.lstat(path).st_mode):
-                    continue  # a link, a pipe: never followed, never opened
-            except OSError:
-                continue
-            if _ERROR_FILE.match(name):
-                found.append((path, "error_file"))
-            elif os.path.splitext(name)[1].lower() in _LOG_SUFFIXES or _LOG_NAME.search(name):
-                found.append((path, "log"))
-    return found
+    return [(f.path, f.kind) for f in side_files(directory) if f.kind in _READ_HERE]
 
 
-def _rank_of(path: Path, directory: Path) -> int | None:
+def _rank_of(relative: str) -> int | None:
+    path = PurePosixPath(relative)
     stem = path.name.split(".", 1)[0]
-    if (m := _TRAILING.search(stem)) is not None and not _LOG_NAME.fullmatch(stem):
+    if (m := _TRAILING.search(stem)) is not None and not LOG_NAME.fullmatch(stem):
         return int(m[1])
-    parent = path.parent
-    if parent != directory and parent.name.isdigit() and len(parent.name) <= 7:
-        return int(parent.name)  # torchrun --log-dir: attempt_0/<local rank>/stderr.log
+    parent = path.parent.name
+    if parent.isdigit() and len(parent) <= 7:
+        return int(parent)  # torchrun --log-dir: attempt_0/<local rank>/stderr.log
     return None
 
 
@@ -81,9 +63,18 @@ def _read_tail(path: Path) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def _year(path: Path) -> int | None:
+def _text(file: SideFile) -> str:
+    """The file's last ``MAX_LOG_BYTES``, decoded (an archive's member: its bytes read)."""
+    if file.data is not None:
+        return file.data[-MAX_LOG_BYTES:].decode("utf-8", errors="replace")
+    return _read_tail(file.path)
+
+
+def _year(mtime: float | None) -> int | None:
+    if mtime is None:
+        return None
     try:
-        return datetime.fromtimestamp(path.stat().st_mtime).year
+        return datetime.fromtimestamp(mtime).year
     except (OSError, OverflowError, ValueError):
         return None
 
@@ -142,27 +133,35 @@ def _settle(failures: Iterable[Failure]) -> tuple[Failure, ...]:
     )
 
 
-def load_evidence(directory: Path, stacks: StackSet | None = None) -> JobEvidence:
-    """Every failure the directory's logs, error files and recorder sidecars report."""
+def load_evidence(
+    directory: Path, stacks: StackSet | None = None, files: Sequence[SideFile] | None = None
+) -> JobEvidence:
+    """Every failure the directory's logs, error files and recorder sidecars report:
+    ``files``, the side files its discovery found (``Discovery.side_files``; the stack files
+    among them are not read here), else the directory is listed."""
     failures = _from_stacks(stacks)
-    files: list[str] = []
+    found: list[str] = []
     problems: list[str] = []
-    if directory.is_dir():
-        for path, kind in find_evidence_files(directory):
-            rel = str(path.relative_to(directory))
-            try:
-                text = _read_tail(path)
-            except OSError as exc:
-                problems.append(f"{rel}: cannot read ({exc.strerror or exc}); skipped")
-                continue
-            rank = _rank_of(path, directory)
-            try:
-                if kind == "error_file":
-                    failures += parse_error_file(text, rel, rank=rank)
-                else:
-                    failures += parse_log(text, rel, rank=rank, year=_year(path))
-            except ErrorFileError as exc:
-                problems.append(f"{rel}: {exc}; skipped")
-                continue
-            files.append(rel)
-    return JobEvidence(failures=_settle(failures), files=tuple(files), problems=tuple(problems))
+    for file in side_files(directory) if files is None else files:
+        if file.kind not in _READ_HERE:  # (stacks, collect's manifests: their readers')
+            continue
+        rel = file.relative
+        if file.refused is not None:
+            problems.append(f"{rel}: {file.refused}; skipped")
+            continue
+        try:
+            text = _text(file)
+        except OSError as exc:
+            problems.append(f"{rel}: cannot read ({exc.strerror or exc}); skipped")
+            continue
+        rank = _rank_of(rel)
+        try:
+            if file.kind == "error_file":
+                failures += parse_error_file(text, rel, rank=rank)
+            else:
+                failures += parse_log(text, rel, rank=rank, year=_year(file.mtime))
+        except ErrorFileError as exc:
+            problems.append(f"{rel}: {exc}; skipped")
+            continue
+        found.append(rel)
+    return JobEvidence(failures=_settle(failures), files=tuple(found), problems=tuple(problems))

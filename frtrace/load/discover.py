@@ -1,63 +1,62 @@
-"""Find the per-rank dump files under a directory and read each one's rank from its name.
+"""Find what a dump directory (or archive) holds, once, for every command: each rank's dump,
+the files the analysis reads beside them, and the one dump set they form.
 
 torch names a dump ``<prefix><global_rank>``: ``nccl_trace_rank_3`` (torch 2.2-2.8),
 ``comm_lib_trace_rank_3`` (2.9+), torchtitan's ``comm_traces/rank_3``, tutorials' ``trace_3``,
 host-qualified ``nccl_trace_rank_node02_5``, optionally with ``.json`` / ``.pkl``. The rank is
 the run of digits at the end of the name: the dump's content does not carry it.
 
-The set can also be an archive of such files (``frtrace.load.archive``: read in memory), and a
-directory can hold several incidents' dumps of the same ranks (``incident1/rank_0`` and
-``incident2/rank_0``, or ``nccl_trace_rank_0`` next to ``comm_lib_trace_rank_0``): they are
-told apart by their *set name*, the path with ``*`` for the rank (``incident1/rank_*``), and
-``only`` chooses one.
+``list_files`` sorts every file (or an archive's member: ``frtrace.load.archive``, read in
+memory) by ``frtrace.layout``'s rules into a dump candidate, a *side file* (a rank's Python
+stacks, a log, an error file, ``collect``'s manifest: read by ``frtrace.pystack`` and
+``frtrace.evidence``), or skipped (and why). ``summary`` says what ``analyze`` reads from that
+one listing (``Discovery.side_files``, carried by the loaded ``DumpSet``).
+
+**Dump sets.** A folder can hold several incidents' dumps of the same ranks
+(``incident1/rank_0`` and ``incident2/rank_0``, or ``nccl_trace_rank_0`` next to
+``comm_lib_trace_rank_0``), and one job's dumps can be spread over folders (``collect`` run
+on each host into ``DIR/<host>/``). Sets are formed bottom-up over the folder tree: a folder's
+own files make one part per name pattern (the name with ``*`` for the rank), its subfolders
+bring theirs, and the parts become one set when no two of them hold the same ranks as two
+copies would: a rank may be in both only where both name it the same way and such ranks are
+at most half of either (a dump left over on another host). Several sets left at the top are
+an error naming each set and the ``--only`` that picks one (the set's name, or a pattern of
+paths; the side files of the other sets' folders are left out then); a rank found twice within
+one set is read from the first file in path order, the other named in one warning
+(``Discovery.problems``).
 """
 
 from __future__ import annotations
 
 import fnmatch
-import os
 import re
-import stat
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from frtrace.errors import DumpDirNotFound, DuplicateRank, NoDumpsFound, SeveralDumpSets
+from frtrace.layout import SideFile, SkippedFile, parse_dump_name, walk, walk_key
+from frtrace.load.problems import LoadProblem
 from frtrace.ranges import format_ranks
 
-__all__ = ["MAX_WORLD_SIZE", "Candidate", "Discovery", "SkippedFile", "discover", "set_name"]
+__all__ = [
+    "MAX_WORLD_SIZE",
+    "Candidate",
+    "Discovery",
+    "Listing",
+    "SideFile",
+    "SkippedFile",
+    "discover",
+    "list_files",
+    "parse_dump_name",
+    "set_name",
+]
 
 # No job has this many ranks (the largest run ~10^5 GPUs). A rank number at or beyond it, in a
 # file name or a recorded group, is damage: taken at face value it would make frtrace build
 # per-rank structures for 10^12 ranks.
 MAX_WORLD_SIZE = 1 << 20
-
-# Extensions a dump may carry; anything else with letters after its last dot is not a dump.
-DUMP_SUFFIXES = {"": "auto", ".json": "json", ".pkl": "pickle", ".pickle": "pickle"}
-# Dot-separated name parts that mark a file as something else (logs of rank 3, a rotated log,
-# torch's trigger pipe `<stem><rank>.pipe`, our own exports...).
-NOT_A_DUMP_PARTS = frozenset(
-    (
-        "pipe log txt md rst out err py sh csv tsv parquet arrow gz bz2 xz zst zip tar lock "
-        "tmp yaml yml toml ini html png svg pt pth bin"
-    ).split()
-)
-_RANK_AT_END = re.compile(r"^(?P<prefix>.*?)(?P<rank>\d+)$")
-# Python stack samples kept next to the dumps (``stacks_rank_5.json``, ``pyspy_rank_5.json``),
-# read by frtrace.pystack, never as dumps; the same pattern as pystack.discover.STACK_NAME.
-STACK_FILE_NAME = re.compile(
-    r"^(?:stacks?|py[-_]?spy|tracebacks?|dump[-_]?traceback|faulthandler)(?:[-_.]|\d|$)",
-    re.IGNORECASE,
-)
-# How a stack sample starts: py-spy text, faulthandler; py-spy --json is a list whose first
-# thread has "owns_gil"/"os_thread_id" (no dump entry has), the recorder's sidecar a JSON
-# object whose first key is "format": "frtrace-stacks". Anything else (damage included) is
-# left to the loader, which reports it. Only small files are looked into (stacks are small;
-# a file too large for a dump is refused by the loader unread).
-_STACK_HEADS = (b"Process ", b"Thread 0x", b"Current thread")
-_PYSPY_JSON_MARKS = (b'"owns_gil"', b'"os_thread_id"')
-_SIDECAR_MARK = b'"format": "frtrace-stacks"'
-_SNIFF_MAX_BYTES = 64 << 20
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,20 +74,25 @@ class Candidate:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SkippedFile:
-    """A file under the directory that was not taken as a dump, and why."""
+class Listing:
+    """Every file under a directory or in an archive, each in one place: the dump candidates,
+    the side files the analysis reads, and what was skipped (and why); in walk order."""
 
-    path: Path
-    reason: str
+    candidates: tuple[Candidate, ...]
+    side_files: tuple[SideFile, ...]
+    skipped: tuple[SkippedFile, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Discovery:
-    """What a directory holds: dump candidates sorted by rank, and what was skipped."""
+    """What a directory holds: the dump set's files sorted by rank, the side files read with
+    them, what was skipped, and the warnings the set itself raised (a rank found twice)."""
 
     directory: Path
     candidates: tuple[Candidate, ...]
     skipped: tuple[SkippedFile, ...]
+    side_files: tuple[SideFile, ...] = ()
+    problems: tuple[LoadProblem, ...] = ()
 
     def describe(self) -> str:
         """What was found, for the progress line: ``1,024 dump files (421.0 MB)``."""
@@ -97,57 +101,30 @@ class Discovery:
         return f"{len(self.candidates):,} dump {files} ({size:,.1f} MB)"
 
 
-def parse_dump_name(name: str) -> tuple[str, int, str] | None:
-    """(prefix, rank, encoding) for a dump-like file name, None for anything else."""
-    stem, dot, ext = name.rpartition(".")
-    if not dot:
-        stem, ext = name, ""
-    suffix = f".{ext.lower()}" if dot else ""
-    if suffix not in DUMP_SUFFIXES:
-        # "nccl_trace_rank_node02.cluster_5" has no extension, its host name has dots.
-        stem, suffix = name, ""
-    if any(part.lower() in NOT_A_DUMP_PARTS for part in stem.split(".")[1:]):
-        return None
-    match = _RANK_AT_END.match(stem)
-    if match is None or stem.startswith(".") or match["prefix"] in ("core", "core."):
-        return None  # core.1234 is a process's core file, not rank 1234's dump
-    return match["prefix"], int(match["rank"]), DUMP_SUFFIXES[suffix]
-
-
-def _is_stack_file(path: Path, name: str, encoding: str, size: int) -> bool:
-    """A stack sample by its name, or (a small JSON or extensionless file) by how it starts."""
-    if STACK_FILE_NAME.match(name):
-        return True
-    if encoding == "pickle" or not 0 < size <= _SNIFF_MAX_BYTES:
-        return False
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(512).lstrip()
-    except OSError:
-        return False
-    if head[:1] == b"[":
-        return any(mark in head for mark in _PYSPY_JSON_MARKS)
-    return head.startswith(_STACK_HEADS) or (head[:1] == b"{" and _SIDECAR_MARK in head)
-
-
-def discover(directory: Path, *, only: str | None = None) -> Discovery:
-    """Walk ``directory`` (or read the archive) recursively; raise if nothing can be a dump.
-
-    ``only``: keep the files of one set: a set name as the several-sets error prints it
-    (``incident1/rank_*``), else a glob over the path under the directory (``*.json``).
-    """
-    candidates, skipped = None, None
+def list_files(directory: Path) -> Listing:
+    """Every file under ``directory`` (recursively) or in the archive, sorted into dump
+    candidates, side files and skipped; raises ``DumpDirNotFound`` where there is neither."""
     if directory.is_file():  # (imported only then: the archive reader loads pyarrow)
         from frtrace.load.archive import is_archive, read_archive
 
         if is_archive(directory):
-            candidates, skipped = read_archive(directory)
-    if candidates is None or skipped is None:
-        candidates, skipped = _walk(directory)
-    if only is not None:
-        candidates = _select(candidates, only)
-    if not candidates:
-        hint = f" ({len(skipped)} other files skipped)" if skipped else ""
+            return read_archive(directory)
+    return _walk(directory)
+
+
+def discover(directory: Path, *, only: str | None = None) -> Discovery:
+    """List ``directory`` (or the archive) recursively and form its one dump set; raise if
+    nothing can be a dump, or where it holds several sets and ``only`` picks none.
+
+    ``only``: keep the files of one set: a set name as the several-sets error prints it
+    (``incident1/rank_*``), else a glob over the path under the directory (``*.json``).
+    """
+    listing = list_files(directory)
+    candidates = list(listing.candidates)
+    chosen = candidates if only is None else _select(candidates, only)
+    if not chosen:
+        skipped = len(listing.skipped) + len(listing.side_files)
+        hint = f" ({skipped} other files skipped)" if skipped else ""
         if only is not None:
             raise NoDumpsFound(
                 f"{directory}: no Flight Recorder dumps match --only {only!r}{hint}; give a "
@@ -159,12 +136,23 @@ def discover(directory: Path, *, only: str | None = None) -> Discovery:
             "<prefix><rank> (e.g. comm_lib_trace_rank_3); check TORCH_FR_DUMP_TEMP_FILE of the "
             "job, or run `frtrace env` to see how to make a job write them."
         )
-    _check_one_set(directory, candidates)
-    ordered = tuple(sorted(candidates, key=lambda c: c.rank))
-    return Discovery(directory=directory, candidates=ordered, skipped=tuple(skipped))
+    sets = _form_sets(chosen)
+    if len(sets) > 1:
+        raise _several_sets(directory, sets)
+    kept, problems = _one_per_rank(directory, sets[0])
+    side_files = listing.side_files
+    if len(chosen) < len(candidates):  # (--only left some out: so are their folders' files)
+        side_files = _side_files_of(sets[0], candidates, side_files)
+    return Discovery(
+        directory=directory,
+        candidates=tuple(sorted(kept, key=lambda c: c.rank)),
+        skipped=listing.skipped,
+        side_files=side_files,
+        problems=problems,
+    )
 
 
-def _walk(directory: Path) -> tuple[list[Candidate], list[SkippedFile]]:
+def _walk(directory: Path) -> Listing:
     if not directory.exists():
         raise DumpDirNotFound(
             f"{directory}: no such directory. Pass the folder that holds the per-rank dump "
@@ -175,50 +163,24 @@ def _walk(directory: Path) -> tuple[list[Candidate], list[SkippedFile]]:
             f"{directory}: is a file, not a directory or an archive (.tar, .tar.gz, .tgz, "
             ".zip). Pass the folder or the archive that holds the per-rank dump files."
         )
+    dumps, side, skipped = walk(directory)
     candidates: list[Candidate] = []
-    skipped: list[SkippedFile] = []
-    for root, dirs, files in os.walk(directory):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in sorted(files):
-            path = Path(root) / name
-            try:
-                info = path.stat()
-            except OSError as exc:
-                skipped.append(SkippedFile(path=path, reason=f"cannot stat: {exc.strerror}"))
-                continue
-            if not stat.S_ISREG(info.st_mode):
-                # Never open a FIFO: torch's `<stem><rank>.pipe` would block the reader.
-                skipped.append(SkippedFile(path=path, reason="not a regular file"))
-                continue
-            if not name.isprintable():
-                # a newline in a name would break the one-line messages that name the file
-                reason = "name has control or undecodable characters"
-                skipped.append(SkippedFile(path=path, reason=reason))
-                continue
-            parsed = None if name.startswith(".") else parse_dump_name(name)
-            if parsed is None:
-                skipped.append(SkippedFile(path=path, reason="name does not end in a rank number"))
-                continue
-            prefix, rank, encoding = parsed
-            if _is_stack_file(path, name, encoding, info.st_size):
-                skipped.append(SkippedFile(path=path, reason="Python stacks, not a dump"))
-                continue
-            if rank >= MAX_WORLD_SIZE:
-                skipped.append(
-                    SkippedFile(path=path, reason=f"rank {rank} is beyond any job's world size")
-                )
-                continue
-            candidates.append(
-                Candidate(
-                    path=path,
-                    rank=rank,
-                    prefix=prefix,
-                    encoding=encoding,
-                    size_bytes=info.st_size,
-                    relative=path.relative_to(directory).as_posix(),
-                )
+    for dump in dumps:
+        if dump.rank >= MAX_WORLD_SIZE:
+            reason = f"rank {dump.rank} is beyond any job's world size"
+            skipped.append(SkippedFile(path=dump.path, reason=reason))
+            continue
+        candidates.append(
+            Candidate(
+                path=dump.path,
+                rank=dump.rank,
+                prefix=dump.prefix,
+                encoding=dump.encoding,
+                size_bytes=dump.size_bytes,
+                relative=dump.relative,
             )
-    return candidates, skipped
+        )
+    return Listing(candidates=tuple(candidates), side_files=tuple(side), skipped=tuple(skipped))
 
 
 def set_name(relative: str) -> str:
@@ -233,44 +195,211 @@ def set_name(relative: str) -> str:
     return str(path.parent / f"{prefix}*{rest}") if path.parent.name else f"{prefix}*{rest}"
 
 
+def _folder(relative: str) -> str:
+    """The folder of a "/"-separated path, "" at the top."""
+    return relative.rpartition("/")[0]
+
+
+def _under(relative: str, folder: str) -> bool:
+    """Whether ``relative`` is ``folder`` or lies below it ("" is the top: everything)."""
+    return not folder or relative == folder or relative.startswith(folder + "/")
+
+
+@dataclass(slots=True)
+class _Set:
+    """Files that form one dump set so far: where it was formed, its files, their name
+    patterns (``rank_*``) and ranks, and the name ``--only`` picks it by."""
+
+    root: str
+    members: list[Candidate]
+    patterns: frozenset[str]
+    ranks: frozenset[int]
+    name: str
+
+
+def _form_sets(candidates: Sequence[Candidate]) -> list[_Set]:
+    """The dump sets the files form, bottom-up over their folders (see the module docstring);
+    the top folder's parts, in path order."""
+    own: dict[str, list[Candidate]] = defaultdict(list)
+    children: dict[str, set[str]] = defaultdict(set)
+    for cand in sorted(candidates, key=lambda c: walk_key(c.relative)):
+        folder = _folder(cand.relative)
+        own[folder].append(cand)
+        while folder and folder not in children[_folder(folder)]:
+            children[_folder(folder)].add(folder)
+            folder = _folder(folder)
+    folders = set(own) | set(children) | {""}
+    formed: dict[str, list[_Set]] = {}
+    # (deepest first, so each folder's subfolders are done: no recursion on deep archives)
+    for folder in sorted(folders, key=lambda f: (-f.count("/") - bool(f), f)):
+        parts = _parts_of(folder, own.get(folder, ()))
+        for child in sorted(children.get(folder, ()), key=walk_key):
+            parts.extend(formed.pop(child))
+        formed[folder] = [_merged(folder, parts)] if _one_job(parts) else parts
+    return formed[""]
+
+
+def _parts_of(folder: str, files: Iterable[Candidate]) -> list[_Set]:
+    """A folder's own files: one part per name pattern."""
+    by_pattern: dict[str, list[Candidate]] = defaultdict(list)
+    for cand in files:
+        by_pattern[set_name(cand.relative).rpartition("/")[2]].append(cand)
+    return [
+        _Set(
+            root=folder,
+            members=members,
+            patterns=frozenset({pattern}),
+            ranks=frozenset(c.rank for c in members),
+            name=f"{folder}/{pattern}" if folder else pattern,
+        )
+        for pattern, members in sorted(by_pattern.items())
+    ]
+
+
+def _one_job(parts: Sequence[_Set]) -> bool:
+    """Whether the parts are one job's files: no two hold the same ranks as two copies would."""
+    if len(parts) < 2:
+        return False
+    holders: dict[int, list[int]] = defaultdict(list)
+    pairs: set[tuple[int, int]] = set()
+    for i, part in enumerate(parts):
+        for rank in part.ranks:
+            pairs.update((j, i) for j in holders[rank])
+            holders[rank].append(i)
+    return all(_can_share(parts[a], parts[b]) for a, b in pairs)
+
+
+def _can_share(a: _Set, b: _Set) -> bool:
+    """Two parts with ranks in common are one job's only where both name their files the same
+    way and the ranks in common are at most half of either (a dump left over in a second
+    host's folder); the same ranks again, or a prefix of another torch version, are not."""
+    common = len(a.ranks & b.ranks)
+    return (
+        len(a.patterns) == 1
+        and a.patterns == b.patterns
+        and 2 * common <= min(len(a.ranks), len(b.ranks))
+    )
+
+
+def _merged(folder: str, parts: Sequence[_Set]) -> _Set:
+    members = sorted((c for p in parts for c in p.members), key=lambda c: walk_key(c.relative))
+    patterns = frozenset().union(*(p.patterns for p in parts))
+    below = any(_folder(c.relative) != folder for c in members)
+    name = (
+        (f"{folder}/" if folder else "")
+        + ("*/" if below else "")
+        + (next(iter(patterns)) if len(patterns) == 1 else "*")
+    )
+    return _Set(
+        root=folder,
+        members=members,
+        patterns=patterns,
+        ranks=frozenset().union(*(p.ranks for p in parts)),
+        name=name,
+    )
+
+
 def _select(candidates: list[Candidate], only: str) -> list[Candidate]:
+    for found in _form_sets(candidates):
+        if found.name == only:
+            return found.members
     by_set = [c for c in candidates if set_name(c.relative) == only]
     if by_set:
         return by_set
     return [c for c in candidates if fnmatch.fnmatchcase(c.relative, only)]
 
 
-def _check_one_set(directory: Path, candidates: list[Candidate]) -> None:
-    """Raise when a rank has two files: say which sets they form and how to pick one."""
-    by_rank: dict[int, Candidate] = {}
-    clash: tuple[Candidate, Candidate] | None = None
+def _side_files_of(
+    chosen: _Set, candidates: Sequence[Candidate], side_files: Sequence[SideFile]
+) -> tuple[SideFile, ...]:
+    """The side files of the set ``--only`` chose: those in the other sets' folders are left
+    out (``incident2/pyspy_rank_0.txt`` with ``--only 'incident1/*'``). A file belongs to the
+    deepest folder above it that holds dumps or where a set was formed: kept where that holds
+    the chosen set's (or there is none: a job's log above every set)."""
+    picked = {id(c) for c in chosen.members}
+    mine: dict[str, bool] = {}
+
+    def mark(folder: str, chosen_here: bool) -> None:
+        mine[folder] = mine.get(folder, False) or chosen_here
+
     for cand in candidates:
-        if cand.rank in by_rank:
-            clash = by_rank[cand.rank], cand
-            break
-        by_rank[cand.rank] = cand
-    if clash is None:
-        return
-    sets: dict[str, list[int]] = defaultdict(list)
-    for cand in candidates:
-        sets[set_name(cand.relative)].append(cand.rank)
-    first, second = clash
-    if len(sets) < 2:  # rank_3 and rank_03: the same set twice
-        raise DuplicateRank(
-            f"{directory}: two files claim rank {second.rank}: {first.path} and {second.path}. "
-            "Keep one file per rank (move the other elsewhere) and run again."
+        mark(_folder(cand.relative), id(cand) in picked)
+    for found in _form_sets(candidates):
+        mark(found.root, any(id(c) in picked for c in found.members))
+    mark(chosen.root, True)
+    deepest = sorted(mine, key=len, reverse=True)
+
+    def kept(relative: str) -> bool:
+        owner = next((r for r in deepest if _under(relative, r)), None)
+        return owner is None or mine[owner]
+
+    return tuple(f for f in side_files if kept(f.relative))
+
+
+def _one_per_rank(directory: Path, found: _Set) -> tuple[list[Candidate], tuple[LoadProblem, ...]]:
+    """One file per rank: where a rank has files in two folders of the set, the first in path
+    order is read and the others named in one warning; two in one folder is an error."""
+    by_rank: dict[int, list[Candidate]] = defaultdict(list)
+    for cand in found.members:  # (in path order)
+        by_rank[cand.rank].append(cand)
+    kept: list[Candidate] = []
+    problems: list[LoadProblem] = []
+    for rank, files in by_rank.items():
+        first = files[0]
+        kept.append(first)
+        if len(files) == 1:
+            continue
+        again = [f for f in files[1:] if _folder(f.relative) == _folder(first.relative)]
+        if again:  # rank_3 and rank_03 in one folder: the same set twice
+            raise DuplicateRank(
+                f"{directory}: two files claim rank {rank}: {first.path} and {again[0].path}. "
+                "Keep one file per rank (move the other elsewhere) and run again."
+            )
+        others = " and ".join(str(f.path) for f in files[1:])
+        problems.append(
+            LoadProblem(
+                rank=rank,
+                path=str(files[1].path),
+                message=f"rank {rank} has a dump in {len(files)} folders: {first.path} and "
+                f"{others}; read from {first.relative} (the first in path order), "
+                f"{'the others' if len(files) > 2 else 'the other'} left out",
+                fatal=False,
+            )
         )
-    shown = sorted(sets)
-    listed = ", ".join(f"{name} (ranks {format_ranks(sets[name])})" for name in shown[:6])
+    return kept, tuple(problems)
+
+
+def _several_sets(directory: Path, sets: Sequence[_Set]) -> SeveralDumpSets:
+    """The error for several sets: each named with its ranks, a rank they share, how to pick."""
+    shown = sorted(sets, key=lambda s: s.name)
+    listed = ", ".join(f"{s.name} (ranks {format_ranks(sorted(s.ranks))})" for s in shown[:6])
     if len(shown) > 6:
         listed += f", and {len(shown) - 6} more"
-    folders = {str(PurePosixPath(name).parent) for name in shown}
+    first, second = _a_shared_rank(shown)
     pick = shown[0]
-    hint = f"select one with --only {pick!r}"
-    if len(folders) == len(shown) and "." not in folders:
-        hint += f" or point at its folder ({directory / PurePosixPath(pick).parent})"
-    raise SeveralDumpSets(
+    hint = f"select one with --only {pick.name!r}"
+    roots = {s.root for s in shown}
+    if directory.is_dir() and len(roots) == len(shown) and "" not in roots:
+        hint += f" or point at its folder ({directory / pick.root})"
+    return SeveralDumpSets(
         f"{directory}: holds {len(shown)} dump sets for the same ranks (several incidents, "
         f"or copies): {listed}; rank {second.rank} is both {first.relative} and "
         f"{second.relative}. Analyse one set at a time: {hint}."
     )
+
+
+def _a_shared_rank(sets: Sequence[_Set]) -> tuple[Candidate, Candidate]:
+    """Two files of different sets with one rank (the lowest such rank)."""
+    seen: dict[int, Candidate] = {}
+    pairs: list[tuple[Candidate, Candidate]] = []
+    for found in sets:
+        mine = {c.rank: c for c in reversed(found.members)}  # (the first file of each rank)
+        for rank, cand in mine.items():
+            if rank in seen:
+                pairs.append((seen[rank], cand))
+            else:
+                seen[rank] = cand
+    if not pairs:  # (sets kept apart by their names alone share no rank: not formed so)
+        a, b = sets[0].members[0], sets[1].members[0]
+        return a, b
+    return min(pairs, key=lambda p: p[0].rank)

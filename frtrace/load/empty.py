@@ -5,14 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from frtrace.load import schema
+from frtrace.load.discover import SideFile
 from frtrace.load.tables import DumpSet, WorldSize
 
 __all__ = ["empty_dump_set"]
 
 
-def empty_dump_set(directory: Path, world_size: int, source: str) -> DumpSet:
-    """No entries, every rank missing; what else the job left (logs, stacks) is analysed
-    against it. ``source``: where the world size was read (it is never certain)."""
+def empty_dump_set(
+    directory: Path, world_size: int, source: str, side_files: tuple[SideFile, ...] | None = None
+) -> DumpSet:
+    """No entries, every rank missing; what else the job left (logs, stacks: ``side_files``,
+    as the discovery found them) is analysed against it. ``source``: where the world size was
+    read (it is never certain)."""
     return DumpSet(
         directory=directory,
         entries=schema.ENTRIES.empty_table(),
@@ -21,4 +25,5 @@ def empty_dump_set(directory: Path, world_size: int, source: str) -> DumpSet:
         pg_status=schema.PG_STATUS.empty_table(),
         files=schema.FILES.empty_table(),
         world=WorldSize(size=world_size, source=source, certain=False),
+        side_files=side_files,
     )

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from pathlib import Path
-
 import pyarrow as pa
 import pyarrow.compute as pc
 from tabulate import tabulate
@@ -15,10 +12,19 @@ from frtrace.ranges import format_ranks
 __all__ = ["render_summary"]
 
 
-def render_summary(dumps: DumpSet, read_as: Mapping[Path, str] | None = None) -> str:
-    """Files table plus totals and what is missing; ``read_as``: files that are no dump but
-    that the analysis reads all the same (stack samples, logs), by what they are read as."""
-    read_as = read_as or {}
+# What analyze reads each kind of side file as (``frtrace.load.discover.SideFile``).
+_READ_AS = {
+    "stacks": "Python stacks",
+    "log": "logs and error files",
+    "error_file": "logs and error files",
+    "manifest": "collect's manifests (hosts, pids, dump times)",
+}
+
+
+def render_summary(dumps: DumpSet) -> str:
+    """Files table plus totals and what is missing; then the files that are no dump but that
+    the analysis reads all the same (stack samples, logs: the one discovery's side files), and
+    those skipped."""
     rows: list[tuple[object, ...]] = []
     for f in dumps.files.to_pylist():
         if f["loaded"]:
@@ -65,15 +71,13 @@ def render_summary(dumps: DumpSet, read_as: Mapping[Path, str] | None = None) ->
         out.append(f"no dump for ranks {format_ranks(dumps.missing_ranks)}")
     for p in dumps.problems:
         out.append(f"{'error' if p.fatal else 'warning'}: {p.message}")
-    others: dict[str, list[str]] = {}
     for s in dumps.skipped:
-        what = read_as.get(Path(s.path))
-        if what is None:
-            out.append(f"skipped {s.path}: {s.reason}")
-        else:
-            others.setdefault(what, []).append(str(s.path))
+        out.append(f"skipped {s.path}: {s.reason}")
+    others: dict[str, list[str]] = {}
+    for f in dumps.side_files or ():
+        others.setdefault(_READ_AS.get(f.kind, f.kind), []).append(f.relative)
     for what, paths in sorted(others.items()):
-        shown = ", ".join(Path(p).name for p in paths[:4]) + (" …" if len(paths) > 4 else "")
+        shown = ", ".join(paths[:4]) + (" …" if len(paths) > 4 else "")
         out.append(f"read as {what} by analyze, not as dumps: {len(paths)} file(s) ({shown})")
     return "\n".join(out).rstrip() + "\n"
 

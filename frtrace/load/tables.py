@@ -21,7 +21,7 @@ import pyarrow as pa
 from frtrace.errors import DumpFormatError, NoReadableDumps
 from frtrace.load import schema, spill
 from frtrace.load.cache import TABLES, DirectoryCache, cache_disabled, cache_root
-from frtrace.load.discover import Candidate, Discovery, SkippedFile, discover
+from frtrace.load.discover import Candidate, Discovery, SideFile, SkippedFile, discover
 from frtrace.load.executors import FileExecutor, open_executor
 from frtrace.load.members import MemberLists, groups_table, recorded_groups
 from frtrace.load.parse import ParsedDump
@@ -62,6 +62,7 @@ class DumpSet:
     world: WorldSize
     problems: tuple[LoadProblem, ...] = ()
     skipped: tuple[SkippedFile, ...] = ()
+    side_files: tuple[SideFile, ...] | None = None  # the discovery's (None: not listed)
     _frames: dict[int, Stack] = field(default_factory=dict, repr=False)
     # Worked out once (the analysis asks per rank, and a job can have 10^5 ranks).
     _loaded: tuple[int, ...] = field(init=False, repr=False, compare=False)
@@ -135,25 +136,23 @@ def load_dumps(
             if cached is not None:
                 said = f"the tables of {len(discovery.candidates):,} files from the cache"
                 shown.record("load", said, started)
-                return _from_tables(directory, cached, discovery.skipped)
+                return _from_tables(directory, cached, discovery)
         # (the executor counts the files in this phase; the tables are assembled and stored)
         with shown.phase("load", total=len(discovery.candidates)):
             assembler = _Assembler(directory, discovery.candidates)
             with open_executor(scheduler, jobs=jobs, progress=shown) as executor:
                 executor.parse(discovery.candidates, assembler.add)
-            dumps = assembler.finish(discovery.skipped)
+            dumps = assembler.finish(discovery.skipped, discovery)
             give_back_memory()
             if store is not None:
                 store.save({name: getattr(dumps, name) for name in TABLES})
         return dumps
 
 
-def _from_tables(
-    directory: Path, tables: dict[str, pa.Table], skipped: Iterable[SkippedFile]
-) -> DumpSet:
-    """A DumpSet from its stored tables; its problems and stacks are read back from them."""
+def _from_tables(directory: Path, tables: dict[str, pa.Table], discovery: Discovery) -> DumpSet:
+    """A DumpSet from its stored tables (its problems, after the discovery's, read back)."""
     files, stacks = tables["files"], tables["stacks"]
-    problems = []
+    problems = list(discovery.problems)
     for row in files.select(["rank", "path", "loaded", "error", "problems"]).to_pylist():
         if not row["loaded"]:
             problems.append(
@@ -181,7 +180,8 @@ def _from_tables(
         files=files,
         world=infer_world_size(files, tables["groups"]),
         problems=tuple(problems),
-        skipped=tuple(skipped),
+        skipped=discovery.skipped,
+        side_files=discovery.side_files,
         _frames=frames,
     )
 
@@ -229,8 +229,7 @@ class _Assembler:
         self.members = MemberLists()
         self.loaded = 0
         fields = list(schema.ENTRIES)
-        # A large set's columns go to disk as they arrive (frtrace.load.spill); booleans, a
-        # bit per entry, stay in memory
+        # A large set's columns go to disk as they arrive (frtrace.load.spill); booleans stay
         total = sum(c.size_bytes for c in candidates)
         where = spill_directory(cache_root()) if total >= spill.spill_min_bytes() else None
         self.spill_dir = where
@@ -296,7 +295,7 @@ class _Assembler:
             }
         )
 
-    def finish(self, skipped: Iterable[SkippedFile] = ()) -> DumpSet:
+    def finish(self, skipped: Iterable[SkippedFile] = (), of: Discovery | None = None) -> DumpSet:
         if not self.loaded:
             if self.spill_dir is not None:
                 spill.remove_spill_directory(self.spill_dir)
@@ -344,8 +343,9 @@ class _Assembler:
             pg_status=pa.Table.from_pylist(self.status_rows, schema=schema.PG_STATUS),
             files=files,
             world=infer_world_size(files, groups),
-            problems=tuple(self.problems),
+            problems=(*(of.problems if of else ()), *self.problems),
             skipped=tuple(skipped),
+            side_files=of.side_files if of else None,
             _frames=frames,
         )
 

@@ -11,6 +11,7 @@ from pathlib import PurePath
 from typing import Any
 
 from frtrace.errors import FrtraceError
+from frtrace.layout import MAX_STACK_BYTES, as_text
 from frtrace.pystack.model import Frame, ThreadStack
 
 __all__ = [
@@ -27,7 +28,7 @@ __all__ = [
     "split_lines",
 ]
 
-MAX_FILE_BYTES = 64 * 1024 * 1024  # a py-spy --locals dump of 1,000 threads is ~10 MB
+MAX_FILE_BYTES = MAX_STACK_BYTES  # a py-spy --locals dump of 1,000 threads is ~10 MB
 MAX_LINE_CHARS = 1024 * 1024  # faulthandler cuts strings at 500 chars; py-spy reprs at ~1 KB
 _MAX_THREADS = 100_000
 
@@ -48,8 +49,6 @@ class StackFileError(FrtraceError, ValueError):
 
 # --- shared helpers ----------------------------------------------------------------------
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-
 
 def decode_text(data: bytes | str, path: str) -> str:
     if isinstance(data, bytes | bytearray | memoryview):
@@ -69,10 +68,7 @@ def decode_text(data: bytes | str, path: str) -> str:
         text = data
     else:
         raise StackFileError(path, f"cannot read a {type(data).__name__} as a stack dump")
-    text = text.removeprefix("\ufeff")
-    if "\x1b" in text:
-        text = _ANSI.sub("", text)  # py-spy output captured through a terminal
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = as_text(text)  # (no BOM, no terminal colours, \n line ends)
     if not text.strip():
         raise StackFileError(path, "empty file")
     return text

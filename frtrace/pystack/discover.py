@@ -1,30 +1,31 @@
-"""Find the Python stack files in a dump directory and read them: a ``StackSet``.
+"""Read the Python stack files of a dump directory (or archive): a ``StackSet``.
 
-Stack files live next to the dumps. A file is taken as a stack sample when its name says so
-(``stacks_rank_5.json`` from ``frtrace.recorder``, ``pyspy_rank_5.txt`` / ``.json``,
+Stack files live next to the dumps; which files they are is the one discovery's
+(``frtrace.layout``, the same for ``summary`` and ``analyze``): a file whose
+name says so (``stacks_rank_5.json`` from ``frtrace.recorder``, ``pyspy_rank_5.txt`` / ``.json``,
 ``py-spy-5.txt``, ``traceback_rank_5.txt``, ``dump_traceback_5.txt``,
-``faulthandler_rank_5.log``), or when a file whose name ends in a rank number reads as one
-(``rank5.txt`` holding ``py-spy dump`` output). The rank comes from the file (the sidecar's
-own ``rank``) or from the digits that end its name.
+``faulthandler_rank_5.log``), or a file whose name ends in a rank number and that reads as one
+(``rank5.txt`` holding ``py-spy dump`` output). An archive's are read from memory. The rank
+comes from the file (the sidecar's own ``rank``) or from the digits that end its name.
 
 A file named like a stack file that cannot be read costs that file: one line in
 ``StackSet.problems``, never the analysis. Several samples of one rank are all kept; the
 one the analysis reads (``StackSet.by_rank``) is the recorder's sidecar first (it knows the
 dump time and the trigger), then py-spy ``--json``, py-spy text, and faulthandler or
-``dump_traceback`` text.
+``dump_traceback`` text; among samples of one kind, the first in path order (per-host
+folders: ``host-a/`` before ``host-b/``).
 """
 
 from __future__ import annotations
 
-import os
-import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from frtrace.pystack.common import MAX_FILE_BYTES, StackFileError, rank_from_filename
+from frtrace.layout import STACK_FILE_NAME, SideFile, side_files
+from frtrace.pystack.common import StackFileError
 from frtrace.pystack.model import ProcessStacks, Source
-from frtrace.pystack.parse import detect_format, read_stack_file
+from frtrace.pystack.parse import read_stack_file, sniff
 
 __all__ = [
     "STACK_NAME",
@@ -36,10 +37,7 @@ __all__ = [
 ]
 
 # A name that says "this is a Python stack sample" (the rank follows somewhere after).
-STACK_NAME = re.compile(
-    r"^(?:stacks?|py[-_]?spy|tracebacks?|dump[-_]?traceback|faulthandler)(?:[-_.]|\d|$)",
-    re.IGNORECASE,
-)
+STACK_NAME = STACK_FILE_NAME
 # The reader's preference when a rank has several samples: lower first.
 PREFERENCE: Mapping[Source, int] = {
     "recorder": 0,
@@ -48,8 +46,6 @@ PREFERENCE: Mapping[Source, int] = {
     "dump_traceback": 3,
     "faulthandler": 4,
 }
-_SNIFF_BYTES = 4096  # enough to tell a stack file from a dump by its first lines
-_TEXT_SUFFIXES = frozenset({"", ".txt", ".json", ".log", ".out", ".err", ".stacks"})
 
 
 def is_stack_file_name(name: str) -> bool:
@@ -93,65 +89,39 @@ class StackSet:
         return bool(self.by_rank)
 
 
-def _looks_like_stacks(path: Path) -> bool:
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(_SNIFF_BYTES)
-    except OSError:
-        return False
-    if not head or head[:1] == b"\x80":  # a pickle: a dump
-        return False
-    fmt = detect_format(head)
-    if fmt == "recorder":  # any JSON object: only the sidecar's own format name counts
-        return b'"frtrace-stacks"' in head
-    if fmt == "py-spy-json":  # any JSON list: only py-spy's thread keys count (not a dump)
-        return b'"owns_gil"' in head or b'"os_thread_id"' in head
-    return fmt is not None
-
-
 def discover_stacks(directory: Path) -> list[Path]:
     """Files under ``directory`` that are stack samples, by name or by content."""
-    found: list[Path] = []
-    for root, dirs, files in os.walk(directory):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in sorted(files):
-            if name.startswith(".") or not name.isprintable():
-                continue
-            path = Path(root) / name
-            if not path.is_file():  # never open a FIFO (torch's <stem><rank>.pipe)
-                continue
-            if is_stack_file_name(name):
-                found.append(path)
-                continue
-            suffix = os.path.splitext(name)[1].lower()
-            if suffix not in _TEXT_SUFFIXES or rank_from_filename(name) is None:
-                continue
-            try:
-                size = path.stat().st_size
-            except OSError:
-                continue
-            if 0 < size <= MAX_FILE_BYTES and _looks_like_stacks(path):
-                found.append(path)
-    return found
+    return [f.path for f in side_files(directory) if f.kind == "stacks"]
 
 
-def load_stacks(directory: Path) -> StackSet:
-    """Read every stack file under ``directory``; unreadable ones become problems."""
+def _read(file: SideFile) -> ProcessStacks:
+    if file.refused is not None:
+        raise StackFileError(str(file.path), file.refused)
+    if file.data is not None:  # (an archive's member)
+        return sniff(str(file.path), file.data)
+    return read_stack_file(file.path)
+
+
+def load_stacks(directory: Path, files: Sequence[SideFile] | None = None) -> StackSet:
+    """Read every stack file of ``directory``: ``files``, the side files its discovery found
+    (``Discovery.side_files``; the others are not stacks), else the directory is listed.
+    Unreadable ones become problems."""
     samples: list[ProcessStacks] = []
     problems: list[StackProblem] = []
     unranked: list[str] = []
-    if directory.is_dir():
-        for path in discover_stacks(directory):
-            try:
-                sample = read_stack_file(path)
-            except StackFileError as exc:
-                rel = str(path.relative_to(directory))  # reports name no absolute paths
-                message = str(exc).replace(str(path), rel, 1)
-                problems.append(StackProblem(path=rel, message=message))
-                continue
-            samples.append(sample)
-            if sample.rank is None:
-                unranked.append(str(path))
+    for file in side_files(directory) if files is None else files:
+        if file.kind != "stacks":
+            continue
+        try:
+            sample = _read(file)
+        except StackFileError as exc:
+            rel = file.relative  # reports name no absolute paths
+            message = str(exc).replace(str(file.path), rel, 1)
+            problems.append(StackProblem(path=rel, message=message))
+            continue
+        samples.append(sample)
+        if sample.rank is None:
+            unranked.append(str(file.path))
     by_rank: dict[int, ProcessStacks] = {}
     for s in samples:
         if s.rank is None:

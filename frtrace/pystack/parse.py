@@ -18,10 +18,10 @@ nothing else, on input it cannot read.
 from __future__ import annotations
 
 import os
-import re
 from typing import Any
 
 from frtrace.job.sidecar import FORMAT_NAME, FORMAT_VERSION, TRIGGER_KINDS
+from frtrace.layout import stack_format
 from frtrace.pystack.common import (
     MAX_FILE_BYTES,
     MAX_LINE_CHARS,
@@ -127,32 +127,15 @@ def _recorder_from_doc(doc: Any, path: str, rank: int | None) -> ProcessStacks:
 
 # --- sniffing ----------------------------------------------------------------------------
 
-_PS_PROCESS_ANY = re.compile(r"^Process \d+: ", re.MULTILINE)
-_FH_ANY = re.compile(
-    r"^(?:(?:Current thread|Thread) 0x[0-9a-fA-F]+(?: .*?)? \(most recent call first\):"
-    r"|Stack \(most recent call first\):)$",
-    re.MULTILINE,
-)
-
 
 def detect_format(data: bytes | str) -> Source | None:
-    """Which format the content is, or None; does not validate it."""
+    """Which format the content is, or None; does not validate it (the rule every reader
+    and the discovery share: ``frtrace.layout.stack_format``)."""
     try:
         text = decode_text(data, "<data>")
     except StackFileError:
         return None
-    head = text.lstrip()
-    if head.startswith("{"):
-        return "recorder"
-    if head.startswith("["):
-        return "py-spy-json"
-    if head.startswith("Process "):
-        return "py-spy-text"
-    if _FH_ANY.search(text):
-        return "faulthandler"
-    if _PS_PROCESS_ANY.search(text):
-        return "py-spy-text"
-    return None
+    return stack_format(text)
 
 
 def sniff(path: str | os.PathLike[str], data: bytes | str) -> ProcessStacks:

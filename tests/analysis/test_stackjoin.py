@@ -37,7 +37,7 @@ def _with_stacks(tmp: Path, culprit_sample: str = "pyspy_rank_1.txt") -> Path:
 
 def test_stack_files_are_found_and_never_taken_for_dumps(tmp_path: Path) -> None:
     """By name (pyspy_rank_N.json, stacks_rank_N.json) and by content (rank_N.json holding
-    py-spy --json): stacks for pystack, skipped by the dump discovery."""
+    py-spy --json): stacks for pystack, side files of the dump discovery."""
     d = _with_stacks(tmp_path)
     shutil.copy(SAMPLES / "pyspy_rank_0.json", d / "pyspy_rank_0.json")
     shutil.copy(SAMPLES / "stacks_rank_1.json", d / "stacks_rank_1.json")
@@ -46,8 +46,8 @@ def test_stack_files_are_found_and_never_taken_for_dumps(tmp_path: Path) -> None
     shutil.copy(SAMPLES / "traceback_rank_0.txt", d / "sub" / "traceback_rank_0.txt")
     found = discover(d)
     assert [c.path.name for c in found.candidates] == ["rank_0", "rank_1", "rank_2", "rank_3"]
-    skipped = {s.path.name: s.reason for s in found.skipped}
-    assert skipped["rank_3.json"] == skipped["stacks_rank_1.json"] == "Python stacks, not a dump"
+    kinds = {f.path.name: f.kind for f in found.side_files}
+    assert kinds["rank_3.json"] == kinds["stacks_rank_1.json"] == "stacks"
     stacks = load_stacks(d)
     assert not stacks.problems
     assert len(stacks.samples) == 8

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from frtrace.cli import app
 from frtrace.errors import DuplicateRank, NoDumpsFound, SeveralDumpSets, UnreadableArchive
 from frtrace.load import archive
-from frtrace.load.discover import discover, set_name
+from frtrace.load.discover import Candidate, discover, set_name
 from frtrace.load.tables import load_dumps
 from tests.conftest import GLOO, GLOO_JSON
 
@@ -103,9 +103,11 @@ def test_member_size_limits_hold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 def test_a_header_that_lies_about_its_size_is_caught(tmp_path: Path) -> None:
     """The bytes actually read are checked against the declared size."""
-    members = [archive._Member(name="rank_0", size=10, problem=None, read=lambda n: b"x" * 5)]
-    cand, _ = archive._take(tmp_path / "a.tar", members[0], 1 << 20)
-    assert cand is not None and cand.refused is not None and "header says 10 bytes" in cand.refused
+    members = [
+        archive._Member(name="rank_0", size=10, problem=None, read=lambda n, start=0: b"x" * 5)
+    ]
+    (cand,) = archive._take(tmp_path / "a.tar", members[0], 1 << 20)
+    assert isinstance(cand, Candidate) and cand.refused and "header says 10 bytes" in cand.refused
 
 
 def test_a_damaged_archive_is_one_input_error(tmp_path: Path) -> None:
@@ -220,7 +222,7 @@ def test_members_passed_over_are_unpacked_once(
     spent: list[int] = []
     real = archive._Budget.spend
     monkeypatch.setattr(archive._Budget, "spend", lambda self, n: spent.append(n) or real(self, n))
-    candidates, _ = archive.read_archive(path)
+    candidates = archive.read_archive(path).candidates
     assert [c.rank for c in candidates] == [0] and candidates[0].refused is None
     unpacked = len(bz2.decompress(path.read_bytes()))
     assert sum(spent) <= unpacked

@@ -59,17 +59,20 @@ def test_names_that_are_not_dumps_are_rejected(name: str) -> None:
 
 
 def test_directory_walk_is_recursive_and_notes_skipped_files(tmp_path: Path) -> None:
-    """Dumps in subfolders are found; other files are listed as skipped with a reason."""
+    """Dumps in subfolders are found; a log is a side file (analyze reads it); other files
+    are listed as skipped with a reason."""
     (tmp_path / "comm_traces").mkdir()
     (tmp_path / "comm_traces" / "rank_0").write_bytes(b"x")
     (tmp_path / "comm_traces" / "rank_1").write_bytes(b"x")
     (tmp_path / "train.log").write_text("log")
+    (tmp_path / "notes.md").write_text("notes")
     os.mkfifo(tmp_path / "nccl_trace_rank_0.pipe")
     found = discover(tmp_path)
     assert [c.rank for c in found.candidates] == [0, 1]
+    assert [(f.relative, f.kind) for f in found.side_files] == [("train.log", "log")]
     reasons = {p.path.name: p.reason for p in found.skipped}
     assert reasons == {
-        "train.log": "name does not end in a rank number",
+        "notes.md": "name does not end in a rank number",
         "nccl_trace_rank_0.pipe": "not a regular file",
     }
 

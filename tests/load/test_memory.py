@@ -131,6 +131,6 @@ def test_archive_members_held_are_bounded_by_the_machine(
             info.size = len(content)
             tar.addfile(info, io.BytesIO(content))
     monkeypatch.setenv("FRTRACE_MEMORY_MAX_BYTES", str(4 * (len(data["rank_0"]) + 10)))
-    candidates, _ = archive.read_archive(path)
+    candidates = archive.read_archive(path).candidates
     assert [c.refused is None for c in candidates] == [True, False, False, False]
     assert "quarter of this machine's memory" in str(candidates[1].refused)
