@@ -245,3 +245,26 @@ def test_side_members_that_are_links_are_refused_and_nothing_is_extracted(
         "links.tgz:torchrun.log": "refused: a link, not a file",
     }
     assert sorted(p.name for p in tmp_path.iterdir()) == ["links.tgz"]
+
+
+@pytest.mark.parametrize("suffix", [".tgz", ".zip"])
+def test_a_long_logs_tail_is_read_from_an_archive_as_from_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str
+) -> None:
+    """Only a log's last MAX_LOG_BYTES are read, in a folder and in an archive alike (the
+    member's start read through under the budget, never kept): the same failures."""
+    from frtrace.evidence import discover as evidence
+    from frtrace.load import archive as archives
+
+    folder = shutil.copytree(JOB, tmp_path / "incident")
+    log = folder / "torchrun.log"
+    text = log.read_bytes()
+    log.write_bytes(b"noise line of an earlier step\n" * 40_000 + text)  # ~1.2 MB before it
+    keep = len(text) + 1000
+    monkeypatch.setattr(evidence, "MAX_LOG_BYTES", keep)
+    monkeypatch.setattr(archives, "MAX_LOG_BYTES", keep)
+    source = packed(folder, suffix)
+    (read,) = [f for f in discover(source).side_files if f.relative == "torchrun.log"]
+    assert read.data is not None and len(read.data) == keep and read.data.endswith(text)
+    here, there = analyze(folder)[0], analyze(source)[0]
+    assert there["timeline"] == here["timeline"] and here["timeline"]
