@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from frtrace.job.manifest import MANIFEST_NAME  # what `collect` knew of each rank
+
 __all__ = [
     "LOG_NAME",
     "MANIFEST_NAME",
@@ -71,7 +73,6 @@ LOG_NAME = re.compile(
     r"(?i)(?:^|[-_.])(?:std(?:out|err)|logs?|slurm|torchrun|console|output)(?:[-_.\d]|$)"
 )
 ERROR_FILE_NAME = re.compile(r"(?i)^(?:.*[-_])?error(?:[-_]?\d+)?\.json$")
-MANIFEST_NAME = "frtrace-collect.json"  # what `collect` knew of each rank (frtrace.evidence)
 MAX_LOG_BYTES = 16 * 1024 * 1024  # only a log's last bytes are read (a failure is at its end)
 MAX_STACK_BYTES = 64 * 1024 * 1024  # a py-spy --locals dump of 1,000 threads is ~10 MB
 SNIFF_BYTES = 4096  # enough to tell a stack file from a dump by its first lines

@@ -1,6 +1,6 @@
 """``frtrace collect``: every rank's dump and stacks into one directory, one folder per host
 (``DIR/<host>/``, so every host of a job can collect into one shared folder), with a manifest
-per folder (:mod:`frtrace.evidence.collected`: each rank's host, pid and dump time), and one
+per folder (:mod:`frtrace.job.manifest`: each rank's host, pid and dump time), and one
 table of what was collected per rank and how, and what was not and why.
 
 Local ranks (this host's processes, :func:`collect`) or every rank of a job through torch's
@@ -33,8 +33,8 @@ from frtrace.collect.procs import RankProcess, job_of, scan_rank_processes
 from frtrace.collect.safety import make_private_dir, write_private
 from frtrace.collect.store import StoreRank, Worker, fetch_all, read_registry
 from frtrace.errors import SeveralJobs
-from frtrace.evidence.collected import MANIFEST_NAME, CollectedRank, manifest_document
 from frtrace.job.env import DUMP_PREFIX
+from frtrace.job.manifest import MANIFEST_NAME, CollectedRank, manifest_document
 from frtrace.ranges import format_ranks
 
 __all__ = [

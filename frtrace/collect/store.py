@@ -15,7 +15,7 @@ every rank's worker server, in parallel and each request bounded in time, for:
 
 Nothing else is asked of the job: no signal, no file of its is read. What comes back is
 written 0600 under ``DIR/<host>/`` (folders 0700), with a manifest
-(:mod:`frtrace.evidence.collected`) naming each rank's host, pid and dump time.
+(:mod:`frtrace.job.manifest`) naming each rank's host, pid and dump time.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What ``frtrace collect`` knew about each rank it collected: the manifest it leaves.
+"""What ``frtrace collect`` knew about each rank it collected: its manifests, read.
 
 ``collect`` writes one ``frtrace-collect.json`` into every folder it fills (one per host:
 ``DIR/<host>/``), so the analysis of the folder, of the union of several hosts' folders, or of
@@ -28,7 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from frtrace.layout import MANIFEST_NAME, SideFile, side_files
+from frtrace.job.manifest import (
+    MANIFEST_FORMAT,
+    MANIFEST_NAME,
+    MANIFEST_VERSION,
+    CollectedRank,
+    manifest_document,
+)
+from frtrace.layout import SideFile, side_files
 
 __all__ = [
     "MANIFEST_FORMAT",
@@ -40,21 +47,7 @@ __all__ = [
     "read_collected",
 ]
 
-MANIFEST_FORMAT = "frtrace-collect"
-MANIFEST_VERSION = 1
 _MAX_BYTES = 64 * 1024 * 1024  # 10^5 ranks of ~300 bytes each
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CollectedRank:
-    """One rank as ``collect`` found it."""
-
-    rank: int
-    host: str | None = None
-    pid: int | None = None
-    dumped_at_ns: int | None = None  # when its dump arrived (see ``clock``)
-    dump: str | None = None  # the dump file's name in the folder, None: no dump got
-    how: str | None = None  # "debug server http://node-7:40123", "recorder (socket)", ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,30 +64,6 @@ class Collected:
 
     def __bool__(self) -> bool:
         return bool(self.ranks)
-
-
-def manifest_document(
-    host: str, collector: dict[str, Any], clock: str, ranks: list[CollectedRank]
-) -> dict[str, Any]:
-    """The JSON document ``collect`` writes for one folder."""
-    return {
-        "format": MANIFEST_FORMAT,
-        "version": MANIFEST_VERSION,
-        "host": host,
-        "collector": collector,
-        "clock": clock,
-        "ranks": [
-            {
-                "rank": r.rank,
-                "host": r.host,
-                "pid": r.pid,
-                "dumped_at_ns": r.dumped_at_ns,
-                "dump": r.dump,
-                "how": r.how,
-            }
-            for r in sorted(ranks, key=lambda r: r.rank)
-        ],
-    }
 
 
 def _typed(value: Any, kind: type) -> Any:

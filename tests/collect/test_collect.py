@@ -31,6 +31,12 @@ pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = ROOT / "tests" / "collect" / "hung_job.py"
+# where load_batch sleeps: the place the report must name
+STUCK_AT = next(
+    f"load_batch (hung_job.py:{n})"
+    for n, line in enumerate(JOB.read_text().splitlines(), 1)
+    if line.strip() == "time.sleep(0.05)"
+)
 DEADLINE_S = 90.0
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -132,7 +138,7 @@ def test_collect_a_hung_recorder_job_names_rank_and_function(tmp_path: Path) -> 
     start = next(i for i, line in enumerate(lines) if line.startswith("HANG"))
     first = "\n".join(lines[start : start + 8])
     assert lines[start].startswith("HANG: culprit rank 2;"), result.output
-    assert "rank 2: in host code at load_batch (hung_job.py:27)" in first, first
+    assert f"rank 2: in host code at {STUCK_AT}" in first, first
     assert "The stacks corroborate the verdict: culprit rank 2" in result.output
     here = out / host_folder(socket.gethostname())  # collect writes DIR/<host>/
     manifest = json.loads((here / "frtrace-collect.json").read_text())
@@ -147,7 +153,7 @@ def test_collect_a_hung_recorder_job_names_rank_and_function(tmp_path: Path) -> 
         (here / f"stacks_rank_{r}.json").unlink()
     again = CliRunner().invoke(app, ["analyze", "-d", str(out)])
     assert again.output.splitlines()[0].startswith("HANG: culprit rank 2;")
-    assert "rank 2: in host code at load_batch (hung_job.py:27)" in again.output
+    assert f"rank 2: in host code at {STUCK_AT}" in again.output
     assert "rank 2's Python stack (py-spy-text, pyspy_rank_2.txt)" in again.output
 
 
@@ -167,7 +173,7 @@ def test_collect_through_torchs_worker_server(tmp_path: Path) -> None:
     report = CliRunner().invoke(app, ["analyze", "-d", str(out)])
     lines = report.output.splitlines()
     assert lines[0].startswith("HANG: culprit rank 1;"), report.output
-    assert "rank 1: in host code at load_batch (hung_job.py:27)" in "\n".join(lines[:8])
+    assert f"rank 1: in host code at {STUCK_AT}" in "\n".join(lines[:8])
 
 
 def test_collect_twice_tells_hung_from_slow(tmp_path: Path) -> None:

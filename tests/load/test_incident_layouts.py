@@ -25,7 +25,7 @@ from typer.testing import CliRunner, Result
 
 from frtrace.cli import app
 from frtrace.errors import SeveralDumpSets
-from frtrace.evidence.collected import MANIFEST_NAME, CollectedRank, manifest_document
+from frtrace.job.manifest import MANIFEST_NAME, CollectedRank, manifest_document
 from frtrace.load.discover import discover
 from tests.conftest import FIXTURES
 
