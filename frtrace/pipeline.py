@@ -9,7 +9,7 @@ from pathlib import Path
 
 from frtrace.analysis.capture import dump_times_from_entries
 from frtrace.analysis.diagnose import diagnose
-from frtrace.analysis.processes import seen_in_stacks, with_processes
+from frtrace.analysis.processes import seen_in_collected, seen_in_stacks, with_processes
 from frtrace.analysis.stackjoin import join_stacks
 from frtrace.diagnosis_cache import Diagnosis, DiagnosisCache
 from frtrace.errors import FrtraceError, NoDumpsFound
@@ -91,7 +91,7 @@ def analyze_dumps(
     times = dump_times_from_entries(dumps)  # NCCL: what the dump itself discovered
     if collected is not None:
         times |= collected.dumped_at_ns()  # when collect got the dump
-    seen = seen_in_stacks(stacks)  # each rank's host and pid (another source appends its own)
+    seen = seen_in_stacks(stacks) + seen_in_collected(collected)  # each rank's host and pid
     if stacks is None:
         return with_processes(diagnose(dumps, times, evidence=evidence), seen)
     times |= {r: t for r in stacks.ranks if (t := stacks.taken_at_ns(r)) is not None}

@@ -13,10 +13,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from frtrace.evidence.collected import MANIFEST_NAME, Collected
 from frtrace.model import RankProcess, Report
 from frtrace.pystack.discover import StackSet
 
-__all__ = ["ProcessSeen", "rank_processes", "seen_in_stacks", "with_processes"]
+__all__ = [
+    "ProcessSeen",
+    "rank_processes",
+    "seen_in_collected",
+    "seen_in_stacks",
+    "with_processes",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,6 +46,18 @@ def seen_in_stacks(stacks: StackSet | None) -> list[ProcessSeen]:
         ProcessSeen(rank=s.rank, host=s.host, pid=s.pid, at_ns=s.taken_at_ns, source=s.path)
         for s in stacks.samples
         if s.rank is not None and (s.host or s.pid is not None)
+    ]
+
+
+def seen_in_collected(collected: Collected | None) -> list[ProcessSeen]:
+    """What ``frtrace collect``'s manifests say of each rank's process: its host (the host
+    it ran on, or the one its worker server registered) and its pid, at its dump's time."""
+    if collected is None:
+        return []
+    return [
+        ProcessSeen(rank=r.rank, host=r.host, pid=r.pid, at_ns=r.dumped_at_ns, source=MANIFEST_NAME)
+        for r in collected.ranks
+        if r.host or r.pid is not None
     ]
 
 

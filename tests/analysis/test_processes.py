@@ -78,3 +78,26 @@ def test_no_sample_no_processes() -> None:
     assert report.processes == {}
     assert "processes" not in json.loads(render_json(report))
     assert "\nculprits: 2\n" in render_text(report)
+
+
+def test_collect_s_manifest_says_the_host_py_spy_does_not() -> None:
+    """py-spy's text names the pid, collect's manifest the host (and the pid, at the dump's
+    time): one process per rank of both."""
+    from frtrace.analysis.processes import ProcessSeen, rank_processes, seen_in_collected
+    from frtrace.evidence.collected import Collected
+    from frtrace.job.manifest import CollectedRank
+
+    collected = Collected(
+        ranks=(
+            CollectedRank(rank=3, host="node-b", pid=4242, dumped_at_ns=2_000),
+            CollectedRank(rank=4, host="node-b", pid=None, dumped_at_ns=2_000),
+        )
+    )
+    pyspy = [
+        ProcessSeen(rank=3, host=None, pid=4242, at_ns=None, source="pyspy_rank_3.txt"),
+        ProcessSeen(rank=4, host=None, pid=5151, at_ns=None, source="pyspy_rank_4.txt"),
+    ]
+    got = rank_processes(pyspy + seen_in_collected(collected))
+    assert (got[3].host, got[3].pid) == ("node-b", 4242)
+    assert (got[4].host, got[4].pid) == ("node-b", 5151)
+    assert seen_in_collected(None) == []

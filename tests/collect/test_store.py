@@ -157,6 +157,8 @@ def test_collect_store_gets_every_host_and_names_the_culprit(tmp_path: Path) -> 
     head = "\n".join(lines[lines.index(next(ln for ln in lines if ln.startswith("HANG"))) :][:8])
     assert head.startswith("HANG: culprit rank 3;"), result.output
     assert "load_batch (hung_job.py:" in head, head
+    # the host and pid of the culprit, from collect's manifest (py-spy says the pid only)
+    assert f"culprits: 3 (on {HOSTS[3]}, pid {procs[3].pid})" in head, head
     assert took < 60, f"collect took {took:.1f} s"
 
 
