@@ -44,6 +44,7 @@ from enum import IntEnum, StrEnum
 from typing import Literal
 
 from frtrace.detail import CulpritStack, CulpritWhere, Detail, Disagreement, GroupRef, OpSignature
+from frtrace.detail.series import StackSeries
 from frtrace.evidence.model import Failure
 from frtrace.pystack.classes import StackClasses
 
@@ -136,6 +137,7 @@ class StackEvidence:
     statement: str  # one sentence saying which, and why
     unexplained_ranks: tuple[int, ...] = ()  # outliers neither culprit nor waiting
     problems: tuple[str, ...] = ()  # stack files that could not be read, one line each
+    series: StackSeries | None = None  # periodic samples over time: which ranks moved
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Literal
 
+from frtrace.analysis.series import stack_series
 from frtrace.analysis.signatures import call_site
 from frtrace.detail import NeverJoined
 from frtrace.model import (
@@ -255,6 +256,7 @@ def join_stacks(report: Report, stacks: StackSet) -> Report:
         statement=statement,
         unexplained_ranks=unexplained,
         problems=problems,
+        series=stack_series(stacks.samples),
     )
     notes = report.data_notes
     no_stack = [r for r in report.ranks_loaded if r not in by_rank]

@@ -12,8 +12,10 @@ A file named like a stack file that cannot be read costs that file: one line in
 ``StackSet.problems``, never the analysis. Several samples of one rank are all kept; the
 one the analysis reads (``StackSet.by_rank``) is the recorder's sidecar first (it knows the
 dump time and the trigger), then py-spy ``--json``, py-spy text, and faulthandler or
-``dump_traceback`` text; among samples of one kind, the first in path order (per-host
-folders: ``host-a/`` before ``host-b/``).
+``dump_traceback`` text; among samples of one kind, the latest where they say when (torch's
+debug server's periodic dumps, ``stacks_<time>.txt``: every rank's stacks in one file,
+:mod:`frtrace.pystack.periodic`), else the first in path order (per-host folders:
+``host-a/`` before ``host-b/``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from pathlib import Path
 from frtrace.layout import STACK_FILE_NAME, SideFile, side_files
 from frtrace.pystack.common import StackFileError
 from frtrace.pystack.model import ProcessStacks, Source
-from frtrace.pystack.parse import read_stack_file, sniff
+from frtrace.pystack.parse import read_stack_bytes, read_stack_file, sniff
+from frtrace.pystack.periodic import is_periodic_name, parse_periodic
 
 __all__ = [
     "STACK_NAME",
@@ -76,9 +79,10 @@ class StackSet:
         return tuple(sorted(self.by_rank))
 
     def taken_at_ns(self, rank: int) -> int | None:
-        """When the rank's sample was taken (the recorder's dump time), if known."""
+        """When the rank's dump was written, where its sample says (the recorder's sidecar is
+        written with the dump; a periodic stack sample's time is not a dump's)."""
         s = self.by_rank.get(rank)
-        return None if s is None else s.taken_at_ns
+        return None if s is None or s.source != "recorder" else s.taken_at_ns
 
     def trigger(self, rank: int) -> str | None:
         """What made the rank write its sample (``signal: SIGUSR1``), if known."""
@@ -94,12 +98,26 @@ def discover_stacks(directory: Path) -> list[Path]:
     return [f.path for f in side_files(directory) if f.kind == "stacks"]
 
 
-def _read(file: SideFile) -> ProcessStacks:
+def _read(file: SideFile) -> list[ProcessStacks]:
+    """The samples in one file: one, or every rank's of a debug server's periodic dump."""
     if file.refused is not None:
         raise StackFileError(str(file.path), file.refused)
+    if is_periodic_name(file.path.name):
+        data = file.data if file.data is not None else read_stack_bytes(file.path)
+        return parse_periodic(data, str(file.path))
     if file.data is not None:  # (an archive's member)
-        return sniff(str(file.path), file.data)
-    return read_stack_file(file.path)
+        return [sniff(str(file.path), file.data)]
+    return [read_stack_file(file.path)]
+
+
+def _preferred(s: ProcessStacks, have: ProcessStacks | None) -> bool:
+    """Whether ``s`` is the rank's sample to read rather than ``have``: the preferred
+    source, then (periodic samples of one kind) the latest."""
+    if have is None or PREFERENCE[s.source] < PREFERENCE[have.source]:
+        return True
+    return PREFERENCE[s.source] == PREFERENCE[have.source] and (s.taken_at_ns or 0) > (
+        have.taken_at_ns or 0
+    )
 
 
 def load_stacks(directory: Path, files: Sequence[SideFile] | None = None) -> StackSet:
@@ -113,21 +131,18 @@ def load_stacks(directory: Path, files: Sequence[SideFile] | None = None) -> Sta
         if file.kind != "stacks":
             continue
         try:
-            sample = _read(file)
+            read = _read(file)
         except StackFileError as exc:
             rel = file.relative  # reports name no absolute paths
             message = str(exc).replace(str(file.path), rel, 1)
             problems.append(StackProblem(path=rel, message=message))
             continue
-        samples.append(sample)
-        if sample.rank is None:
+        samples.extend(read)
+        if any(sample.rank is None for sample in read):
             unranked.append(str(file.path))
     by_rank: dict[int, ProcessStacks] = {}
     for s in samples:
-        if s.rank is None:
-            continue
-        have = by_rank.get(s.rank)
-        if have is None or PREFERENCE[s.source] < PREFERENCE[have.source]:
+        if s.rank is not None and _preferred(s, by_rank.get(s.rank)):
             by_rank[s.rank] = s
     return StackSet(
         directory=str(directory),

@@ -49,6 +49,7 @@ __all__ = [
     "parse_recorder",
     "parse_traceback",
     "rank_from_filename",
+    "read_stack_bytes",
     "read_stack_file",
     "sniff",
 ]
@@ -162,6 +163,11 @@ def sniff(path: str | os.PathLike[str], data: bytes | str) -> ProcessStacks:
 
 def read_stack_file(path: str | os.PathLike[str]) -> ProcessStacks:
     """Read and :func:`sniff` one file; unreadable or oversized files raise StackFileError."""
+    return sniff(os.fspath(path), read_stack_bytes(path))
+
+
+def read_stack_bytes(path: str | os.PathLike[str]) -> bytes:
+    """A stack file's bytes; unreadable or oversized files raise StackFileError."""
     name = os.fspath(path)
     try:
         size = os.path.getsize(name)
@@ -175,4 +181,4 @@ def read_stack_file(path: str | os.PathLike[str]) -> ProcessStacks:
         raise StackFileError(
             name, f"cannot read it ({exc.strerror or exc})", "check the path"
         ) from None
-    return sniff(name, data)
+    return data

@@ -32,7 +32,7 @@ from frtrace.report.common import (
 from frtrace.report.filenames import FileNames, file_names
 from frtrace.report.nextsteps import next_steps
 from frtrace.report.select import Selection
-from frtrace.report.stacks import class_lines, where_line
+from frtrace.report.stacks import class_lines, series_lines, where_line
 from frtrace.report.timeline import timeline_lines
 from frtrace.report.wording import disagreement, evidence, summary, why
 
@@ -296,6 +296,9 @@ def _stacks(doc: _Doc, report: Report) -> None:
         Bullets(tuple(lines), title=title),
         Figure("stacktree"),
     )
+    if ev.series is not None:
+        said, moves = series_lines(ev.series)
+        doc.add(Para(said, strong=True), Bullets(tuple(moves)))
 
 
 def _stragglers(doc: _Doc, report: Report) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from frtrace.detail.series import StackSeries
 from frtrace.model import CulpritWhere, Report, StackEvidence
 from frtrace.pystack.classes import PrefixNode, render_classes, tree_to_dict
 from frtrace.pystack.model import Frame
@@ -23,6 +24,8 @@ __all__ = [
     "MAX_CLASS_LINES",
     "class_lines",
     "render_stack_tree_html",
+    "series_lines",
+    "series_to_dict",
     "stacks_to_dict",
     "where_line",
     "where_to_dict",
@@ -57,6 +60,68 @@ def class_lines(evidence: StackEvidence) -> tuple[str, list[str]]:
     head, *lines = text.splitlines()
     sources = ", ".join(f"{name} ×{n}" for name, n in evidence.sources)
     return f"{head}; read from {sources}", [line.strip() for line in lines]
+
+
+def _ranks(ranks: tuple[int, ...] | list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {compact_ranks(ranks)}"
+
+
+def series_lines(series: StackSeries) -> tuple[str, list[str]]:
+    """One sentence on the periodic samples (stuck or slow), and a line per place the ranks
+    that did not move were at."""
+    span = f"{series.span_s:.0f} s" if series.span_s >= 10 else f"{series.span_s:.1f} s"
+    over = f"{series.moments} periodic stack snapshots over {span}"
+    moved, still = series.moved, series.still
+    if not moved and still:
+        said = (
+            f"Over time ({over}): no rank's stack moved: stuck, not slow (or caught in the "
+            "same call at every snapshot: the dumps' entries settle which)."
+        )
+    elif moved and not still:
+        said = (
+            f"Over time ({over}): every rank's stack moved between snapshots: the job "
+            "is progressing (slow, not stuck) as far as the stacks show."
+        )
+    elif moved:
+        said = (
+            f"Over time ({over}): {_ranks(moved)} moved (progressing), "
+            f"{_ranks(still)} did not (stuck, or in the same call at every snapshot)."
+        )
+    else:
+        said = f"Over time ({over}): no rank was sampled at more than one of them."
+    by_place: dict[tuple[str, float], list[int]] = {}
+    for r in series.ranks:
+        if not r.moved and r.samples > 1:
+            by_place.setdefault((r.place, round(r.still_s, 1)), []).append(r.rank)
+    lines = [
+        f"{_ranks(ranks)}: the same for {still_s:g} s, at {place}"
+        for (place, still_s), ranks in sorted(by_place.items(), key=lambda kv: kv[1][0])
+    ][:MAX_CLASS_LINES]
+    if moved:
+        lines.append(f"{_ranks(moved)}: moved between snapshots")
+    return said, lines
+
+
+def series_to_dict(series: StackSeries) -> dict[str, Any]:
+    """The periodic samples' time series, JSON-ready."""
+    return {
+        "moments": series.moments,
+        "first_ns": series.first_ns,
+        "last_ns": series.last_ns,
+        "files": list(series.files),
+        "moved": list(series.moved),
+        "still": list(series.still),
+        "ranks": [
+            {
+                "rank": r.rank,
+                "samples": r.samples,
+                "moved": r.moved,
+                "place": r.place,
+                "still_s": r.still_s,
+            }
+            for r in series.ranks
+        ],
+    }
 
 
 def _frame(f: Frame) -> dict[str, Any]:
@@ -113,6 +178,7 @@ def stacks_to_dict(evidence: StackEvidence) -> dict[str, Any]:
         "no_stack": list(res.no_stack),
         "tree": tree,
         "problems": list(evidence.problems),
+        **({} if evidence.series is None else {"series": series_to_dict(evidence.series)}),
     }
 
 

@@ -224,11 +224,17 @@ def test_periodic_dumps_tell_stuck_from_slow(tmp_path: Path, job: str) -> None:
     from frtrace.analysis.series import stack_series
     from frtrace.pystack.periodic import parse_periodic
 
-    periodic = tmp_path / "periodic"
+    incident = tmp_path / "incident"
+    periodic = incident / "periodic"
     env = {"DEBUG_DUMP_DIR": str(periodic)} | ({"SLOW_JOB": "1"} if job == "slow" else {})
-    with two_host_job(tmp_path, stuck=3, env_extra=env):
+    with two_host_job(tmp_path, stuck=3, env_extra=env) as (port, _):
         first = len(list(periodic.glob("stacks_*.txt"))) if periodic.is_dir() else 0
         files = _wait_for_files(periodic, "stacks_*.txt", first + 4, 30)[first:]
+        for old in sorted(periodic.glob("stacks_*.txt"))[:first]:
+            old.unlink()  # (written before every rank was where it stays)
+        args = ["collect", str(incident), "--store", f"127.0.0.1:{port}", "--no-analyze"]
+        collected = CliRunner().invoke(app, args)
+        assert collected.exit_code == 0, collected.output
     samples = tuple(s for f in files for s in parse_periodic(f.read_bytes(), f))
     assert {s.rank for s in samples} == {0, 1, 2, 3}
     assert {(s.rank, s.host) for s in samples} == set(HOSTS.items())
@@ -241,3 +247,11 @@ def test_periodic_dumps_tell_stuck_from_slow(tmp_path: Path, job: str) -> None:
         assert "load_batch (hung_job.py:" in place[3] and "train_step" in place[0], place
     else:
         assert series.moved == (0, 1, 2, 3), series
+    # the same from the folder: collect's dumps and the periodic dumps beside them
+    report = CliRunner().invoke(app, ["analyze", str(incident)])
+    said = " ".join(report.output.split())
+    if job == "hung":
+        assert report.output.startswith("HANG: culprit rank 3;"), report.output
+        assert "no rank's stack moved: stuck, not slow" in said, report.output
+    else:
+        assert "every rank's stack moved between snapshots: the job is progressing" in said, said
