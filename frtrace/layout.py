@@ -17,7 +17,8 @@ a dump: taking a dump for a log would cost the analysis a rank). By content: a f
 a dump but not a pickle, or a text file whose name ends in a rank (``rank5.txt``, a rank's
 ``rank_3.log``), is a stack sample where its first ``SNIFF_BYTES`` read as one; a log that
 holds one is listed as both. Links are followed for dumps and stack samples, never for logs,
-error files or manifests. Imports nothing of frtrace: every stage may use it.
+error files or manifests. Imports nothing of frtrace but the manifest's name
+(``frtrace.job.manifest``): every stage may use it.
 """
 
 from __future__ import annotations
