@@ -152,13 +152,17 @@ def _stacks_agree(
 def _corroborated(
     f: Finding, by_rank: Mapping[int, ProcessStacks], classes: tuple[StackClass, ...]
 ) -> Finding:
-    """A finding of medium confidence whose stacks agree is of high confidence (one of low
-    confidence rests on missing data the stacks do not give)."""
+    """A finding of medium confidence whose culprits' stacks are where its entries put them
+    is of high confidence (one of low confidence rests on missing data the stacks do not
+    give). The waiting ranks' stacks in the op alone confirm that they wait, not whom for
+    (an inferred membership may name a rank that is not in the group): said, not raised."""
     if f.confidence != Confidence.MEDIUM:
         return f
     agree = _stacks_agree(f, by_rank, classes)
     if agree is None:
         return f
+    if agree == "waiting":
+        return replace(f, stacks_agree=agree)
     return replace(f, confidence=Confidence.HIGH, stacks_agree=agree)
 
 

@@ -80,6 +80,8 @@ def why(f: Finding) -> str:
         "both": f"the waiting ranks' stacks are in the op, and {culprits}'s where the entries "
         "put it",
     }[f.stacks_agree]
+    if f.stacks_agree == "waiting":  # (that they wait, not on whom: the confidence stays)
+        return f"{text}; the Python stacks show the waiting ranks in the op"
     return f"{text}; the Python stacks confirm it: {said}"
 
 

@@ -54,3 +54,15 @@ def test_stacks_that_disagree_do_not_raise_it(tmp_path: Path) -> None:
     assert report.stacks is not None and report.stacks.agreement == "questions"
     assert f.confidence == Confidence.MEDIUM
     assert f.stacks_agree is None
+
+
+def test_the_waiting_ranks_stacks_alone_do_not_raise_it(tmp_path: Path) -> None:
+    """Only the waiting ranks' stacks (rank 2's left out): they show that ranks 0, 1 and 3
+    wait in the op, not that rank 2 is the one they wait on: medium, and said."""
+    shutil.copytree(RECORDER_HANG, tmp_path, dirs_exist_ok=True)
+    for name in ("stacks_rank_2.json", "pyspy_rank_2.txt", "pyspy_rank_2.json"):
+        (tmp_path / name).unlink(missing_ok=True)
+    f = _only(tmp_path)
+    assert f.stacks_agree == "waiting"
+    assert f.confidence == Confidence.MEDIUM
+    assert why(f).endswith("; the Python stacks show the waiting ranks in the op")
