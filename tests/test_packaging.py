@@ -85,7 +85,7 @@ def test_no_install_a_user_asks_for_pulls_torch(sdist: Path) -> None:
     requires = info.get_all("Requires-Dist") or []
     torch = [r for r in requires if r.replace(" ", "").startswith("torch")]
     assert torch and all('extra=="dev"' in r.replace(" ", "") for r in torch), torch
-    assert set(info.get_all("Provides-Extra") or []) == {"stacks", "dask", "dev"}
+    assert set(info.get_all("Provides-Extra") or []) == {"stacks", "dask", "debug-server", "dev"}
 
 
 def test_the_wheel_built_from_the_sdist_is_frtrace_alone(sdist: Path, tmp_path: Path) -> None:

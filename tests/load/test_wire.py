@@ -13,9 +13,8 @@ from frtrace.load.discover import discover
 from frtrace.load.parse import ParsedDump, try_parse
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
-SETS = sorted(
-    p for p in FIXTURES.iterdir() if p.is_dir() and p.name not in ("golden", "pystack", "stacks")
-)
+NO_DUMPS = ("golden", "pystack", "stacks", "debug_server")  # reports and stack samples only
+SETS = sorted(p for p in FIXTURES.iterdir() if p.is_dir() and p.name not in NO_DUMPS)
 
 
 def _parsed(directory: Path) -> list[ParsedDump]:
