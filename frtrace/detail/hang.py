@@ -78,7 +78,8 @@ class PgStatus:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class IdleAtDump:
-    """A rank that dumped this long after its newest entry (the recorder's dump time)."""
+    """A rank that dumped this long after its newest entry (its dump time: the recorder's
+    sidecar, collect's manifest, or what an NCCL dump discovered last)."""
 
     rank: int
     idle_s: float

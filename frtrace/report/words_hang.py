@@ -128,8 +128,8 @@ def _never_joined(f: Finding, d: NeverJoined) -> Words:
             "loading, a Python loop, an exception handler) before this collective"
         )
         lines += [
-            f"rank {i.rank} dumped {seconds(i.idle_s)} after its newest entry (the recorder's "
-            "dump time): stuck, not between two ops"
+            f"rank {i.rank} dumped {seconds(i.idle_s)} after its newest entry: stuck, not "
+            "between two ops"
             for i in d.idle
         ]
         if d.no_dump_time:
