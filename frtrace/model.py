@@ -1,6 +1,6 @@
 """The result of an analysis: findings, stragglers, culprits, a verdict. Reporters read only this.
 
-Every finding has a stable ``kind`` (its code is listed in the README and never reused):
+Every finding has a stable ``kind`` (its code is listed in docs/json-report.md and never reused):
 
 =====  =====================  ===========================================================
 code   kind                   meaning

@@ -1,6 +1,6 @@
 """The machine-readable report: one JSON object, versioned by ``schema_version``.
 
-The fields are described in the README ("JSON report"); the golden files of the fixture
+The fields are described in docs/json-report.md; the golden files of the fixture
 scenarios (``tests/fixtures/golden/*.json``) pin them. Lists of ranks are lists of integers.
 Display strings (summaries, evidence, next steps, statements) name each file the way the other
 formats do (``filenames``); the structured fields (an op's ``stack``, ``where``'s ``file``,
