@@ -62,7 +62,11 @@ def _unshare() -> list[str]:
 
 @contextmanager
 def two_host_job(
-    tmp: Path, stuck: int, python: str = sys.executable, env_extra: dict[str, str] | None = None
+    tmp: Path,
+    stuck: int,
+    python: str = sys.executable,
+    env_extra: dict[str, str] | None = None,
+    mode: str = "debug_server",
 ) -> Iterator[tuple[int, list[subprocess.Popen[str]]]]:
     """4 ranks of hung_job.py with the debug server, 2 per "host", run by ``python`` (this
     interpreter: with the checkout on its path; another: its own packages only); yields
@@ -97,7 +101,7 @@ def two_host_job(
             argv = [python, str(JOB), str(r), str(len(HOSTS)), str(port), str(tmp)]
             procs.append(
                 subprocess.Popen(
-                    [*wrap, *argv, "debug_server"],
+                    [*wrap, *argv, mode],
                     stdout=subprocess.PIPE,
                     stderr=subprocess.DEVNULL,
                     text=True,
@@ -255,3 +259,31 @@ def test_periodic_dumps_tell_stuck_from_slow(tmp_path: Path, job: str) -> None:
         assert "no rank's stack moved: stuck, not slow" in said, report.output
     else:
         assert "every rank's stack moved between snapshots: the job is progressing" in said, said
+
+
+def test_collect_on_each_host_into_one_folder_is_one_set(tmp_path: Path) -> None:
+    """The job's ranks with frtrace.recorder, two per host; collect run on each host (in that
+    host's UTS namespace, as srun --overlap would), both into one shared folder: one folder
+    per host, read back as one set, the culprit named with its host and pid."""
+    why = _own_hostname_works()
+    if why is not None:
+        pytest.skip(why)
+    shared = tmp_path / "incident"
+    with two_host_job(tmp_path / "job", stuck=3, mode="recorder") as (_, procs):
+        for host in ("127.0.0.2", "127.0.0.3"):
+            code = (
+                "import socket, sys; socket.sethostname(sys.argv[1]); "
+                "from frtrace.cli import main; sys.argv = ['frtrace', *sys.argv[2:]]; main()"
+            )
+            argv = [*_unshare(), sys.executable, "-c", code, host, "collect", str(shared)]
+            argv += ["--env", f"FRTRACE_TEST_HOSTNAME={host}", "--no-analyze", "--no-pyspy"]
+            run = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+            assert run.returncode == 0, run.stdout + run.stderr
+            assert run.stdout.count(f" {host} ") == 2, run.stdout  # its own two ranks
+        assert all(p.poll() is None for p in procs), "collect must not harm the job"
+    assert sorted(p.name for p in shared.iterdir()) == ["127.0.0.2", "127.0.0.3"]
+    report = CliRunner().invoke(app, ["analyze", str(shared)])
+    head = report.output.splitlines()[:8]
+    assert head[0].startswith("HANG: culprit rank 3;"), report.output
+    assert "ranks:    4 of 4 loaded" in head, head
+    assert f"culprits: 3 (on 127.0.0.3, pid {procs[3].pid})" in head, head
