@@ -287,3 +287,20 @@ def test_collect_on_each_host_into_one_folder_is_one_set(tmp_path: Path) -> None
     assert head[0].startswith("HANG: culprit rank 3;"), report.output
     assert "ranks:    4 of 4 loaded" in head, head
     assert f"culprits: 3 (on 127.0.0.3, pid {procs[3].pid})" in head, head
+
+
+def test_collect_store_twice_tells_hung_from_slow(tmp_path: Path) -> None:
+    """--store --twice: two snapshots of every host's ranks, one folder per host in each;
+    nothing moved between them: hung, and the culprit named with its host."""
+    why = _own_hostname_works()
+    if why is not None:
+        pytest.skip(why)
+    out = tmp_path / "incident"
+    with two_host_job(tmp_path / "job", stuck=3) as (port, procs):
+        args = ["collect", str(out), "--store", f"127.0.0.1:{port}", "--twice", "1"]
+        result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert "HUNG: none of the 4 ranks moved between the snapshots" in result.output
+    assert f"culprits: 3 (on 127.0.0.3, pid {procs[3].pid})" in result.output
+    for snap in ("snap1", "snap2"):
+        assert sorted(p.name for p in (out / snap).iterdir()) == ["127.0.0.2", "127.0.0.3"]
