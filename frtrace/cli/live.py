@@ -47,7 +47,12 @@ def collect(
         bool, typer.Option("--pyspy/--no-pyspy", help="Take py-spy stacks (needs ptrace).")
     ] = True,
     timeout: Annotated[
-        float, typer.Option("--timeout", help="Seconds to wait for each dump.", min=0.5)
+        float,
+        typer.Option(
+            "--timeout",
+            help="Seconds to wait for each dump (with --store: for the store and each request).",
+            min=0.5,
+        ),
     ] = 20.0,
     store: Annotated[
         str | None,
