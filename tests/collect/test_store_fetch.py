@@ -25,7 +25,10 @@ TRACEBACK = b'Thread 0x00007f (most recent call first):\n  File "t.py", line 3 i
 @contextmanager
 def worker(answers: Mapping[str, tuple[int, bytes] | float]) -> Iterator[Worker]:
     """A stand-in worker server: ``answers`` maps a handler to (status, body), or to seconds
-    to stall before answering 200 with nothing useful."""
+    to stall before answering 200 with nothing useful. A stall ends when the server does, and
+    what the server cannot send then (the client gone) is not printed: it would land in
+    another test's stderr."""
+    stop = threading.Event()
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:
@@ -44,18 +47,24 @@ def worker(answers: Mapping[str, tuple[int, bytes] | float]) -> Iterator[Worker]
             name = self.path.split("?", 1)[0].removeprefix("/handler/")
             answer = answers.get(name)
             if isinstance(answer, float):
-                time.sleep(answer)
+                stop.wait(answer)
                 answer = (200, b"late")
             self._send(*(answer or (404, b"Handler not found")))
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
+    class Server(ThreadingHTTPServer):
+        daemon_threads = False  # (server_close() waits for every handler: none outlives it)
+
+        def handle_error(self, request: object, client_address: object) -> None:
+            pass  # a client that gave up (its timeout): nothing to say
+
+    server = Server(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
         port = server.server_address[1]
         yield Worker(rank=5, url=f"http://127.0.0.1:{port}", host="127.0.0.1", port=port)
     finally:
+        stop.set()
         server.shutdown()
         server.server_close()
 
