@@ -273,20 +273,18 @@ def fetch_rank(
     ask("dump_traceback", "", "stacks", f"traceback_rank_{worker.rank}.txt", "dump_traceback")
     name = f"{dump_name(worker.rank)}.json"
     dumped_at: int | None = None
-    if "dump_nccl_trace_json" in handlers:
+    if "dump_nccl_trace_json" in handlers:  # an NCCL build: its own recorder's entries
         try:
             body = _post(worker, "dump_nccl_trace_json", "", timeout_s)
-        except (OSError, http.client.HTTPException):
+        except (OSError, http.client.HTTPException) as exc:
+            detail = f"dump_nccl_trace_json: {_why(exc)}"
+            outcomes.append(Outcome(mechanism=mech, kind="dump", ok=False, detail=detail))
             body = b""
-        if _has_entries(body):
-            arrived = time.time_ns()
-            if keep("dump", name, body, "NCCL"):
-                dumped_at = arrived
-    if dumped_at is None:
-        before = len(outcomes)
-        got = ask("fr_trace_json", "", "dump", name, "fr_trace_json")
-        if got is not None and len(outcomes) > before:
-            dumped_at = time.time_ns()
+        arrived = time.time_ns()
+        if _has_entries(body) and keep("dump", name, body, "NCCL"):
+            dumped_at = arrived
+    if dumped_at is None and ask("fr_trace_json", "", "dump", name, "fr_trace_json"):
+        dumped_at = time.time_ns()
     return StoreRank(worker=worker, outcomes=tuple(outcomes), pid=pid, dumped_at_ns=dumped_at)
 
 

@@ -169,3 +169,12 @@ def test_answers_are_kept_whole(size_mib: int) -> None:
     with worker({"fr_trace_json": (200, big)}) as w:
         _got, files = _fetch(w, 5.0, False)
     assert files["comm_lib_trace_rank_5.json"] == big
+
+
+def test_an_nccl_handler_that_fails_is_said_and_the_cpu_recorder_s_kept() -> None:
+    answers = {"fr_trace_json": (200, GLOO_DUMP), "dump_nccl_trace_json": (500, b"watchdog")}
+    with worker(answers) as w:
+        got, files = _fetch(w, 5.0, False)
+    assert files["comm_lib_trace_rank_5.json"] == GLOO_DUMP
+    failed = [o.detail for o in got.outcomes if not o.ok and o.kind == "dump"]
+    assert failed == ["dump_nccl_trace_json: HTTP 500: watchdog"], got.outcomes
