@@ -16,6 +16,7 @@ mechanisms then hold each process to its own uid (``collect/safety.py``).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +71,11 @@ class RankProcess:
 
 
 JOB_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+# How multiprocessing starts its helpers (``python -c 'from multiprocessing.resource_tracker
+# import main;main(8)'``): children of a rank that outlive it when it is killed.
+_MP_HELPER = re.compile(
+    r" -c from multiprocessing\.(?:resource_tracker|semaphore_tracker|forkserver) "
+)
 
 
 def job_of(proc: RankProcess) -> tuple[tuple[str, str], ...]:
@@ -204,8 +210,8 @@ def scan_rank_processes(
             )
         except OSError:
             continue
-        if uids is None:
-            continue
+        if uids is None or _MP_HELPER.search(cmd):
+            continue  # (multiprocessing's tracker or forkserver: inherits RANK, is no rank)
         proc = RankProcess(
             pid=pid,
             rank=rank,

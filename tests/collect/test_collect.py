@@ -217,3 +217,33 @@ def test_data_loader_workers_are_not_taken_for_ranks(tmp_path: Path) -> None:
             os.kill(child, signal.SIGKILL)
         proc.kill()
         proc.wait()
+
+
+def test_multiprocessing_helpers_left_behind_are_not_ranks() -> None:
+    """A rank's multiprocessing resource tracker (or forkserver) inherits RANK; once its rank
+    is killed it has no rank parent to be told apart by, and is still no rank."""
+    tag = uuid.uuid4().hex
+    env = {**os.environ, "RANK": "0", "FRTRACE_TEST_JOB": tag}
+    helpers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-B",
+                "-c",
+                f"from multiprocessing.{m} import main;"
+                "import time; print(1, flush=True); time.sleep(60)",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for m in ("resource_tracker", "forkserver")
+    ]
+    try:
+        for h in helpers:
+            assert h.stdout is not None and h.stdout.readline().strip() == "1"
+        assert find_rank_processes({"FRTRACE_TEST_JOB": tag}) == []
+    finally:
+        for h in helpers:
+            h.kill()
+            h.wait()
