@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["find_chromium", "screenshot"]
+__all__ = ["chromium_argv", "find_chromium", "screenshot"]
 
 CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
@@ -34,6 +34,29 @@ def find_chromium() -> str | None:
     return None
 
 
+def chromium_argv(
+    browser: str, profile: str | Path, page: Path, *extra: str, width: int, height: int
+) -> list[str]:
+    """Headless Chromium on ``page`` with a new profile and no network of its own (the flags
+    a closed network needs: no background networking, component updates or sync), then
+    ``extra`` (``--screenshot=...``, ``--dump-dom``)."""
+    return [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        f"--window-size={width},{height}",
+        *extra,
+        page.resolve().as_uri(),
+    ]
+
+
 def screenshot(
     html: Path, png: Path, *, width: int = 1400, height: int = 1000, timeout_s: float = 60.0
 ) -> Path:
@@ -43,22 +66,10 @@ def screenshot(
         raise RuntimeError("no chromium on PATH (Debian: apt-get install -y chromium)")
     png.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="frtrace-chromium-") as profile:
-        cmd = [
-            browser,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--hide-scrollbars",
-            f"--user-data-dir={profile}",
-            f"--screenshot={png.resolve()}",
-            f"--window-size={width},{height}",
-            html.resolve().as_uri(),
-        ]
+        shot = f"--screenshot={png.resolve()}"
+        cmd = chromium_argv(
+            browser, profile, html, "--hide-scrollbars", shot, width=width, height=height
+        )
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
     if result.returncode != 0 or not png.exists():
         tail = (result.stderr or result.stdout).strip().splitlines()[-3:]

@@ -27,10 +27,11 @@ from pathlib import Path
 
 import pytest
 
+from scripts.screenshot_html import find_chromium, screenshot
 from tests.collect.test_store import HOSTS, _own_hostname_works, two_host_job
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM = find_chromium()
 
 pytestmark = [
     pytest.mark.slow,
@@ -120,24 +121,5 @@ def test_a_user_installs_the_wheel_and_collects_a_hung_two_host_job(tmp_path: Pa
     assert "load_batch" in page and HOSTS[3] in page
     if CHROMIUM is None:
         pytest.skip("no chromium to look at the page with (scripts/dev-setup installs it)")
-    shot = tmp_path / "report.png"
-    profile = tmp_path / "chromium-profile"
-    got = _run(
-        [
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            f"--user-data-dir={profile}",
-            f"--screenshot={shot}",
-            "--window-size=1400,1800",
-            html.as_uri(),
-        ],
-        timeout=120,
-    )
-    assert shot.exists() and shot.stat().st_size > 20_000, got.stderr[-2000:]
+    shot = screenshot(html, tmp_path / "report.png", width=1400, height=1800, timeout_s=120)
+    assert shot.stat().st_size > 20_000

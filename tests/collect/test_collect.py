@@ -26,6 +26,7 @@ from frtrace.cli import app
 from frtrace.collect.procs import find_rank_processes, signal_caught
 from frtrace.collect.run import host_folder
 from frtrace.job.env import DUMP_PREFIX
+from tests.collect.jobs import await_ready, free_port
 
 pytest.importorskip("torch")
 
@@ -37,14 +38,7 @@ STUCK_AT = next(
     for n, line in enumerate(JOB.read_text().splitlines(), 1)
     if line.strip() == "time.sleep(0.05)"
 )
-DEADLINE_S = 90.0
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager
@@ -54,7 +48,7 @@ def hung_job(
     """Start ``world`` ranks of tests/collect/hung_job.py; yield (tag, processes) once all
     are where they will stay; kill them all afterwards."""
     tag = uuid.uuid4().hex
-    port = _free_port()
+    port = free_port()
     dumps = tmp / "job_dumps"
     procs: list[subprocess.Popen[str]] = []
     try:
@@ -85,15 +79,7 @@ def hung_job(
                     cwd=ROOT,
                 )
             )
-        deadline = time.monotonic() + DEADLINE_S
-        for p in procs:
-            assert p.stdout is not None
-            while time.monotonic() < deadline:
-                line = p.stdout.readline()
-                if line.strip() == "ready":
-                    break
-                if not line and p.poll() is not None:
-                    pytest.fail(f"a rank exited with {p.returncode} before it was ready")
+        await_ready(procs)
         # the waiting ranks are inside the all_reduce, and have waited long enough to be hung:
         # dumps written milliseconds into a wait show a running job (analysis/capture.py)
         time.sleep(3.0)

@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -28,17 +27,11 @@ from frtrace.cli import app
 from frtrace.collect.store import parse_store_address, parse_worker_url
 from frtrace.errors import CollectError
 from frtrace.job.env import DUMP_PREFIX
+from tests.collect.jobs import await_ready, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = ROOT / "tests" / "collect" / "hung_job.py"
 HOSTS = {0: "127.0.0.2", 1: "127.0.0.2", 2: "127.0.0.3", 3: "127.0.0.3"}
-DEADLINE_S = 90.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _own_hostname_works() -> str | None:
@@ -74,7 +67,7 @@ def two_host_job(
     if python == sys.executable:
         pytest.importorskip("torch")
         pytest.importorskip("jinja2")  # the debug server's frontend (rank 0) imports it
-    port, debug_port = _free_port(), _free_port()
+    port, debug_port = free_port(), free_port()
     procs: list[subprocess.Popen[str]] = []
     wrap = _unshare()
     try:
@@ -110,15 +103,7 @@ def two_host_job(
                     start_new_session=True,  # rank 0's debug server frontend goes with it
                 )
             )
-        deadline = time.monotonic() + DEADLINE_S
-        for p in procs:
-            assert p.stdout is not None
-            while time.monotonic() < deadline:
-                line = p.stdout.readline()
-                if line.strip() == "ready":
-                    break
-                if not line and p.poll() is not None:
-                    pytest.fail(f"a rank exited with {p.returncode} before it was ready")
+        await_ready(procs)
         time.sleep(3.0)  # long enough in the wait to be hung, not running
         yield port, procs
     finally:
@@ -180,7 +165,7 @@ def test_store_address_and_registry_values_are_checked() -> None:
 
 def test_collect_store_with_no_store_there_is_one_line(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    port = _free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     out = tmp_path / "incident"
     args = ["collect", str(out), "--store", f"127.0.0.1:{port}", "--timeout", "1"]
     result = CliRunner().invoke(app, args)
@@ -194,7 +179,7 @@ def test_collect_store_without_a_registry_says_how_to_start_one(tmp_path: Path) 
     torch_dist = pytest.importorskip("torch.distributed")
     from datetime import timedelta
 
-    port = _free_port()
+    port = free_port()
     server = torch_dist.TCPStore(
         "127.0.0.1", port, 1, is_master=True, timeout=timedelta(seconds=10)
     )

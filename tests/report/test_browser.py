@@ -23,6 +23,7 @@ import pytest
 from frtrace.pipeline import analyze
 from frtrace.report.heatmap import COLOURS, Status
 from frtrace.report.html import render_html
+from scripts.screenshot_html import chromium_argv
 from tests.conftest import FIXTURES
 
 HUNG = FIXTURES / "stacks" / "recorder_hang"  # rank 2 never joined; 0,1,3 wait
@@ -46,21 +47,7 @@ pytestmark = pytest.mark.skipif(
 def _chromium(tmp: Path, page: Path, *args: str) -> subprocess.CompletedProcess[str]:
     assert BROWSER is not None
     profile = tmp / f"profile-{len(list(tmp.glob('profile-*')))}"  # a new one each run
-    cmd = [
-        BROWSER,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={profile}",
-        f"--window-size={WIDTH},{HEIGHT}",
-        *args,
-        page.resolve().as_uri(),
-    ]
+    cmd = chromium_argv(BROWSER, profile, page, *args, width=WIDTH, height=HEIGHT)
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     return done
