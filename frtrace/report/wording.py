@@ -71,17 +71,16 @@ def why(f: Finding) -> str:
     text = _why(f)
     if f.stacks_agree is None:
         return text
+    if f.stacks_agree == "waiting":  # (that they wait, not on whom: the confidence stays)
+        return f"{text}; the Python stacks show the waiting ranks in the op"
     culprits = who(f.culprit_ranks)
     many = len(f.culprit_ranks) > 1
     theirs = f"{culprits}'s stack{'s are' if many else ' is'}"
-    said = {
-        "waiting": "the waiting ranks' stacks are in the op",
-        "culprits": f"{theirs} where the entries put {'them' if many else 'it'}",
-        "both": f"the waiting ranks' stacks are in the op, and {culprits}'s where the entries "
-        "put it",
-    }[f.stacks_agree]
-    if f.stacks_agree == "waiting":  # (that they wait, not on whom: the confidence stays)
-        return f"{text}; the Python stacks show the waiting ranks in the op"
+    said = (
+        f"{theirs} where the entries put {'them' if many else 'it'}"
+        if f.stacks_agree == "culprits"
+        else f"the waiting ranks' stacks are in the op, and {culprits}'s where the entries put it"
+    )
     return f"{text}; the Python stacks confirm it: {said}"
 
 
