@@ -175,32 +175,37 @@ def read_registry(host: str, port: int, timeout_s: float) -> tuple[list[Worker],
     return sorted(workers, key=lambda w: w.rank), bad
 
 
-def _post(worker: Worker, handler: str, query: str, timeout_s: float) -> bytes:
-    """``POST /handler/<handler>?<query>`` on the rank's worker server; its body on 200."""
+def _request(
+    worker: Worker, method: str, path: str, timeout_s: float, limit: int
+) -> tuple[int, bytes]:
+    """(status, body) of one request to the rank's worker server; a body over ``limit``
+    bytes is refused."""
     conn = http.client.HTTPConnection(worker.host, worker.port, timeout=timeout_s)
     try:
-        conn.request("POST", f"/handler/{handler}" + (f"?{query}" if query else ""))
+        conn.request(method, path)
         resp = conn.getresponse()
-        body = resp.read(_MAX_BODY + 1)
-        if len(body) > _MAX_BODY:
-            raise OSError(f"answer larger than {_MAX_BODY >> 20} MiB")
-        if resp.status != 200:
-            raise OSError(f"HTTP {resp.status}: {body[:100].decode(errors='replace').strip()}")
-        return body
+        body = resp.read(limit + 1)
+        if len(body) > limit:
+            raise OSError(f"answer larger than {limit >> 20} MiB")
+        return resp.status, body
     finally:
         conn.close()
+
+
+def _post(worker: Worker, handler: str, query: str, timeout_s: float) -> bytes:
+    """``POST /handler/<handler>?<query>`` on the rank's worker server; its body on 200."""
+    path = f"/handler/{handler}" + (f"?{query}" if query else "")
+    status, body = _request(worker, "POST", path, timeout_s, _MAX_BODY)
+    if status != 200:
+        raise OSError(f"HTTP {status}: {body[:100].decode(errors='replace').strip()}")
+    return body
 
 
 def _handlers(worker: Worker, timeout_s: float) -> set[str]:
-    conn = http.client.HTTPConnection(worker.host, worker.port, timeout=timeout_s)
-    try:
-        conn.request("GET", "/handler/")
-        resp = conn.getresponse()
-        body = resp.read(1 << 20)
-        names = json.loads(body) if resp.status == 200 else []
-        return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
-    finally:
-        conn.close()
+    """The handlers the rank's worker server lists (``GET /handler/``)."""
+    status, body = _request(worker, "GET", "/handler/", timeout_s, 1 << 20)
+    names = json.loads(body) if status == 200 else []
+    return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
 
 
 def _why(exc: BaseException) -> str:
