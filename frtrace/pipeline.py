@@ -1,23 +1,21 @@
-"""analyze(directory) -> Report: load, read the rest of the evidence, diagnose, join the
-stacks. Wires the steps, decides nothing."""
+"""analyze(directory) -> Report: load the dumps, read the rest of the evidence (each file
+once), diagnose. Wires the steps, decides nothing."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from frtrace.analysis.capture import dump_times_from_entries
 from frtrace.analysis.diagnose import diagnose
-from frtrace.analysis.processes import seen_in_collected, seen_in_stacks, with_processes
-from frtrace.analysis.stackjoin import join_stacks
 from frtrace.diagnosis_cache import Diagnosis, DiagnosisCache
 from frtrace.errors import FrtraceError, NoDumpsFound
 from frtrace.evidence.collected import Collected, read_collected
 from frtrace.evidence.discover import load_evidence
 from frtrace.evidence.model import JobEvidence
 from frtrace.load import tables
-from frtrace.load.discover import list_files
+from frtrace.load.discover import SideFile, list_files
 from frtrace.load.empty import empty_dump_set
 from frtrace.load.tables import DumpSet
 from frtrace.model import Report
@@ -25,7 +23,14 @@ from frtrace.progress import Progress, owned
 from frtrace.pystack import discover as stack_files
 from frtrace.pystack.discover import StackSet
 
-__all__ = ["analyze", "analyze_dumps", "analyze_loaded", "diagnose_source"]
+__all__ = [
+    "SideFiles",
+    "analyze",
+    "analyze_dumps",
+    "analyze_loaded",
+    "diagnose_source",
+    "read_side_files",
+]
 
 
 def analyze(
@@ -36,47 +41,71 @@ def analyze(
     analysed from those alone. ``progress``: the phases shown (``frtrace.progress``)."""
     directory = Path(directory)
     with owned(progress) as shown:
+        side: SideFiles | None = None
         try:
             dumps = tables.load_dumps(directory, jobs=jobs, progress=shown)
         except NoDumpsFound as exc:
-            dumps = _without_dumps(directory, exc)
+            dumps, side = _without_dumps(directory, exc)
         with shown.phase("analyse") as phase:
             phase.describe(f"{dumps.world.size:,} ranks, {dumps.entries.num_rows:,} entries")
-            return analyze_loaded(dumps)
+            return _analysed(dumps, side)
 
 
-def _without_dumps(directory: Path, missing: NoDumpsFound) -> DumpSet:
-    """The job left no dump (every rank died or exited before writing one): an empty set, if
-    its logs, error files or stacks (a folder's or an archive's) name ranks that failed; else
-    the error stands."""
-    try:
-        side_files = list_files(directory).side_files
-    except FrtraceError:
-        raise missing from None
-    stacks = stack_files.load_stacks(directory, side_files)
-    evidence = load_evidence(directory, stacks, side_files)
-    ranks = {f.rank for f in evidence.failures if f.rank is not None} | set(stacks.ranks)
-    if not evidence.failures or not ranks:
-        raise missing
-    return empty_dump_set(
-        directory, max(ranks) + 1, "the highest rank its logs and stacks name", side_files
-    )
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SideFiles:
+    """What the job left beside its dumps, each file read once: the ranks' Python stacks,
+    the failures its logs, error files and sidecars report, ``frtrace collect``'s manifests."""
+
+    stacks: StackSet
+    evidence: JobEvidence
+    collected: Collected
 
 
-def analyze_loaded(dumps: DumpSet) -> Report:
-    """Diagnose a loaded dump set with the stacks, logs and error files beside its dumps (the
-    side files its discovery found: a folder's, or an archive's read in memory)."""
-    where = dumps.directory
-    stacks = stack_files.load_stacks(where, dumps.side_files)
-    collected = read_collected(where, dumps.side_files)
-    evidence = load_evidence(where, stacks, dumps.side_files)
+def read_side_files(where: Path, files: Sequence[SideFile] | None) -> SideFiles:
+    """The side files of a folder or archive (``files``: those its discovery listed; None:
+    list them)."""
+    stacks = stack_files.load_stacks(where, files)
+    collected = read_collected(where, files)
+    evidence = load_evidence(where, stacks, files)
     if collected.files or collected.problems:
         evidence = replace(
             evidence,
             files=evidence.files + collected.files,
             problems=evidence.problems + collected.problems,
         )
-    return analyze_dumps(dumps, stacks, evidence, collected)
+    return SideFiles(stacks=stacks, evidence=evidence, collected=collected)
+
+
+def _without_dumps(directory: Path, missing: NoDumpsFound) -> tuple[DumpSet, SideFiles]:
+    """The job left no dump (every rank died or exited before writing one): an empty set and
+    its side files, if its logs, error files or stacks (a folder's or an archive's) name ranks
+    that failed; else the error stands."""
+    try:
+        listed = list_files(directory).side_files
+    except FrtraceError:
+        raise missing from None
+    side = read_side_files(directory, listed)
+    ranks = {f.rank for f in side.evidence.failures if f.rank is not None}
+    ranks |= set(side.stacks.ranks)
+    if not side.evidence.failures or not ranks:
+        raise missing
+    dumps = empty_dump_set(
+        directory, max(ranks) + 1, "the highest rank its logs and stacks name", listed
+    )
+    return dumps, side
+
+
+def analyze_loaded(dumps: DumpSet) -> Report:
+    """Diagnose a loaded dump set with the stacks, logs and error files beside its dumps (the
+    side files its discovery found: a folder's, or an archive's read in memory)."""
+    return _analysed(dumps)
+
+
+def _analysed(dumps: DumpSet, side: SideFiles | None = None) -> Report:
+    """The one diagnosis of a dump set and its side files (read here unless already read)."""
+    if side is None:
+        side = read_side_files(dumps.directory, dumps.side_files)
+    return diagnose(dumps, side.stacks, side.evidence, side.collected)
 
 
 def analyze_dumps(
@@ -88,16 +117,7 @@ def analyze_dumps(
     """Diagnose an already loaded dump set; ``stacks`` say where the culprits are,
     ``evidence`` what the job's logs, error files and sidecars reported, ``collected`` what
     ``frtrace collect`` knew of each rank (its dump time, host and pid)."""
-    times = dump_times_from_entries(dumps)  # NCCL: what the dump itself discovered
-    if collected is not None:
-        times |= collected.dumped_at_ns()  # when collect got the dump
-    seen = seen_in_stacks(stacks) + seen_in_collected(collected)  # each rank's host and pid
-    if stacks is None:
-        return with_processes(diagnose(dumps, times, evidence=evidence), seen)
-    times |= {r: t for r in stacks.ranks if (t := stacks.taken_at_ns(r)) is not None}
-    failed = frozenset(r for r in stacks.ranks if (stacks.trigger(r) or "").startswith("exception"))
-    report = diagnose(dumps, times, failed, evidence=evidence, stacks=stacks)
-    return with_processes(join_stacks(report, stacks), seen)
+    return diagnose(dumps, stacks, evidence, collected)
 
 
 def diagnose_source(
@@ -126,17 +146,19 @@ def _diagnose_source(
     shown: Progress,
 ) -> Diagnosis:
     started = time.monotonic()
+    side: SideFiles | None
     try:
         store = DiagnosisCache.open(source, only=only) if cache else None
     except NoDumpsFound as exc:
-        dumps = _without_dumps(source, exc)  # (nothing to cache: no dump to key it on)
-        return Diagnosis(report=analyze_loaded(dumps), problems=dumps.problems)
+        dumps, side = _without_dumps(source, exc)  # (nothing to cache: no dump to key it on)
+        return Diagnosis(report=_analysed(dumps, side), problems=dumps.problems)
     cached = None if store is None else store.load()
     if store is not None:  # (listed and fingerprinted here; else load_dumps lists them)
         shown.record("discover", store.discovery.describe(), started)
     if cached is not None:
         shown.record("analyse", "the diagnosis from the cache (files unchanged)", started)
         return cached
+    side = None
     try:
         dumps = tables.load_dumps(
             source if store is None else store.directory,
@@ -149,10 +171,10 @@ def _diagnose_source(
             store=None if store is None else store.tables,
         )
     except NoDumpsFound as exc:
-        dumps = _without_dumps(source, exc)
+        dumps, side = _without_dumps(source, exc)
     with shown.phase("analyse") as phase:
         phase.describe(f"{dumps.world.size:,} ranks, {dumps.entries.num_rows:,} entries")
-        diagnosis = Diagnosis(report=analyze_loaded(dumps), problems=dumps.problems)
+        diagnosis = Diagnosis(report=_analysed(dumps, side), problems=dumps.problems)
         if store is not None:
             store.save(diagnosis)
     return diagnosis

@@ -5,22 +5,24 @@
 2. every rule of ``rules.RULES`` reads the facts and says what it sees (``check(facts)``);
 3. ``verdict.verdict`` weighs the findings against each other (its docstring is the order
    of precedence) into the verdict and the culprits;
-4. stragglers (``stragglers``) and what the dumps could not show (``notes``).
+4. the report, made once: stragglers (``stragglers``), where the culprits' stacks put them
+   and what every rank's stack says against the verdict (``stackjoin``), each rank's process,
+   and what the dumps could not show (``notes``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from frtrace.analysis.facts import Facts, gather_facts
+from frtrace.analysis.facts import Facts, facts_of
 from frtrace.analysis.groups import Membership
 from frtrace.analysis.notes import data_notes
 from frtrace.analysis.ops import MatchResult
 from frtrace.analysis.rules import RULES
 from frtrace.analysis.segments import rank_group_spans
+from frtrace.analysis.stackjoin import Named, stack_evidence, stack_notes, with_stacks
 from frtrace.analysis.stragglers import find_stragglers
 from frtrace.analysis.verdict import verdict
 from frtrace.analysis.waitgraph import victims_of
+from frtrace.evidence.collected import Collected
 from frtrace.evidence.model import JobEvidence
 from frtrace.load.tables import DumpSet, give_back_memory
 from frtrace.model import GroupProgress, Report, Severity
@@ -32,17 +34,14 @@ __all__ = ["diagnose", "diagnose_facts"]
 
 def diagnose(
     dumps: DumpSet,
-    dumped_at_ns: Mapping[int, int] | None = None,
-    failed_ranks: frozenset[int] = frozenset(),
-    evidence: JobEvidence | None = None,
     stacks: StackSet | None = None,
+    evidence: JobEvidence | None = None,
+    collected: Collected | None = None,
 ) -> Report:
-    """Analyse a loaded dump set; ``dumped_at_ns``: when each rank's dump was written, where
-    known (the recorder's stack sidecar), to tell a running job from a stall; ``failed_ranks``:
-    ranks whose dump was written because something failed there (an exception); ``evidence``:
-    the failures the job's logs, error files and sidecars report; ``stacks``: the ranks'
-    Python stacks."""
-    return diagnose_facts(gather_facts(dumps, dumped_at_ns, failed_ranks, evidence, stacks))
+    """Analyse a loaded dump set with what else the job left: the ranks' Python ``stacks``,
+    the failures its logs, error files and sidecars report (``evidence``), and what ``frtrace
+    collect`` knew of each rank (``collected``: its dump time, host and pid)."""
+    return diagnose_facts(facts_of(dumps, stacks, evidence, collected))
 
 
 def diagnose_facts(facts: Facts) -> Report:
@@ -62,26 +61,35 @@ def diagnose_facts(facts: Facts) -> Report:
     errors = [f for f in decision.findings if f.severity == Severity.ERROR]
     victims = victims_of(facts.waits, culprits) | {r for f in errors for r in f.waiting_ranks}
     victims |= set(decision.presumed) | victims_of(facts.waits, tuple(decision.presumed))
+    victim_ranks = tuple(sorted(victims - set(culprits)))
+    named = Named(
+        verdict=decision.verdict,
+        culprits=culprits,
+        suspected=decision.suspected,
+        victims=victim_ranks,
+    )
     dumps = facts.dumps
     return Report(
         verdict=decision.verdict,
         culprit_ranks=culprits,
-        findings=decision.findings,
+        findings=with_stacks(decision.findings, culprits, facts),
         stragglers=stragglers,
         world_size=dumps.world.size,
         ranks_loaded=dumps.loaded_ranks,
         ranks_missing=dumps.missing_ranks,
         ranks_unreadable=dumps.unreadable_ranks,
-        data_notes=tuple(notes),
+        data_notes=(*notes, *stack_notes(facts)),
         groups=facts.membership.groups,
         wait_edges=tuple(sorted({(e.waiter, e.target, str(e.kind)) for e in facts.waits.edges})),
         suspected_ranks=decision.suspected,
-        victim_ranks=tuple(sorted(victims - set(culprits))),
+        victim_ranks=victim_ranks,
         progress=_progress(facts.membership, facts.matched),
         timeline=facts.evidence.failures,
         evidence_files=facts.evidence.files,
         evidence_problems=facts.evidence.problems,
         disagreements=decision.disagreements,
+        stacks=stack_evidence(facts, named),
+        processes=facts.processes,
     )
 
 

@@ -2,9 +2,9 @@
 
 Membership, the matched ops, when each dump was written, the wait graph, the ops the recorder
 counted but did not write, the failures the job's logs, error files and sidecars report
-(``frtrace.evidence``), and where each rank's Python stack says it is. Each rule
-(``analysis.rules``) is a function of this one frozen value; none computes a fact of its own
-that another rule also needs.
+(``frtrace.evidence``), where each rank's Python stack says it is and the classes those stacks
+fall into, and each rank's process (host, pid). Each rule (``analysis.rules``) is a function
+of this one frozen value; none computes a fact of its own that another rule also needs.
 """
 
 from __future__ import annotations
@@ -12,19 +12,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from frtrace.analysis.capture import DumpMoments, dump_moments
+from frtrace.analysis.capture import DumpMoments, dump_moments, dump_times_from_entries
 from frtrace.analysis.groups import Membership, resolve_groups
 from frtrace.analysis.match import match
 from frtrace.analysis.ops import MatchResult
-from frtrace.analysis.stackjoin import culprit_where
+from frtrace.analysis.places import culprit_where
+from frtrace.analysis.processes import rank_processes, seen_in_collected, seen_in_stacks
 from frtrace.analysis.unrecorded import unrecorded_ops
 from frtrace.analysis.waitgraph import WaitGraph, build_wait_graph
+from frtrace.evidence.collected import Collected
 from frtrace.evidence.model import JobEvidence
 from frtrace.load.tables import DumpSet, give_back_memory
-from frtrace.model import CulpritWhere
+from frtrace.model import CulpritWhere, RankProcess
+from frtrace.pystack.classes import StackClasses, group_stacks
 from frtrace.pystack.discover import StackSet
+from frtrace.pystack.model import ProcessStacks
 
-__all__ = ["Facts", "gather_facts"]
+__all__ = ["Facts", "facts_of", "gather_facts", "stateless_ranks"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,9 +41,13 @@ class Facts:
     moments: DumpMoments
     waits: WaitGraph
     unrecorded: Mapping[tuple[int, int], int]  # (rank, gid) -> ops counted, not written
+    stateless: frozenset[int] = frozenset()  # ranks whose entries never change state (Gloo)
     evidence: JobEvidence = field(default_factory=JobEvidence)
     stacks: StackSet | None = None
     places: Mapping[int, CulpritWhere] = field(default_factory=dict)  # per rank with a stack
+    sampled: Mapping[int, ProcessStacks] = field(default_factory=dict)  # ranks of the job only
+    classes: StackClasses | None = None  # the sampled ranks' stacks, STAT-style
+    processes: Mapping[int, RankProcess] = field(default_factory=dict)  # host, pid per rank
 
     @property
     def loaded(self) -> frozenset[int]:
@@ -51,12 +59,34 @@ class Facts:
         return None if place is None else place.place == "collective"
 
 
+def facts_of(
+    dumps: DumpSet,
+    stacks: StackSet | None = None,
+    evidence: JobEvidence | None = None,
+    collected: Collected | None = None,
+) -> Facts:
+    """The facts of a dump set with what else the job left: its Python ``stacks``, the
+    failures its logs, error files and sidecars report (``evidence``), and what ``frtrace
+    collect`` knew of each rank (``collected``: its dump time, host and pid)."""
+    times = dump_times_from_entries(dumps)  # NCCL: what the dump itself discovered
+    if collected is not None:
+        times |= collected.dumped_at_ns()  # when collect got the dump
+    failed: frozenset[int] = frozenset()
+    if stacks is not None:
+        times |= {r: t for r in stacks.ranks if (t := stacks.taken_at_ns(r)) is not None}
+        failed = frozenset(
+            r for r in stacks.ranks if (stacks.trigger(r) or "").startswith("exception")
+        )
+    return gather_facts(dumps, times, failed, evidence, stacks, collected)
+
+
 def gather_facts(
     dumps: DumpSet,
     dumped_at_ns: Mapping[int, int] | None = None,
     failed_ranks: frozenset[int] = frozenset(),
     evidence: JobEvidence | None = None,
     stacks: StackSet | None = None,
+    collected: Collected | None = None,
 ) -> Facts:
     """The facts of a loaded dump set; ``dumped_at_ns``: when each rank's dump was written,
     where known; ``failed_ranks``: ranks whose dump was written because something failed."""
@@ -65,9 +95,15 @@ def gather_facts(
     give_back_memory()  # (matching's per-entry temporaries: before the next steps allocate)
     moments = dump_moments(dumps, dumped_at_ns or {}, failed_ranks)
     waits = build_wait_graph(dumps, membership, matched, running=moments.running)
-    places = {}
+    places: dict[int, CulpritWhere] = {}
+    sampled: dict[int, ProcessStacks] = {}
+    classes = None
     if stacks is not None:
         places = {r: culprit_where(r, s) for r, s in stacks.by_rank.items()}
+        world = max(dumps.world.size, 1)
+        sampled = {r: s for r, s in stacks.by_rank.items() if r < world}
+        classes = group_stacks(sampled) if sampled else None
+    seen = seen_in_stacks(stacks) + seen_in_collected(collected)
     return Facts(
         dumps=dumps,
         membership=membership,
@@ -75,7 +111,19 @@ def gather_facts(
         moments=moments,
         waits=waits,
         unrecorded=unrecorded_ops(dumps, membership),
+        stateless=stateless_ranks(dumps),
         evidence=evidence or JobEvidence(),
         stacks=stacks,
         places=places,
+        sampled=sampled,
+        classes=classes,
+        processes=rank_processes(seen, dumps.world.size),
     )
+
+
+def stateless_ranks(dumps: DumpSet) -> frozenset[int]:
+    """Ranks whose entries never change state: Gloo's (no ``scheduled`` -> ``started`` ->
+    ``completed``; ``retired`` also on failure)."""
+    files = dumps.files
+    ranks, backends = files.column("rank").to_pylist(), files.column("backend").to_pylist()
+    return frozenset(int(r) for r, b in zip(ranks, backends, strict=True) if b == "gloo")

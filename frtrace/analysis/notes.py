@@ -3,9 +3,9 @@ settle it: the data notes of a report."""
 
 from __future__ import annotations
 
+from frtrace.analysis.facts import stateless_ranks
 from frtrace.analysis.groups import Membership
 from frtrace.analysis.ops import MatchResult
-from frtrace.analysis.stuck import stateless_ranks
 from frtrace.analysis.waitgraph import WaitGraph
 from frtrace.load.tables import DumpSet
 from frtrace.model import (

@@ -11,10 +11,10 @@ fills in what it lacks (the pid from one sample, the host from another).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from frtrace.evidence.collected import MANIFEST_NAME, Collected
-from frtrace.model import RankProcess, Report
+from frtrace.model import RankProcess
 from frtrace.pystack.discover import StackSet
 
 __all__ = [
@@ -22,7 +22,6 @@ __all__ = [
     "rank_processes",
     "seen_in_collected",
     "seen_in_stacks",
-    "with_processes",
 ]
 
 
@@ -96,9 +95,3 @@ def rank_processes(
         if known.host is not None or known.pid is not None:
             out[rank] = known
     return out
-
-
-def with_processes(report: Report, seen: Iterable[ProcessSeen]) -> Report:
-    """The report with each rank's process, from everything ``seen``."""
-    processes = rank_processes(seen, report.world_size)
-    return replace(report, processes=processes) if processes else report

@@ -14,65 +14,37 @@ explains, or a culprit with the same stack as the ranks waiting on it).
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Literal
 
+from frtrace.analysis.facts import Facts
+from frtrace.analysis.places import culprit_where
 from frtrace.analysis.series import stack_series
 from frtrace.analysis.signatures import call_site
 from frtrace.detail import NeverJoined
 from frtrace.model import (
-    Confidence,
     CulpritStack,
     CulpritWhere,
     Finding,
-    Report,
     StackEvidence,
     Verdict,
 )
-from frtrace.pystack.classes import StackClass, group_stacks
-from frtrace.pystack.discover import StackSet
-from frtrace.pystack.model import Frame, ProcessStacks
-from frtrace.pystack.where import frame_label, short_filename, where
+from frtrace.pystack.classes import StackClass
+from frtrace.pystack.model import ProcessStacks
+from frtrace.pystack.where import frame_label, where
 from frtrace.ranges import format_ranks
 
-__all__ = ["culprit_where", "join_stacks"]
+__all__ = [
+    "Named",
+    "stack_evidence",
+    "stack_notes",
+    "stacks_agree",
+    "with_stacks",
+]
 
 _MAX_STACK_IN_EVIDENCE = 6  # frames in an evidence line (the JSON has them all)
-
-
-def _is_collective_call(frame: Frame | None) -> bool:
-    if frame is None:
-        return False
-    path = frame.filename.replace("\\", "/")
-    return "torch/distributed/" in path or "torch\\distributed" in frame.filename
-
-
-def culprit_where(rank: int, sample: ProcessStacks) -> CulpritWhere:
-    """Where one rank's sample says it is."""
-    w = where(sample)
-    place = "collective" if _is_collective_call(w.library_frame) else "host code"
-    user = w.user_frame
-    if user is None:
-        text = w.summary  # "no user frame; innermost ..." / "no Python frames"
-    else:
-        text = f"in {'a collective' if place == 'collective' else 'host code'} at {w.summary}"
-    return CulpritWhere(
-        rank=rank,
-        summary=text,
-        place=place,
-        function=None if user is None else user.function,
-        file=None if user is None else short_filename(user.filename),
-        line=None if user is None else user.line,
-        library_call=None if w.library_frame is None else frame_label(w.library_frame),
-        thread=w.thread_reason,
-        source=sample.source,
-        file_name=os.path.basename(sample.path),
-        taken_at_ns=sample.taken_at_ns,
-        trigger=sample.trigger,
-    )
 
 
 def _joined(cw: CulpritWhere, sample: ProcessStacks) -> CulpritStack:
@@ -116,7 +88,7 @@ def _in_op(w: CulpritWhere, op: str | None, stack: tuple[str, ...]) -> bool:
     return _frame_key(site) == (w.function.rsplit(".", 1)[-1], w.file.rsplit("/", 1)[-1])
 
 
-def _stacks_agree(
+def stacks_agree(
     f: Finding,
     by_rank: Mapping[int, ProcessStacks],
     classes: tuple[StackClass, ...],
@@ -149,34 +121,17 @@ def _stacks_agree(
     return "waiting" if waits else "culprits" if in_theirs else None
 
 
-def _corroborated(
-    f: Finding, by_rank: Mapping[int, ProcessStacks], classes: tuple[StackClass, ...]
-) -> Finding:
-    """A finding of medium confidence whose culprits' stacks are where its entries put them
-    is of high confidence (one of low confidence rests on missing data the stacks do not
-    give). The waiting ranks' stacks in the op alone confirm that they wait, not whom for
-    (an inferred membership may name a rank that is not in the group): said, not raised."""
-    if f.confidence != Confidence.MEDIUM:
-        return f
-    agree = _stacks_agree(f, by_rank, classes)
-    if agree is None:
-        return f
-    if agree == "waiting":
-        return replace(f, stacks_agree=agree)
-    return replace(f, confidence=Confidence.HIGH, stacks_agree=agree)
-
-
 def _agreement(
-    report: Report, classes: tuple[StackClass, ...], have: set[int]
+    named: Named, classes: tuple[StackClass, ...], have: set[int]
 ) -> tuple[str, str, tuple[int, ...]]:
-    culprits = [r for r in report.culprit_ranks if r not in set(report.suspected_ranks)]
-    waiting = set(report.victim_ranks)
+    culprits = [r for r in named.culprits if r not in set(named.suspected)]
+    waiting = set(named.victims)
     class_of = {r: i for i, c in enumerate(classes) for r in c.ranks}
     outliers = {r for c in classes if c.outlier for r in c.ranks}
     unexplained = tuple(sorted(outliers - set(culprits) - waiting))
     with_stack = [r for r in culprits if r in class_of]
     if not culprits:
-        if report.verdict in (Verdict.HEALTHY, Verdict.STRAGGLERS) and not unexplained:
+        if named.verdict in (Verdict.HEALTHY, Verdict.STRAGGLERS) and not unexplained:
             return "no_culprit", "The stacks show nothing the dumps do not.", unexplained
         if unexplained:
             desc = "; ".join(_class_text(classes[class_of[r]]) for r in unexplained[:1])
@@ -235,39 +190,59 @@ def _class_text(c: StackClass) -> str:
     return c.description
 
 
-def join_stacks(report: Report, stacks: StackSet) -> Report:
-    """The report with each culprit's place, and the stack classes, when stacks were found."""
-    problems = tuple(p.message for p in stacks.problems)
-    if not stacks.by_rank:
-        if not problems:
-            return report
-        return replace(report, data_notes=(*report.data_notes, *problems))
-    by_rank = {r: s for r, s in stacks.by_rank.items() if r < max(report.world_size, 1)}
-    found = {
-        r: (culprit_where(r, by_rank[r]), by_rank[r]) for r in report.culprit_ranks if r in by_rank
-    }
-    classes = group_stacks(by_rank)
-    findings = tuple(
-        _corroborated(_with_where(f, found), by_rank, classes.classes) for f in report.findings
-    )
-    agreement, statement, unexplained = _agreement(report, classes.classes, set(by_rank))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Named:
+    """What the verdict named, which the stacks are held against."""
+
+    verdict: Verdict
+    culprits: tuple[int, ...]
+    suspected: tuple[int, ...]
+    victims: tuple[int, ...]
+
+
+def with_stacks(
+    findings: tuple[Finding, ...], culprits: tuple[int, ...], facts: Facts
+) -> tuple[Finding, ...]:
+    """Each finding with where the stacks put those of its culprits the verdict names
+    (``culprits``): their place and frames."""
+    by_rank = facts.sampled
+    if not by_rank:
+        return findings
+    found = {r: (culprit_where(r, by_rank[r]), by_rank[r]) for r in culprits if r in by_rank}
+    return tuple(_with_where(f, found) for f in findings)
+
+
+def stack_evidence(facts: Facts, named: Named) -> StackEvidence | None:
+    """Every rank's stack in STAT-style classes, held against what the verdict named; None
+    without a stack sample."""
+    by_rank, classes = facts.sampled, facts.classes
+    if not by_rank or classes is None or facts.stacks is None:
+        return None
+    agreement, statement, unexplained = _agreement(named, classes.classes, set(by_rank))
     sources = Counter(s.source for s in by_rank.values())
-    evidence = StackEvidence(
+    return StackEvidence(
         classes=classes,
         ranks_with_stacks=tuple(sorted(by_rank)),
         sources=tuple(sorted(sources.items())),
         agreement=agreement,
         statement=statement,
         unexplained_ranks=unexplained,
-        problems=problems,
-        series=stack_series(stacks.samples),
+        problems=tuple(p.message for p in facts.stacks.problems),
+        series=stack_series(facts.stacks.samples),
     )
-    notes = report.data_notes
-    no_stack = [r for r in report.ranks_loaded if r not in by_rank]
-    if no_stack and len(no_stack) < len(report.ranks_loaded):
-        notes = (
-            *notes,
-            f"no Python stack sample for {_ranks(no_stack)}: the stack classes leave "
-            "them out (py-spy dump --pid, or frtrace collect, gets one)",
-        )
-    return replace(report, findings=findings, stacks=evidence, data_notes=(*notes, *problems))
+
+
+def stack_notes(facts: Facts) -> tuple[str, ...]:
+    """What the stacks could not show: ranks without a sample, stack files not read."""
+    if facts.stacks is None:
+        return ()
+    problems = tuple(p.message for p in facts.stacks.problems)
+    loaded = facts.dumps.loaded_ranks
+    no_stack = [r for r in loaded if r not in facts.sampled]
+    if not facts.sampled or not no_stack or len(no_stack) >= len(loaded):
+        return problems
+    return (
+        f"no Python stack sample for {_ranks(no_stack)}: the stack classes leave "
+        "them out (py-spy dump --pid, or frtrace collect, gets one)",
+        *problems,
+    )

@@ -18,11 +18,9 @@ import pyarrow as pa
 
 from frtrace.analysis.groups import Membership
 from frtrace.analysis.ops import codes
-from frtrace.detail import RankGroupCount, UnrecordedOps
 from frtrace.load.tables import DumpSet
-from frtrace.model import Confidence, Finding, FindingKind, Severity
 
-__all__ = ["unrecorded_finding", "unrecorded_ops"]
+__all__ = ["unrecorded_ops"]
 
 
 def unrecorded_ops(dumps: DumpSet, membership: Membership) -> dict[tuple[int, int], int]:
@@ -50,27 +48,3 @@ def unrecorded_ops(dumps: DumpSet, membership: Membership) -> dict[tuple[int, in
         if n > 0 and gid is not None:
             out[(int(rank), gid)] = int(n)
     return out
-
-
-def unrecorded_finding(
-    membership: Membership, unrecorded: dict[tuple[int, int], int]
-) -> Finding | None:
-    """One warning naming the ranks with unrecorded ops, and how many per group."""
-    if not unrecorded:
-        return None
-    ranks = tuple(sorted({r for r, _ in unrecorded}))
-    pairs = sorted(unrecorded.items())
-    return Finding(
-        kind=FindingKind.UNRECORDED_OPS,
-        severity=Severity.WARNING,
-        culprit_ranks=(),
-        confidence=Confidence.MEDIUM,
-        detail=UnrecordedOps(
-            ranks=ranks,
-            total=sum(unrecorded.values()),
-            counts=tuple(
-                RankGroupCount(rank=r, group=membership.groups[g], ops=n) for (r, g), n in pairs[:8]
-            ),
-            more=max(0, len(pairs) - 8),
-        ),
-    )

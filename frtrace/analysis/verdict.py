@@ -31,6 +31,15 @@ precedence:
    in flight at a known dump time, not matched by its group's members), unrecorded send/recv,
    a reported failure: ``CANNOT_TELL``. Never ``HEALTHY``.
 6. ``HEALTHY_WITH_STRAGGLERS`` when ranks were consistently late, else ``HEALTHY``.
+7. **What the stacks lend**, once the culprits are decided (it never changes who is named): a
+   finding of medium confidence whose culprits' stacks are where its entries put them is of
+   high confidence (one of low confidence rests on missing data the stacks do not give). The
+   waiting ranks' stacks in the op alone confirm that they wait, not whom for (an inferred
+   membership may name a rank that is not in the group): said, not raised.
+
+The rules decide their own findings' severity and confidence from the facts (``hang``
+demotes a "never joined" whose rank may be blocked in an op its buffer does not show); this
+module alone weighs one finding against another.
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ from frtrace.analysis.facts import Facts
 from frtrace.analysis.groups import Membership
 from frtrace.analysis.notes import unexplained_ranks
 from frtrace.analysis.rules.first_failure import TOGETHER_NS
+from frtrace.analysis.stackjoin import stacks_agree
 from frtrace.analysis.waitgraph import WaitGraph, victims_of
 from frtrace.detail import Disagreement, LaterFailure, NamedApart
 from frtrace.evidence.model import Role
@@ -86,35 +96,7 @@ class Decision:
 
 def verdict(found: list[Finding], facts: Facts, stragglers: tuple[Straggler, ...]) -> Decision:
     """Weigh the rules' findings; see the module docstring for the order."""
-    # An op that did not finish because members called different things is not also "stuck
-    # with matching arguments" (the same (group, seq) as a desync or split finding).
-    explained = {
-        (f.group.name, f.seq)
-        for f in found
-        if f.group is not None and f.kind != FindingKind.STUCK_IN_COLLECTIVE
-    }
-    found = [
-        f
-        for f in found
-        if f.kind != FindingKind.STUCK_IN_COLLECTIVE
-        or f.group is None
-        or (f.group.name, f.seq) not in explained
-    ]
-    # A running job dumped at one instant (no dump time): its "one op behind" members are
-    # not culprits (step 5 below: cannot tell), the findings stay as warnings.
-    snapshot = {
-        (f.group.name, f.seq)
-        for f in found
-        if f.kind == FindingKind.RUNNING_SNAPSHOT and f.group is not None
-    }
-    found = [
-        replace(f, severity=Severity.WARNING, confidence=Confidence.LOW)
-        if f.kind == FindingKind.NEVER_JOINED
-        and f.group is not None
-        and (f.group.name, f.seq) in snapshot
-        else f
-        for f in found
-    ]
+    found = _snapshot_is_not_a_hang(_stuck_explained(found))
     errors = [f for f in found if f.severity == Severity.ERROR]
     job = [f for f in errors if f.kind in FROM_THE_JOB]
     entries = [
@@ -123,28 +105,7 @@ def verdict(found: list[Finding], facts: Facts, stragglers: tuple[Straggler, ...
         if f.kind not in FROM_THE_JOB
         and f.kind not in (FindingKind.STACK_OUTLIER, FindingKind.MISSING_DUMP)
     ]
-    victims = _victims_of_first_cause(facts)
-    disagreements: list[Disagreement] = []
-    if job and entries:
-        late, note = _after_the_hang_began(job, entries, facts)
-        if note is not None:
-            disagreements.append(note)
-            demoted = [
-                replace(f, severity=Severity.WARNING, confidence=Confidence.LOW) for f in late
-            ]
-            found = [f for f in found if f not in late] + demoted
-            job = [f for f in job if f not in late]
-    if job and entries:
-        entries = [_without(f, victims) for f in entries]
-        entries = [f for f in entries if f.culprit_ranks or f.kind in DESYNC_KINDS]
-        named_by_job = {r for f in job for r in f.culprit_ranks}
-        named_by_entries = {r for f in entries for r in f.culprit_ranks}
-        if named_by_entries and named_by_job and named_by_entries != named_by_job:
-            disagreements.append(
-                NamedApart(
-                    by_job=tuple(sorted(named_by_job)), by_entries=tuple(sorted(named_by_entries))
-                )
-            )
+    found, job, entries, disagreements = _job_against_entries(found, job, entries, facts)
     has_positive = bool(job or entries)
     something_wrong = bool(
         any(f.kind in WRONG_UNNAMED for f in found)
@@ -176,25 +137,106 @@ def verdict(found: list[Finding], facts: Facts, stragglers: tuple[Straggler, ...
             - {r for f in positive if f.kind != FindingKind.MISSING_DUMP for r in f.culprit_ranks}
         )
     )
-    kinds = {f.kind for f in positive}
-    if kinds & DESYNC_KINDS:
-        decided = Verdict.DESYNC
-    elif positive:
-        decided = Verdict.HANG
-    elif something_wrong or suspected:
-        decided = Verdict.CANNOT_TELL
-    elif stragglers:
-        decided = Verdict.STRAGGLERS
-    else:
-        decided = Verdict.HEALTHY
     return Decision(
-        verdict=decided,
-        findings=tuple(kept),
+        verdict=_decided(positive, something_wrong or bool(suspected), stragglers),
+        findings=tuple(_stacks_lend(f, facts) for f in kept),  # step 7
         culprits=culprits,
         suspected=suspected,
         presumed=presumed,
         disagreements=tuple(disagreements),
     )
+
+
+def _stuck_explained(found: list[Finding]) -> list[Finding]:
+    """An op that did not finish because members called different things is not also "stuck
+    with matching arguments" (the same (group, seq) as a desync or split finding)."""
+    explained = {
+        (f.group.name, f.seq)
+        for f in found
+        if f.group is not None and f.kind != FindingKind.STUCK_IN_COLLECTIVE
+    }
+    return [
+        f
+        for f in found
+        if f.kind != FindingKind.STUCK_IN_COLLECTIVE
+        or f.group is None
+        or (f.group.name, f.seq) not in explained
+    ]
+
+
+def _snapshot_is_not_a_hang(found: list[Finding]) -> list[Finding]:
+    """A running job dumped at one instant (no dump time): its "one op behind" members are
+    not culprits (step 5: cannot tell), the findings stay as warnings."""
+    snapshot = {
+        (f.group.name, f.seq)
+        for f in found
+        if f.kind == FindingKind.RUNNING_SNAPSHOT and f.group is not None
+    }
+    return [
+        replace(f, severity=Severity.WARNING, confidence=Confidence.LOW)
+        if f.kind == FindingKind.NEVER_JOINED
+        and f.group is not None
+        and (f.group.name, f.seq) in snapshot
+        else f
+        for f in found
+    ]
+
+
+def _job_against_entries(
+    found: list[Finding], job: list[Finding], entries: list[Finding], facts: Facts
+) -> tuple[list[Finding], list[Finding], list[Finding], list[Disagreement]]:
+    """Step 2: what the job said against what the entries show. A first failure that came
+    after the hang began is demoted; a rank the entries name whose failures are all symptoms
+    of the first cause is its victim; where the two still name different ranks, both are
+    named and the disagreement said."""
+    disagreements: list[Disagreement] = []
+    if not (job and entries):
+        return found, job, entries, disagreements
+    late, note = _after_the_hang_began(job, entries, facts)
+    if note is not None:
+        disagreements.append(note)
+        demoted = [replace(f, severity=Severity.WARNING, confidence=Confidence.LOW) for f in late]
+        found = [f for f in found if f not in late] + demoted
+        job = [f for f in job if f not in late]
+    if not job:
+        return found, job, entries, disagreements
+    victims = _victims_of_first_cause(facts)
+    entries = [_without(f, victims) for f in entries]
+    entries = [f for f in entries if f.culprit_ranks or f.kind in DESYNC_KINDS]
+    named_by_job = {r for f in job for r in f.culprit_ranks}
+    named_by_entries = {r for f in entries for r in f.culprit_ranks}
+    if named_by_entries and named_by_job and named_by_entries != named_by_job:
+        disagreements.append(
+            NamedApart(
+                by_job=tuple(sorted(named_by_job)), by_entries=tuple(sorted(named_by_entries))
+            )
+        )
+    return found, job, entries, disagreements
+
+
+def _decided(
+    positive: list[Finding], something_wrong: bool, stragglers: tuple[Straggler, ...]
+) -> Verdict:
+    if {f.kind for f in positive} & DESYNC_KINDS:
+        return Verdict.DESYNC
+    if positive:
+        return Verdict.HANG
+    if something_wrong:
+        return Verdict.CANNOT_TELL
+    return Verdict.STRAGGLERS if stragglers else Verdict.HEALTHY
+
+
+def _stacks_lend(f: Finding, facts: Facts) -> Finding:
+    """Step 7: a finding of medium confidence whose culprits' stacks are where its entries
+    put them is of high confidence; the waiting ranks' stacks alone are said, not raised."""
+    if f.confidence != Confidence.MEDIUM or facts.classes is None:
+        return f
+    agree = stacks_agree(f, facts.sampled, facts.classes.classes)
+    if agree is None:
+        return f
+    if agree == "waiting":
+        return replace(f, stacks_agree=agree)
+    return replace(f, confidence=Confidence.HIGH, stacks_agree=agree)
 
 
 def _after_the_hang_began(

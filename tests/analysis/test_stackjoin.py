@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 
 from frtrace.analysis.compare import compare_snapshots, render_comparison
-from frtrace.analysis.stackjoin import join_stacks
+from frtrace.analysis.facts import facts_of
+from frtrace.analysis.stackjoin import Named, stack_evidence, with_stacks
 from frtrace.load.discover import discover
 from frtrace.load.tables import load_dumps
 from frtrace.pipeline import analyze, analyze_dumps
+from frtrace.pystack.classes import group_stacks
 from frtrace.pystack.discover import StackSet, load_stacks
 from frtrace.pystack.model import Frame, ProcessStacks, ThreadStack
 from frtrace.report.json import report_to_dict
@@ -171,8 +173,17 @@ def test_classes_at_4096_simulated_ranks_stay_a_few_lines_and_fast() -> None:
         victim_ranks=tuple(r for r in range(world) if r != 1234),
         findings=(replace(report.findings[0], culprit_ranks=(1234,)),),
     )
+    facts = facts_of(load_dumps(GLOO / "never_joins"))
     t0 = time.perf_counter()
-    joined = join_stacks(big, stacks)
+    facts = replace(
+        facts, stacks=stacks, sampled=stacks.by_rank, classes=group_stacks(stacks.by_rank)
+    )
+    named = Named(verdict=big.verdict, culprits=(1234,), suspected=(), victims=big.victim_ranks)
+    joined = replace(
+        big,
+        findings=with_stacks(big.findings, big.culprit_ranks, facts),
+        stacks=stack_evidence(facts, named),
+    )
     text = render_text(joined)
     doc = json.dumps(report_to_dict(joined))
     elapsed = time.perf_counter() - t0

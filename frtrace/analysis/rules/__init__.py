@@ -5,14 +5,16 @@ never reads another rule's findings and no rule imports another. Which findings 
 they disagree is decided in one place, ``analysis.verdict``.
 
 From the Flight Recorder entries: ``desync`` (mismatched op, sizes, dtypes, a shifted
-sequence, all_to_all splits), ``hang`` (a member never joined, a p2p peer never posted, a GPU
-never started, a dump is missing), ``deadlock``, ``stuck`` (every member entered, nothing
-finished), ``in_flight`` (a running job's ops), ``unrecorded`` (Gloo's send/recv),
-``unseen`` (blocked in a group no other member recorded), ``snapshot`` (a running job
-dumped at one instant, no dump time), ``nothing_recorded`` (empty buffers). From the rest
-of the evidence:
-``first_failure`` (which rank failed first, and with a cause), ``named`` (an error message
-naming ranks), ``stack_outlier`` (the ranks' Python stacks, where the entries are silent).
+sequence), ``split_sizes`` (all_to_all splits that disagree), ``hang`` (a member never
+joined, a p2p peer never posted, a GPU never started, a dump is missing), ``deadlock``,
+``stuck`` (every member entered, nothing finished), ``in_flight`` (a running job's ops),
+``unrecorded`` (Gloo's send/recv), ``unseen`` (blocked in a group no other member
+recorded), ``snapshot`` (a running job dumped at one instant, no dump time),
+``nothing_recorded`` (empty buffers). From the rest of the evidence: ``first_failure``
+(which rank failed first, and with a cause), ``named`` (an error message naming ranks),
+``stack_outlier`` (the ranks' Python stacks, where the entries are silent).
+
+How to add a rule: docs/architecture.md, "Adding a rule".
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from frtrace.analysis.rules import (
     named,
     nothing_recorded,
     snapshot,
+    split_sizes,
     stack_outlier,
     stuck,
     unrecorded,
@@ -41,6 +44,7 @@ __all__ = ["RULES", "Rule"]
 Rule = Callable[[Facts], list[Finding]]
 RULES: tuple[Rule, ...] = (
     desync.check,
+    split_sizes.check,
     hang.check,
     deadlock.check,
     stuck.check,

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 from collections import Counter
 
-from frtrace.analysis.groups import Membership
-from frtrace.analysis.ops import MatchResult
+from frtrace.analysis.facts import Facts
 from frtrace.analysis.signatures import signature_at
 from frtrace.detail import SplitMismatch, SplitPair
-from frtrace.load.tables import DumpSet
 from frtrace.model import Confidence, Finding, FindingKind, Severity
 
-__all__ = ["ALL_TO_ALL_OPS", "split_mismatches"]
+__all__ = ["ALL_TO_ALL_OPS", "check"]
 
 ALL_TO_ALL_OPS = frozenset(
     {"all_to_all", "all_to_all_single", "all_to_all_v_single", "alltoall", "alltoall_base"}
@@ -30,8 +28,9 @@ ALL_TO_ALL_OPS = frozenset(
 _SHOWN_PAIRS = 6
 
 
-def split_mismatches(dumps: DumpSet, membership: Membership, match: MatchResult) -> list[Finding]:
+def check(facts: Facts) -> list[Finding]:
     """One finding per all_to_all (group, seq) whose recorded split sizes disagree."""
+    dumps, membership, match = facts.dumps, facts.membership, facts.matched
     column_in = dumps.entries.column("input_split_sizes")
     if column_in.null_count == len(column_in) or match.collectives.empty:
         return []

@@ -1,0 +1,44 @@
+"""Where one rank's Python stack sample says it is: in a torch.distributed call or in host
+code, in which function of the user's code (a ``CulpritWhere``, one per rank with a stack)."""
+
+from __future__ import annotations
+
+import os
+
+from frtrace.model import CulpritWhere
+from frtrace.pystack.model import Frame, ProcessStacks
+from frtrace.pystack.where import frame_label, short_filename, where
+
+__all__ = ["culprit_where"]
+
+
+def _is_collective_call(frame: Frame | None) -> bool:
+    if frame is None:
+        return False
+    path = frame.filename.replace("\\", "/")
+    return "torch/distributed/" in path or "torch\\distributed" in frame.filename
+
+
+def culprit_where(rank: int, sample: ProcessStacks) -> CulpritWhere:
+    """Where one rank's sample says it is."""
+    w = where(sample)
+    place = "collective" if _is_collective_call(w.library_frame) else "host code"
+    user = w.user_frame
+    if user is None:
+        text = w.summary  # "no user frame; innermost ..." / "no Python frames"
+    else:
+        text = f"in {'a collective' if place == 'collective' else 'host code'} at {w.summary}"
+    return CulpritWhere(
+        rank=rank,
+        summary=text,
+        place=place,
+        function=None if user is None else user.function,
+        file=None if user is None else short_filename(user.filename),
+        line=None if user is None else user.line,
+        library_call=None if w.library_frame is None else frame_label(w.library_frame),
+        thread=w.thread_reason,
+        source=sample.source,
+        file_name=os.path.basename(sample.path),
+        taken_at_ns=sample.taken_at_ns,
+        trigger=sample.trigger,
+    )
