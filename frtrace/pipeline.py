@@ -23,14 +23,7 @@ from frtrace.progress import Progress, owned
 from frtrace.pystack import discover as stack_files
 from frtrace.pystack.discover import StackSet
 
-__all__ = [
-    "SideFiles",
-    "analyze",
-    "analyze_dumps",
-    "analyze_loaded",
-    "diagnose_source",
-    "read_side_files",
-]
+__all__ = ["analyze", "analyze_dumps", "analyze_loaded", "diagnose_source"]
 
 
 def analyze(

@@ -78,7 +78,33 @@ ALLOWED = {
         "ranges",
         "printable",
     },
+    # the modules at the top of the package, held to the same rule: what every stage shares
+    # imports nothing of frtrace; the model imports no stage that reads it; the entry points
+    # import what they wire
+    "errors": set(),
+    "printable": set(),
+    "ranges": set(),
+    "progress": set(),
+    "layout": {"job"},  # (the name of collect's manifest, frtrace.job.manifest)
+    "model": {"detail", "evidence", "pystack", "job", "errors", "ranges", "printable"},
+    "diagnosis_cache": {"analysis", "errors", "load", "model", "detail", "evidence", "pystack"},
+    "pipeline": {
+        "analysis",
+        "diagnosis_cache",
+        "errors",
+        "evidence",
+        "load",
+        "model",
+        "progress",
+        "pystack",
+    },
+    "recorder": {"job"},
+    "testing": {"gate"},
+    "__init__": {"errors", "load", "model", "pipeline"},
+    "__main__": {"cli"},
 }
+# Where a stage is a folder, every module in it and in its subfolders; else the one module.
+TOP_LEVEL = {p.stem for p in PACKAGE.glob("*.py")}
 
 
 @pytest.mark.parametrize("module", sorted(PUBLIC))
@@ -135,12 +161,63 @@ def _frtrace_imports(path: Path) -> set[str]:
     return out
 
 
+def _modules_of(stage: str) -> list[Path]:
+    if stage in TOP_LEVEL:
+        return [PACKAGE / f"{stage}.py"]
+    return sorted((PACKAGE / stage).rglob("*.py"))
+
+
 @pytest.mark.parametrize("stage", sorted(ALLOWED))
 def test_stages_import_only_earlier_stages(stage: str) -> None:
-    """Folders are pipeline stages: none imports a later stage or the CLI."""
-    for path in sorted((PACKAGE / stage).glob("*.py")):
+    """Folders (with their subfolders) and top-level modules are pipeline stages: none
+    imports a later stage or the CLI."""
+    modules = _modules_of(stage)
+    assert modules
+    for path in modules:
         used = _frtrace_imports(path)
-        assert used <= ALLOWED[stage], f"{path.name} imports {sorted(used - ALLOWED[stage])}"
+        where = path.relative_to(PACKAGE)
+        assert used <= ALLOWED[stage], f"{where} imports {sorted(used - ALLOWED[stage])}"
+
+
+def test_every_stage_and_top_level_module_has_its_rule() -> None:
+    """A new folder or top-level module of the package gets its line in ``ALLOWED``."""
+    folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and any(p.glob("*.py"))}
+    assert (folders | TOP_LEVEL) - {"cli"} <= set(ALLOWED)
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """frtrace's modules (dotted names) -> the frtrace modules each imports, at any level."""
+    names = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, *([base] if base else [])])
+                targets = [base, *(f"{base}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            found |= {t for t in targets if t in names and t != name}
+        graph[name] = found
+    return graph
+
+
+def test_no_import_circle_in_the_package() -> None:
+    """No two modules of frtrace import each other, directly or through others (lazy imports
+    count: they are arrows all the same)."""
+    import networkx as nx
+
+    graph = nx.DiGraph([(a, b) for a, targets in _module_graph().items() for b in targets])
+    circles = [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
+    assert not circles
 
 
 def test_every_stage_says_what_goes_in_and_out() -> None:

@@ -47,7 +47,7 @@ from frtrace.layout import (
     may_be_stacks,
     walk_key,
 )
-from frtrace.load.discover import MAX_WORLD_SIZE, Candidate, Listing
+from frtrace.load.listing import MAX_WORLD_SIZE, Candidate, Listing
 from frtrace.load.memory import archive_bytes
 from frtrace.load.unpack import Member as _Member
 from frtrace.load.unpack import tar_members, zip_members

@@ -32,11 +32,12 @@ import fnmatch
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from frtrace.errors import DumpDirNotFound, DuplicateRank, NoDumpsFound, SeveralDumpSets
 from frtrace.layout import SideFile, SkippedFile, parse_dump_name, walk, walk_key
+from frtrace.load.listing import MAX_WORLD_SIZE, Candidate, Listing
 from frtrace.load.problems import LoadProblem
 from frtrace.ranges import format_ranks
 
@@ -52,35 +53,6 @@ __all__ = [
     "parse_dump_name",
     "set_name",
 ]
-
-# No job has this many ranks (the largest run ~10^5 GPUs). A rank number at or beyond it, in a
-# file name or a recorded group, is damage: taken at face value it would make frtrace build
-# per-rank structures for 10^12 ranks.
-MAX_WORLD_SIZE = 1 << 20
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Candidate:
-    """A file (or archive member) that by its name is the dump of one rank."""
-
-    path: Path  # where it is, for messages; "dumps.tgz:rank_3" for an archive member
-    rank: int  # global rank, from the digits that end the file name
-    prefix: str  # everything before the rank, e.g. "nccl_trace_rank_"
-    encoding: str  # "pickle", "json", or "auto" (no extension: sniffed from content)
-    size_bytes: int  # an archive member's: as its header declares
-    relative: str = ""  # path under the directory (or in the archive), "/"-separated
-    data: bytes | None = field(default=None, repr=False)  # an archive member's content
-    refused: str | None = None  # one line: why it is refused unread (a link in an archive...)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Listing:
-    """Every file under a directory or in an archive, each in one place: the dump candidates,
-    the side files the analysis reads, and what was skipped (and why); in walk order."""
-
-    candidates: tuple[Candidate, ...]
-    side_files: tuple[SideFile, ...]
-    skipped: tuple[SkippedFile, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
