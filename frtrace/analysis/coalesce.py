@@ -120,23 +120,7 @@ def logical_collectives(frame: pd.DataFrame, keep: np.ndarray | None = None) -> 
     sig = sig_all[at_first]
     del at_first, at_last  # (an int64 per op each, not needed below)
     if runs:
-        # the run's signature: every member entry's op and sizes, in order (position-weighted
-        # so that two runs with the same entries in another order differ); worked out for
-        # the entries of runs only
-        multi = np.flatnonzero(last > first)
-        lengths = (last - first + 1)[multi]
-        offsets = np.cumsum(lengths) - lengths  # each run's first place among run entries
-        run = np.repeat(np.arange(len(multi)), lengths)
-        position = np.arange(int(lengths.sum())) - offsets[run]
-        rows = order[first[multi][run] + position]
-        del run
-        with np.errstate(over="ignore"):
-            part = (
-                sig_all[rows].view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-                + op_code[rows].astype(np.uint64) * np.uint64(0x632BE59BD9B4E019)
-            ) * (position.astype(np.uint64) * np.uint64(2) + np.uint64(1))
-        sig[multi] = np.add.reduceat(part, offsets).view(np.int64)
-        del multi, lengths, offsets, position, rows, part
+        _fold_run_signatures(sig, sig_all, op_code, order, first, last)
     del sig_all, op_code
     out["sig"] = sig
     done = take("done").to_numpy(dtype=bool)[order]
@@ -157,6 +141,32 @@ def logical_collectives(frame: pd.DataFrame, keep: np.ndarray | None = None) -> 
     # (copy=False: the columns are fresh arrays; pandas would otherwise copy them into one
     # block per dtype, twice the frame for a moment)
     return pd.DataFrame({name: out[name] for name in _LOGICAL_COLUMNS}, copy=False)
+
+
+def _fold_run_signatures(
+    sig: np.ndarray,
+    sig_all: np.ndarray,
+    op_code: np.ndarray,
+    order: np.ndarray,
+    first: np.ndarray,
+    last: np.ndarray,
+) -> None:
+    """Each run's signature, in ``sig`` (one per logical op): every member entry's op and
+    sizes, in order (position-weighted so that two runs with the same entries in another
+    order differ); worked out for the entries of runs only."""
+    multi = np.flatnonzero(last > first)
+    lengths = (last - first + 1)[multi]
+    offsets = np.cumsum(lengths) - lengths  # each run's first place among run entries
+    run = np.repeat(np.arange(len(multi)), lengths)
+    position = np.arange(int(lengths.sum())) - offsets[run]
+    rows = order[first[multi][run] + position]
+    del run
+    with np.errstate(over="ignore"):
+        part = (
+            sig_all[rows].view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+            + op_code[rows].astype(np.uint64) * np.uint64(0x632BE59BD9B4E019)
+        ) * (position.astype(np.uint64) * np.uint64(2) + np.uint64(1))
+    sig[multi] = np.add.reduceat(part, offsets).view(np.int64)
 
 
 def _op_order(gid: np.ndarray, seq: np.ndarray, rank: np.ndarray, row: np.ndarray) -> np.ndarray:

@@ -71,32 +71,33 @@ def find_failed(
     """
     if collectives.empty:
         return {}
-    loaded = set(dumps.loaded_ranks)
-    wrapped = {
-        int(r)
-        for r, w in zip(
-            dumps.files.column("rank").to_pylist(),
-            dumps.files.column("wrapped").to_pylist(),
-            strict=True,
-        )
-        if w
-    }
-    timeout = dumps.entries.column("timeout_ms").to_numpy(zero_copy_only=False)
-    # each rank's newest entry row: "stopped" means an op's last entry is the rank's last
-    rank_col = dumps.entries.column("rank").to_numpy()
-    newest_row: dict[int, int] = {}
-    if len(rank_col):
-        ends = np.flatnonzero(np.r_[rank_col[1:] != rank_col[:-1], True])
-        newest_row = {int(rank_col[i]): int(i) for i in ends}
-
     tops: dict[int, dict[int, int]] = {}
     for r, g, s in zip(
         spans["rank"].tolist(), spans["gid"].tolist(), spans["max"].tolist(), strict=True
     ):
         tops.setdefault(int(g), {})[int(r)] = int(s)
+    candidates = _candidates(membership, tops)
+    if not candidates:
+        return {}
+    at = locate_ops(
+        consensus["gid"].to_numpy(), consensus["seq"].to_numpy(dtype=np.int64), candidates
+    )
+    is_candidate = np.zeros(len(consensus), dtype=bool)
+    is_candidate[at] = True
+    rows = collectives[per_row(is_candidate, consensus["n_present"].to_numpy())]
+    seen = _Seen.of(dumps, tops)
+    out: dict[tuple[int, int], FailedOp] = {}
+    for key, ops in rows.groupby(["gid", "seq"], sort=True):
+        g, k = (int(x) for x in key)  # type: ignore[call-overload]
+        failed = _failed(seen, membership.groups[g].members, g, k, ops)
+        if failed is not None:
+            out[(g, k)] = failed
+    return out
 
-    # Only ops above some member's newest seq, or a group's newest op, can be failed ones:
-    # a handful per group, whatever the size of the buffers.
+
+def _candidates(membership: Membership, tops: dict[int, dict[int, int]]) -> list[tuple[int, int]]:
+    """Only ops above some member's newest seq, or a group's newest op, can be failed ones:
+    a handful per group, whatever the size of the buffers."""
     candidates: list[tuple[int, int]] = []
     for g, by_rank in tops.items():
         members = membership.groups[g].members
@@ -107,62 +108,91 @@ def find_failed(
         lowest = min(present) if len(present) == len(members) else highest
         start = max(min(lowest, highest - 1), highest - 64) + 1
         candidates.extend((g, s) for s in range(start, highest + 1))
-    if not candidates:
-        return {}
-    at = locate_ops(
-        consensus["gid"].to_numpy(), consensus["seq"].to_numpy(dtype=np.int64), candidates
-    )
-    is_candidate = np.zeros(len(consensus), dtype=bool)
-    is_candidate[at] = True
-    rows = collectives[per_row(is_candidate, consensus["n_present"].to_numpy())]
+    return candidates
 
-    out: dict[tuple[int, int], FailedOp] = {}
-    for key, ops in rows.groupby(["gid", "seq"], sort=True):
-        g, k = (int(x) for x in key)  # type: ignore[call-overload]
-        if (ops["state_rank"] == 2).any():
-            continue  # completed on a member (NCCL): it did complete
-        if tops[g] and max(tops[g].values()) > k:
-            continue  # a member moved past it: it returned there
-        members = membership.groups[g].members
-        ranks = ops["rank"].tolist()
-        done = dict(zip(ranks, ops["done"].astype(bool).tolist(), strict=True))
-        created = {
-            r: None if pd.isna(t) else int(t)
-            for r, t in zip(ranks, ops["created_ns"].tolist(), strict=True)
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """What the dumps say of every rank, for judging one op."""
+
+    loaded: set[int]
+    wrapped: set[int]  # ranks whose buffer wrapped (older entries dropped)
+    timeout: np.ndarray  # each entry's timeout_ms
+    newest_row: dict[int, int]  # each rank's newest entry row
+    tops: dict[int, dict[int, int]]  # gid -> rank -> highest seq it entered
+
+    @classmethod
+    def of(cls, dumps: DumpSet, tops: dict[int, dict[int, int]]) -> _Seen:
+        files = dumps.files
+        wrapped = {
+            int(r)
+            for r, w in zip(
+                files.column("rank").to_pylist(), files.column("wrapped").to_pylist(), strict=True
+            )
+            if w
         }
-        first_row = dict(zip(ranks, ops["row"].tolist(), strict=True))
-        last_row = dict(zip(ranks, ops["last_row"].tolist(), strict=True))
-        absent = tuple(
-            m
-            for m in members
-            if m in loaded
-            and m not in done
-            and (tops[g].get(m, -1) < k if m in tops[g] else m not in wrapped)
+        # each rank's newest entry row: "stopped" means an op's last entry is the rank's last
+        rank_col = dumps.entries.column("rank").to_numpy()
+        newest_row: dict[int, int] = {}
+        if len(rank_col):
+            ends = np.flatnonzero(np.r_[rank_col[1:] != rank_col[:-1], True])
+            newest_row = {int(rank_col[i]): int(i) for i in ends}
+        return cls(
+            loaded=set(dumps.loaded_ranks),
+            wrapped=wrapped,
+            timeout=dumps.entries.column("timeout_ms").to_numpy(zero_copy_only=False),
+            newest_row=newest_row,
+            tops=tops,
         )
-        missing = tuple(m for m in members if m not in loaded)
-        late, late_by, limit = _late_joiners(created, first_row, timeout)
-        stopped = bool(missing) and all(newest_row.get(r) == last_row[r] for r in ranks)
-        retired_on = tuple(sorted(r for r, d in done.items() if d))
-        if absent and retired_on:
-            reason = "absent"
-        elif late:
-            reason = "late"
-        elif stopped and retired_on and len(retired_on) == len(ranks):
-            reason = "stopped"
-        else:
-            continue
-        out[(g, k)] = FailedOp(
-            gid=g,
-            seq=k,
-            reason=reason,
-            absent=absent,
-            late=late,
-            missing=missing,
-            retired_on=retired_on,
-            late_by_s=late_by,
-            timeout_s=limit,
-        )
-    return out
+
+
+def _failed(
+    seen: _Seen, members: tuple[int, ...], g: int, k: int, ops: pd.DataFrame
+) -> FailedOp | None:
+    """Whether op ``k`` of group ``g`` (its members' rows: ``ops``) failed, and how."""
+    if (ops["state_rank"] == 2).any():
+        return None  # completed on a member (NCCL): it did complete
+    tops = seen.tops[g]
+    if tops and max(tops.values()) > k:
+        return None  # a member moved past it: it returned there
+    ranks = ops["rank"].tolist()
+    done = dict(zip(ranks, ops["done"].astype(bool).tolist(), strict=True))
+    created = {
+        r: None if pd.isna(t) else int(t)
+        for r, t in zip(ranks, ops["created_ns"].tolist(), strict=True)
+    }
+    first_row = dict(zip(ranks, ops["row"].tolist(), strict=True))
+    last_row = dict(zip(ranks, ops["last_row"].tolist(), strict=True))
+    absent = tuple(
+        m
+        for m in members
+        if m in seen.loaded
+        and m not in done
+        and (tops.get(m, -1) < k if m in tops else m not in seen.wrapped)
+    )
+    missing = tuple(m for m in members if m not in seen.loaded)
+    late, late_by, limit = _late_joiners(created, first_row, seen.timeout)
+    stopped = bool(missing) and all(seen.newest_row.get(r) == last_row[r] for r in ranks)
+    retired_on = tuple(sorted(r for r, d in done.items() if d))
+    if absent and retired_on:
+        reason = "absent"
+    elif late:
+        reason = "late"
+    elif stopped and retired_on and len(retired_on) == len(ranks):
+        reason = "stopped"
+    else:
+        return None
+    return FailedOp(
+        gid=g,
+        seq=k,
+        reason=reason,
+        absent=absent,
+        late=late,
+        missing=missing,
+        retired_on=retired_on,
+        late_by_s=late_by,
+        timeout_s=limit,
+    )
 
 
 def _late_joiners(

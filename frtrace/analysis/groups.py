@@ -15,7 +15,7 @@ two ranks that record the same name with different members are in different grou
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -79,49 +79,65 @@ def _entry_groups(entries: pa.Table) -> dict[str, dict[int, str | None]]:
 
 def resolve_groups(dumps: DumpSet) -> Membership:
     """Work out every group's members; see the module docstring for the rules."""
-    world = dumps.world.size
     by_entries = _entry_groups(dumps.entries)
     recorded: dict[str, dict[int, tuple[int, ...]]] = defaultdict(dict)  # name -> rank -> members
     recorded_desc: dict[str, Counter[str]] = defaultdict(Counter)
     rows = recorded_groups(dumps.groups)
     # Before torch 2.4 a group's only name is the per-process pg_id, which differs between
     # ranks (each counts the groups it is a member of): the members identify the group.
-    local_names = any(row.pg_id is not None for row in rows)
+    found = _Found(local_names=any(row.pg_id is not None for row in rows))
     for row in rows:
         if row.trusted and row.ranks:
             recorded[row.name][row.rank] = row.ranks
             if row.desc:
                 recorded_desc[row.name][row.desc] += 1
-
-    keys: dict[tuple[str, tuple[int, ...]], int] = {}
-    groups: list[GroupRef] = []
-    of_rank: dict[tuple[int, str], int] = {}
-    notes: list[str] = []
-
-    placed: set[tuple[str, tuple[int, ...]]] = set()  # (name, members) already in of_rank
-
-    def key_for(name: str, members: tuple[int, ...], desc: str | None, inferred: bool) -> int:
-        key = ("" if local_names else name, tuple(sorted(members)))
-        if key not in keys:
-            keys[key] = len(groups)
-            groups.append(GroupRef(name=name, desc=desc, members=members, inferred=inferred))
-        return keys[key]
-
-    def place(name: str, members: tuple[int, ...], gid: int) -> None:
-        """Members without dumps belong to the group too (the first group found wins).
-        Every rank of a 4,096-rank job records the default group's 4,096 members: each
-        distinct member list is placed once, not once per rank that recorded it."""
-        if (name, members) in placed:
-            return
-        placed.add((name, members))
-        for member in members:
-            of_rank.setdefault((member, name), gid)
-
     for name in sorted(set(by_entries) | set(recorded), key=_name_order):
         users = by_entries.get(name, {})
         descs = Counter(d for d in users.values() if d) + recorded_desc.get(name, Counter())
         desc = descs.most_common(1)[0][0] if descs else None
-        sets = recorded.get(name, {})
+        unresolved = found.recorded(name, desc, users, recorded.get(name, {}))
+        if unresolved:
+            found.inferred(dumps, name, desc, unresolved)
+    return Membership(groups=tuple(found.groups), of_rank=found.of_rank, notes=tuple(found.notes))
+
+
+@dataclass
+class _Found:
+    """The groups found so far, and each (rank, name)'s group."""
+
+    local_names: bool
+    keys: dict[tuple[str, tuple[int, ...]], int] = field(default_factory=dict)
+    groups: list[GroupRef] = field(default_factory=list)
+    of_rank: dict[tuple[int, str], int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    placed: set[tuple[str, tuple[int, ...]]] = field(default_factory=set)  # in of_rank
+
+    def key_for(self, name: str, members: tuple[int, ...], desc: str | None, inferred: bool) -> int:
+        key = ("" if self.local_names else name, tuple(sorted(members)))
+        if key not in self.keys:
+            self.keys[key] = len(self.groups)
+            self.groups.append(GroupRef(name=name, desc=desc, members=members, inferred=inferred))
+        return self.keys[key]
+
+    def place(self, name: str, members: tuple[int, ...], gid: int) -> None:
+        """Members without dumps belong to the group too (the first group found wins).
+        Every rank of a 4,096-rank job records the default group's 4,096 members: each
+        distinct member list is placed once, not once per rank that recorded it."""
+        if (name, members) in self.placed:
+            return
+        self.placed.add((name, members))
+        for member in members:
+            self.of_rank.setdefault((member, name), gid)
+
+    def recorded(
+        self,
+        name: str,
+        desc: str | None,
+        users: dict[int, str | None],
+        sets: dict[int, tuple[int, ...]],
+    ) -> list[int]:
+        """Place the ranks of group ``name`` whose members are recorded (their own, or the
+        one recorded list that holds them); return the others, unresolved."""
         distinct = set({id(m): m for m in sets.values()}.values())  # (hashes each list once)
         unresolved: list[int] = []
         known: dict[tuple[int, ...], int] = {}  # members -> gid, for this name
@@ -140,12 +156,15 @@ def resolve_groups(dumps: DumpSet) -> Membership:
             if gid == -1:
                 gid = known.get(members, -1)
                 if gid == -1:
-                    gid = known[members] = key_for(name, members, desc, inferred=False)
-                place(name, members, gid)
+                    gid = known[members] = self.key_for(name, members, desc, inferred=False)
+                self.place(name, members, gid)
                 seen[id(members)] = gid
-            of_rank[(rank, name)] = gid
-        if not unresolved:
-            continue
+            self.of_rank[(rank, name)] = gid
+        return unresolved
+
+    def inferred(self, dumps: DumpSet, name: str, desc: str | None, unresolved: list[int]) -> None:
+        """The group of ranks whose members no record gives: inferred, and said so."""
+        world = dumps.world.size
         is_default = name == DEFAULT_GROUP_NAME and desc in (DEFAULT_GROUP_DESC, None)
         if is_default:
             members = tuple(range(world))
@@ -154,14 +173,13 @@ def resolve_groups(dumps: DumpSet) -> Membership:
             unseen = tuple(r for r in dumps.missing_ranks if r not in unresolved)
             size = _group_size(dumps.entries, name) if unseen else None
             members, how = _with_unseen_members(tuple(unresolved), size, unseen)
-        gid = key_for(name, members, desc, inferred=True)
-        place(name, members, gid)
-        notes.append(
-            f"membership of {groups[gid].label} inferred as {how}, since pg_config does not "
-            "record it (Gloo, or an old dump)"
+        gid = self.key_for(name, members, desc, inferred=True)
+        self.place(name, members, gid)
+        self.notes.append(
+            f"membership of {self.groups[gid].label} inferred as {how}, since pg_config does "
+            "not record it (Gloo, or an old dump)"
             + ("" if is_default else "; a member with no entry of it in its buffer is not seen")
         )
-    return Membership(groups=tuple(groups), of_rank=of_rank, notes=tuple(notes))
 
 
 def _name_order(name: str) -> tuple[int, int | str]:

@@ -164,6 +164,56 @@ def _nullable_int64(column: pa.ChunkedArray) -> pd.Series:
 def match(dumps: DumpSet, membership: Membership) -> MatchResult:
     """Line up the entries of ``dumps`` by (group, seq); see the module docstring."""
     entries = dumps.entries
+    frame, has_p2p_seq = _entry_frame(dumps, membership)
+    p2p_rows = frame[frame["is_p2p"] & (frame["gid"] >= 0)]
+    if not has_p2p_seq:  # (no p2p op: an empty frame, with every column p2p_ops reads)
+        p2p_rows = p2p_rows.assign(p2p_seq=pd.Series([], dtype="Int64"))
+    first_row = pd.Series(frame["row"].to_numpy()).groupby(frame["rank"].to_numpy()).min()
+    is_coll = (~frame["is_p2p"] & frame["seq"].notna() & (frame["gid"] >= 0)).to_numpy()
+    # The frame (~60 bytes x 8M entries) is handed over, never copied whole: logical_collectives
+    # consumes it column by column, keeping the collectives' rows of each.
+    keep = None if is_coll.all() else is_coll
+    del is_coll
+    collectives = drop_truncated_runs(dumps, first_row, logical_collectives(frame, keep))
+    del frame, keep
+    # The per-entry columns are gone: hand their memory back, or it stays in the process
+    # (glibc keeps freed numpy/pandas buffers: ~90 bytes per entry, 6 GB at 32,768 ranks)
+    give_back_memory()
+    consensus = consensus_of(collectives)
+    spans = rank_group_spans(collectives, consensus["start"].to_numpy())
+    collectives, consensus, failed = settle_completion(
+        dumps, membership, collectives, consensus, spans
+    )
+    extent = {
+        (r, g): (lo, hi)
+        for r, g, lo, hi in zip(
+            spans["rank"].tolist(),
+            spans["gid"].tolist(),
+            spans["min"].tolist(),
+            spans["max"].tolist(),
+            strict=True,
+        )
+    }
+    del spans
+    p2p = p2p_ops(p2p_rows, membership, entries)
+    pending = pending_collectives(collectives, consensus)
+    pending_p2p = pending_p2p_ops(p2p)
+    return MatchResult(
+        collectives=collectives,
+        consensus=consensus,
+        p2p=p2p,
+        extent=extent,
+        pending=pending,
+        pending_p2p=pending_p2p,
+        blocked=blocked_ops(pending, pending_p2p),
+        failed=failed,
+    )
+
+
+def _entry_frame(dumps: DumpSet, membership: Membership) -> tuple[pd.DataFrame, bool]:
+    """One row per entry with what matching reads (group id, seq, op, signature, state), its
+    p2p batches marked; and whether it has the ``p2p_seq`` column."""
+    entries = dumps.entries
     n = entries.num_rows
     # Each step reads a few columns of every entry; where the table is mapped from disk
     # (``frtrace.load.spill``) their pages are dropped from memory after each step, so that
@@ -210,47 +260,4 @@ def match(dumps: DumpSet, membership: Membership) -> MatchResult:
         frame["p2p_seq"] = _nullable_int64(entries.column("p2p_seq"))
     give_back_memory()  # (the pages of the table's columns, read above, where they are mapped)
     mark_p2p_batches(frame)
-
-    p2p_rows = frame[frame["is_p2p"] & (frame["gid"] >= 0)]
-    if not has_p2p_seq:  # (no p2p op: an empty frame, with every column p2p_ops reads)
-        p2p_rows = p2p_rows.assign(p2p_seq=pd.Series([], dtype="Int64"))
-    first_row = pd.Series(frame["row"].to_numpy()).groupby(frame["rank"].to_numpy()).min()
-    is_coll = (~frame["is_p2p"] & frame["seq"].notna() & (frame["gid"] >= 0)).to_numpy()
-    # The frame (~60 bytes x 8M entries) is handed over, never copied whole: logical_collectives
-    # consumes it column by column, keeping the collectives' rows of each.
-    keep = None if is_coll.all() else is_coll
-    del is_coll
-    collectives = drop_truncated_runs(dumps, first_row, logical_collectives(frame, keep))
-    del frame, keep
-    # The per-entry columns are gone: hand their memory back, or it stays in the process
-    # (glibc keeps freed numpy/pandas buffers: ~90 bytes per entry, 6 GB at 32,768 ranks)
-    give_back_memory()
-    consensus = consensus_of(collectives)
-    spans = rank_group_spans(collectives, consensus["start"].to_numpy())
-    collectives, consensus, failed = settle_completion(
-        dumps, membership, collectives, consensus, spans
-    )
-    extent = {
-        (r, g): (lo, hi)
-        for r, g, lo, hi in zip(
-            spans["rank"].tolist(),
-            spans["gid"].tolist(),
-            spans["min"].tolist(),
-            spans["max"].tolist(),
-            strict=True,
-        )
-    }
-    del spans
-    p2p = p2p_ops(p2p_rows, membership, entries)
-    pending = pending_collectives(collectives, consensus)
-    pending_p2p = pending_p2p_ops(p2p)
-    return MatchResult(
-        collectives=collectives,
-        consensus=consensus,
-        p2p=p2p,
-        extent=extent,
-        pending=pending,
-        pending_p2p=pending_p2p,
-        blocked=blocked_ops(pending, pending_p2p),
-        failed=failed,
-    )
+    return frame, has_p2p_seq
