@@ -49,103 +49,116 @@ def finding_steps(finding: Finding, report: Report) -> list[str]:
     culprits = finding.culprit_ranks
     who = ranks_phrase(culprits) if culprits else "the stuck ranks"
     kind = finding.kind
-    steps: list[str] = []
     if kind == FindingKind.NEVER_JOINED:
-        idle = [r for r in culprits if idle_in_host_code(report, r)]
-        placed = {w.rank: w for w in finding.where}
-        for w in finding.where:
-            if w.function is not None:
-                call = f", inside {w.library_call}" if w.library_call else ""
-                steps.append(
-                    f"open {w.file}:{w.line} (`{w.function}`): rank {w.rank}'s main thread "
-                    f"is there{call}; its stack is in {w.file_name}"
-                )
-        unplaced = [r for r in culprits if r not in placed or placed[r].function is None]
-        elsewhere, earlier, unseen = _open_ops(
-            finding, report, [r for r in culprits if r not in idle]
-        )
-        lost = [r for r in unplaced if r in idle or r in unseen]
-        if lost:
-            steps.append(_PY_SPY.format(who=ranks_phrase(lost), first=lost[0]))
-        if elsewhere:
-            ranks = sorted(elsewhere)
-            labels = sorted({label for r in ranks for label in elsewhere[r]})
-            shown = ", ".join(labels[:3]) + (f" +{len(labels) - 3} more" if len(labels) > 3 else "")
-            steps.append(
-                f"{ranks_phrase(ranks)} still {'have' if len(ranks) > 1 else 'has'} an unfinished "
-                f"op of another group ({shown}): `frtrace show` with --ranks "
-                f"{compact_ranks(ranks)} shows it, and who that op waits on"
-            )
-        if earlier:
-            label = finding.group.label if finding.group is not None else "its group"
-            steps.append(
-                f"{ranks_phrase(earlier)} did not finish an earlier op of {label}: `frtrace "
-                f"show` with --ranks {compact_ranks(earlier)} shows it, and whether the others "
-                "finished it"
-            )
-        steps.append(
-            f"find why {who} went another way than its peers: a rank-dependent branch, an "
-            "exception caught and skipped, a data loader that ran out early on that rank; its "
-            "log shows the last step it began"
-        )
-    elif kind in (FindingKind.SIZE_MISMATCH, FindingKind.DTYPE_MISMATCH, FindingKind.OP_MISMATCH):
-        majority, theirs = _sites(finding)
-        what = {
-            FindingKind.SIZE_MISMATCH: "tensor sizes",
-            FindingKind.DTYPE_MISMATCH: "dtypes",
-            FindingKind.OP_MISMATCH: "collectives",
-        }[kind]
-        for rank, site in theirs.items():
-            if site and site == majority and kind != FindingKind.OP_MISMATCH:
-                steps.append(
-                    f"rank {rank} calls it from the same place as the majority ({site}): the "
-                    f"{what} differ in the data, not the code path; check what sets them on "
-                    f"rank {rank}"
-                )
-            elif site or majority:
-                steps.append(
-                    f"compare the two call sites: the majority at {majority or '(no stack)'}, "
-                    f"rank {rank} at {site or '(no stack)'}"
-                )
-        if not any(theirs.values()) and not majority:
-            steps.append(
-                "the dumps carry no Python stacks (JSON dumps never do): dump pickles with "
-                "stack traces to see both call sites"
-            )
-        steps.append(
-            f"make every member pass the same {what} at #{finding.seq}: look for shapes or "
-            "branches that depend on the rank (uneven last batch, rank-local config)"
-        )
-    elif kind == FindingKind.SEQUENCE_SHIFT:
-        steps.append(
+        return _never_joined_steps(finding, report, who)
+    if kind in (FindingKind.SIZE_MISMATCH, FindingKind.DTYPE_MISMATCH, FindingKind.OP_MISMATCH):
+        return _mismatch_steps(finding)
+    if kind == FindingKind.SEQUENCE_SHIFT:
+        return [
             f"{who} skipped or added a collective: diff its call sites with a peer's in "
             f"`frtrace show --ranks {compact_ranks(culprits)},<a peer> --stacks`"
-        )
-    elif kind == FindingKind.NOT_STARTED:
-        steps.append(
+        ]
+    if kind == FindingKind.NOT_STARTED:
+        return [
             f"{who} queued the op but its GPU never started it: the kernel before it is stuck "
             "or slow; on its host check `nvidia-smi`, `dmesg` (GPU Xid errors) and "
             "`py-spy dump --native --pid <PID>`"
-        )
-    elif kind == FindingKind.P2P_UNMATCHED:
-        steps.append(
+        ]
+    if kind == FindingKind.P2P_UNMATCHED:
+        return [
             f"{who} never posted the matching send/recv: check the pipeline schedule on both "
             "ends (same micro-batch count, same order of send and recv)"
-        )
-    elif kind == FindingKind.DEADLOCK:
+        ]
+    if kind == FindingKind.DEADLOCK:
         ring = " → ".join(str(r) for r in (*finding.cycle, *finding.cycle[:1]))
-        steps.append(
+        return [
             f"ranks wait in a cycle ({ring}): make every rank enter the shared groups in one "
             f"order; the rank that changed order is {who}"
-        )
-    elif kind == FindingKind.MISSING_DUMP:
-        steps.append(f"get the dump of {who}: {DUMP_LOCATIONS}")
-        steps.append(
+        ]
+    if kind == FindingKind.MISSING_DUMP:
+        return [
+            f"get the dump of {who}: {DUMP_LOCATIONS}",
             "Gloo never dumps on its own, and a rank that crashed writes nothing: use "
-            "`frtrace.recorder` in the job, and `frtrace env` for the settings"
+            "`frtrace.recorder` in the job, and `frtrace env` for the settings",
+        ]
+    if kind == FindingKind.STUCK_IN_COLLECTIVE:
+        return [_stuck_step(list(finding.waiting_ranks))]
+    return []
+
+
+def _never_joined_steps(finding: Finding, report: Report, who: str) -> list[str]:
+    """Where each culprit's stack puts it, what else it left unfinished, then why."""
+    culprits = finding.culprit_ranks
+    steps: list[str] = []
+    idle = [r for r in culprits if idle_in_host_code(report, r)]
+    placed = {w.rank: w for w in finding.where}
+    for w in finding.where:
+        if w.function is not None:
+            call = f", inside {w.library_call}" if w.library_call else ""
+            steps.append(
+                f"open {w.file}:{w.line} (`{w.function}`): rank {w.rank}'s main thread "
+                f"is there{call}; its stack is in {w.file_name}"
+            )
+    unplaced = [r for r in culprits if r not in placed or placed[r].function is None]
+    elsewhere, earlier, unseen = _open_ops(finding, report, [r for r in culprits if r not in idle])
+    lost = [r for r in unplaced if r in idle or r in unseen]
+    if lost:
+        steps.append(_PY_SPY.format(who=ranks_phrase(lost), first=lost[0]))
+    if elsewhere:
+        ranks = sorted(elsewhere)
+        labels = sorted({label for r in ranks for label in elsewhere[r]})
+        shown = ", ".join(labels[:3]) + (f" +{len(labels) - 3} more" if len(labels) > 3 else "")
+        steps.append(
+            f"{ranks_phrase(ranks)} still {'have' if len(ranks) > 1 else 'has'} an unfinished "
+            f"op of another group ({shown}): `frtrace show` with --ranks "
+            f"{compact_ranks(ranks)} shows it, and who that op waits on"
         )
-    elif kind == FindingKind.STUCK_IN_COLLECTIVE:
-        steps.append(_stuck_step(list(finding.waiting_ranks)))
+    if earlier:
+        label = finding.group.label if finding.group is not None else "its group"
+        steps.append(
+            f"{ranks_phrase(earlier)} did not finish an earlier op of {label}: `frtrace "
+            f"show` with --ranks {compact_ranks(earlier)} shows it, and whether the others "
+            "finished it"
+        )
+    steps.append(
+        f"find why {who} went another way than its peers: a rank-dependent branch, an "
+        "exception caught and skipped, a data loader that ran out early on that rank; its "
+        "log shows the last step it began"
+    )
+    return steps
+
+
+def _mismatch_steps(finding: Finding) -> list[str]:
+    """Both call sites, and what to make equal."""
+    kind = finding.kind
+    steps: list[str] = []
+    majority, theirs = _sites(finding)
+    what = {
+        FindingKind.SIZE_MISMATCH: "tensor sizes",
+        FindingKind.DTYPE_MISMATCH: "dtypes",
+        FindingKind.OP_MISMATCH: "collectives",
+    }[kind]
+    for rank, site in theirs.items():
+        if site and site == majority and kind != FindingKind.OP_MISMATCH:
+            steps.append(
+                f"rank {rank} calls it from the same place as the majority ({site}): the "
+                f"{what} differ in the data, not the code path; check what sets them on "
+                f"rank {rank}"
+            )
+        elif site or majority:
+            steps.append(
+                f"compare the two call sites: the majority at {majority or '(no stack)'}, "
+                f"rank {rank} at {site or '(no stack)'}"
+            )
+    if not any(theirs.values()) and not majority:
+        steps.append(
+            "the dumps carry no Python stacks (JSON dumps never do): dump pickles with "
+            "stack traces to see both call sites"
+        )
+    steps.append(
+        f"make every member pass the same {what} at #{finding.seq}: look for shapes or "
+        "branches that depend on the rank (uneven last batch, rank-local config)"
+    )
     return steps
 
 
