@@ -240,27 +240,7 @@ def render_heatmap_svg(report: Report, columns: list[int] | None = None) -> str:
     ]
     col_index = {r: i for i, r in enumerate(cols)}
     for i, row in enumerate(rows):
-        y = top + i * ROW_PX
-        out.append(
-            f'<text x="{LABEL_PX - 6}" y="{y + 13}" text-anchor="end" class="lbl">'
-            f'{escape(row.label)} <tspan class="muted">{escape(row.note)}</tspan></text>'
-        )
-        counts = Counter[Status]()
-        for run in row.runs:
-            counts[run.status] += run.stop - run.start
-        majority = counts.most_common(1)[0][0] if counts else Status.DONE
-        ordered = sorted(row.runs, key=lambda r: r.status != majority)
-        for run in ordered:
-            x = LABEL_PX + run.start * cell
-            w = (run.stop - run.start) * cell
-            if run.status != majority and w < MIN_ODD_PX:
-                x -= (MIN_ODD_PX - w) / 2
-                w = MIN_ODD_PX
-            title = f"{row.label}: {_ranks_label(run.ranks)}: {run.detail}"
-            out.append(
-                f'<rect x="{x:.2f}" y="{y + 1}" width="{w:.2f}" height="{ROW_PX - 2}" '
-                f'fill="{COLOURS[run.status]}"><title>{escape(title)}</title></rect>'
-            )
+        out.extend(_row_svg(row, top + i * ROW_PX, cell))
     for t in _ticks(len(cols)):
         x = LABEL_PX + (t + 0.5) * cell
         out.append(
@@ -271,19 +251,7 @@ def render_heatmap_svg(report: Report, columns: list[int] | None = None) -> str:
     out.append(
         f'<text x="{LABEL_PX - 6}" y="{axis_y + 15}" text-anchor="end" class="muted">rank</text>'
     )
-    for r in culprits[:24]:
-        x = LABEL_PX + (col_index[r] + 0.5) * cell
-        fill = "none" if r in suspected else "#cb181d"
-        out.append(
-            f'<path d="M{x:.2f},{axis_y + 20} l-6,11 h12 z" fill="{fill}" stroke="#cb181d"/>'
-            f'<text x="{x:.2f}" y="{axis_y + 44}" text-anchor="middle" class="culprit">'
-            f"{r}</text>"
-        )
-    if len(culprits) > 24:
-        out.append(
-            f'<text x="{LABEL_PX}" y="{axis_y + 44}" class="culprit">'
-            f"{len(culprits)} culprit ranks</text>"
-        )
+    out.extend(_culprit_marks(culprits, suspected, col_index, cell, axis_y))
     for status, x, line in legend:
         y = legend_y + line * LEGEND_ROW_PX
         out.append(
@@ -298,6 +266,53 @@ def render_heatmap_svg(report: Report, columns: list[int] | None = None) -> str:
         )
     out.append("</svg>")
     return "\n".join(out)
+
+
+def _row_svg(row: Row, y: int, cell: float) -> list[str]:
+    """One group's row: its label, and a rectangle per run of ranks in one status (an odd
+    run, not its majority's, drawn at least ``MIN_ODD_PX`` wide)."""
+    out = [
+        f'<text x="{LABEL_PX - 6}" y="{y + 13}" text-anchor="end" class="lbl">'
+        f'{escape(row.label)} <tspan class="muted">{escape(row.note)}</tspan></text>'
+    ]
+    counts = Counter[Status]()
+    for run in row.runs:
+        counts[run.status] += run.stop - run.start
+    majority = counts.most_common(1)[0][0] if counts else Status.DONE
+    ordered = sorted(row.runs, key=lambda r: r.status != majority)
+    for run in ordered:
+        x = LABEL_PX + run.start * cell
+        w = (run.stop - run.start) * cell
+        if run.status != majority and w < MIN_ODD_PX:
+            x -= (MIN_ODD_PX - w) / 2
+            w = MIN_ODD_PX
+        title = f"{row.label}: {_ranks_label(run.ranks)}: {run.detail}"
+        out.append(
+            f'<rect x="{x:.2f}" y="{y + 1}" width="{w:.2f}" height="{ROW_PX - 2}" '
+            f'fill="{COLOURS[run.status]}"><title>{escape(title)}</title></rect>'
+        )
+    return out
+
+
+def _culprit_marks(
+    culprits: list[int], suspected: set[int], col_index: dict[int, int], cell: float, axis_y: int
+) -> list[str]:
+    """A triangle and the rank under each culprit's column (hollow for a suspect), up to 24."""
+    out = []
+    for r in culprits[:24]:
+        x = LABEL_PX + (col_index[r] + 0.5) * cell
+        fill = "none" if r in suspected else "#cb181d"
+        out.append(
+            f'<path d="M{x:.2f},{axis_y + 20} l-6,11 h12 z" fill="{fill}" stroke="#cb181d"/>'
+            f'<text x="{x:.2f}" y="{axis_y + 44}" text-anchor="middle" class="culprit">'
+            f"{r}</text>"
+        )
+    if len(culprits) > 24:
+        out.append(
+            f'<text x="{LABEL_PX}" y="{axis_y + 44}" class="culprit">'
+            f"{len(culprits)} culprit ranks</text>"
+        )
+    return out
 
 
 def _legend_places(right: float) -> list[tuple[Status, float, int]]:
