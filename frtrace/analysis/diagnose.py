@@ -13,15 +13,15 @@
 from __future__ import annotations
 
 from frtrace.analysis.facts import Facts, facts_of
-from frtrace.analysis.groups import Membership
+from frtrace.analysis.facts.groups import Membership
+from frtrace.analysis.facts.ops import MatchResult
+from frtrace.analysis.facts.segments import rank_group_spans
+from frtrace.analysis.facts.waitgraph import victims_of
 from frtrace.analysis.notes import data_notes
-from frtrace.analysis.ops import MatchResult
 from frtrace.analysis.rules import RULES
-from frtrace.analysis.segments import rank_group_spans
 from frtrace.analysis.stackjoin import Named, stack_evidence, stack_notes, with_stacks
 from frtrace.analysis.stragglers import find_stragglers
 from frtrace.analysis.verdict import verdict
-from frtrace.analysis.waitgraph import victims_of
 from frtrace.evidence.collected import Collected
 from frtrace.evidence.model import JobEvidence
 from frtrace.load.tables import DumpSet, give_back_memory

@@ -4,9 +4,9 @@ settle it: the data notes of a report."""
 from __future__ import annotations
 
 from frtrace.analysis.facts import stateless_ranks
-from frtrace.analysis.groups import Membership
-from frtrace.analysis.ops import MatchResult
-from frtrace.analysis.waitgraph import WaitGraph
+from frtrace.analysis.facts.groups import Membership
+from frtrace.analysis.facts.ops import MatchResult
+from frtrace.analysis.facts.waitgraph import WaitGraph
 from frtrace.load.tables import DumpSet
 from frtrace.model import (
     Verdict,

@@ -20,9 +20,9 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from frtrace.analysis.facts import Facts
-from frtrace.analysis.places import culprit_where
+from frtrace.analysis.facts.places import culprit_where
+from frtrace.analysis.facts.signatures import call_site
 from frtrace.analysis.series import stack_series
-from frtrace.analysis.signatures import call_site
 from frtrace.detail import NeverJoined
 from frtrace.model import (
     CulpritStack,

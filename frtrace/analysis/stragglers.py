@@ -19,9 +19,9 @@ import networkx as nx
 import numpy as np
 import pandas as pd
 
-from frtrace.analysis.groups import Membership
-from frtrace.analysis.ops import MatchResult
-from frtrace.analysis.segments import op_blocks, per_row
+from frtrace.analysis.facts.groups import Membership
+from frtrace.analysis.facts.ops import MatchResult
+from frtrace.analysis.facts.segments import op_blocks, per_row
 from frtrace.load.tables import DumpSet
 from frtrace.model import Straggler
 

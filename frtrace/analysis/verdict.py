@@ -47,11 +47,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from frtrace.analysis.facts import Facts
-from frtrace.analysis.groups import Membership
+from frtrace.analysis.facts.groups import Membership
+from frtrace.analysis.facts.waitgraph import WaitGraph, victims_of
 from frtrace.analysis.notes import unexplained_ranks
 from frtrace.analysis.rules.first_failure import TOGETHER_NS
 from frtrace.analysis.stackjoin import stacks_agree
-from frtrace.analysis.waitgraph import WaitGraph, victims_of
 from frtrace.detail import Disagreement, LaterFailure, NamedApart
 from frtrace.evidence.model import Role
 from frtrace.model import Confidence, Finding, FindingKind, Severity, Straggler, Verdict

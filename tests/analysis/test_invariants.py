@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from frsim import JobSpec, Moment, simulate, write_dumps
-from frtrace.analysis.capture import dump_moments, dump_times_from_entries
+from frtrace.analysis.facts.capture import dump_moments, dump_times_from_entries
 from frtrace.errors import NoDumpsFound
 from frtrace.load.tables import DumpSet, load_dumps
 from frtrace.model import Report, Severity, Verdict

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from frsim import Fault, FaultKind, JobSpec, simulate, write_dumps
-from frtrace.analysis import coalesce
-from frtrace.analysis import match as match_module
-from frtrace.analysis.groups import resolve_groups
+from frtrace.analysis.facts import coalesce
+from frtrace.analysis.facts import match as match_module
+from frtrace.analysis.facts.groups import resolve_groups
 from frtrace.load.tables import load_dumps
 
 KEYS = ["rank", "gid", "seq"]

@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from frtrace.analysis.processes import ProcessSeen, rank_processes
+from frtrace.analysis.facts.processes import ProcessSeen, rank_processes
 from frtrace.model import RankProcess
 from frtrace.pipeline import analyze
 from frtrace.report.html import render_html
@@ -83,7 +83,7 @@ def test_no_sample_no_processes() -> None:
 def test_collect_s_manifest_says_the_host_py_spy_does_not() -> None:
     """py-spy's text names the pid, collect's manifest the host (and the pid, at the dump's
     time): one process per rank of both."""
-    from frtrace.analysis.processes import ProcessSeen, rank_processes, seen_in_collected
+    from frtrace.analysis.facts.processes import ProcessSeen, rank_processes, seen_in_collected
     from frtrace.evidence.collected import Collected
     from frtrace.job.manifest import CollectedRank
 

@@ -1,4 +1,4 @@
-"""Per-op arithmetic on the members' rows side by side (frtrace.analysis.segments): the helpers
+"""Per-op arithmetic on the members' rows side by side (analysis/facts/segments.py): the helpers
 against plain references, and the steps that work block by block against one block."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from frsim import Fault, FaultKind, JobSpec, simulate, write_dumps
-from frtrace.analysis import segments
-from frtrace.analysis.groups import resolve_groups
-from frtrace.analysis.match import match
+from frtrace.analysis.facts import segments
+from frtrace.analysis.facts.groups import resolve_groups
+from frtrace.analysis.facts.match import match
 from frtrace.analysis.stragglers import find_stragglers
 from frtrace.load.tables import load_dumps
 

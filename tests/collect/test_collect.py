@@ -81,7 +81,7 @@ def hung_job(
             )
         await_ready(procs)
         # the waiting ranks are inside the all_reduce, and have waited long enough to be hung:
-        # dumps written milliseconds into a wait show a running job (analysis/capture.py)
+        # dumps written milliseconds into a wait show a running job (analysis/facts/capture.py)
         time.sleep(3.0)
         yield tag, procs
     finally:

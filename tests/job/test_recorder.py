@@ -111,7 +111,7 @@ def test_hung_gloo_job_dumps_on_sigusr1_and_analyze_names_the_rank(tmp_path: Pat
         for proc in procs:
             _wait_for_line(proc, "ready", deadline)
         # A job is hung once it has waited: dumps written milliseconds into a wait show a
-        # running job (analysis/capture.py reads the recorder's dump time).
+        # running job (analysis/facts/capture.py reads the recorder's dump time).
         time.sleep(HUNG_FOR_S)
         for proc in procs:
             proc.send_signal(signal.SIGUSR1)

@@ -22,10 +22,10 @@ from collections import defaultdict
 from itertools import combinations
 
 from frtrace.analysis.facts import Facts
-from frtrace.analysis.groups import Membership
-from frtrace.analysis.ops import COLLECTIVE, MatchResult, OpRef
-from frtrace.analysis.signatures import signature_at
-from frtrace.analysis.waitgraph import EdgeKind, WaitGraph, victims_of
+from frtrace.analysis.facts.groups import Membership
+from frtrace.analysis.facts.ops import COLLECTIVE, MatchResult, OpRef
+from frtrace.analysis.facts.signatures import signature_at
+from frtrace.analysis.facts.waitgraph import EdgeKind, WaitGraph, victims_of
 from frtrace.detail import CycleStep, Deadlock, DecidedBy, OrderConflict, P2PPost, PatternBroken
 from frtrace.model import Confidence, Finding, FindingKind, Severity
 

@@ -22,9 +22,9 @@ from typing import Literal
 import pandas as pd
 
 from frtrace.analysis.facts import Facts
-from frtrace.analysis.groups import Membership
-from frtrace.analysis.ops import MatchResult
-from frtrace.analysis.signatures import signature_at
+from frtrace.analysis.facts.groups import Membership
+from frtrace.analysis.facts.ops import MatchResult
+from frtrace.analysis.facts.signatures import signature_at
 from frtrace.detail import Mismatch, RankSignature
 from frtrace.load.tables import DumpSet
 from frtrace.model import Confidence, Finding, FindingKind, OpSignature, Severity

@@ -21,10 +21,10 @@ from typing import Literal
 import pyarrow.compute as pc
 
 from frtrace.analysis.facts import Facts
-from frtrace.analysis.failure import FailedOp
-from frtrace.analysis.ops import MatchResult
-from frtrace.analysis.signatures import call_site, entry_at, signature_at
-from frtrace.analysis.waitgraph import Edge, EdgeKind, victims_of
+from frtrace.analysis.facts.failure import FailedOp
+from frtrace.analysis.facts.ops import MatchResult
+from frtrace.analysis.facts.signatures import call_site, entry_at, signature_at
+from frtrace.analysis.facts.waitgraph import Edge, EdgeKind, victims_of
 from frtrace.detail import (
     IdleAtDump,
     LastSeen,

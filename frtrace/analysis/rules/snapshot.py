@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from frtrace.analysis.facts import Facts
-from frtrace.analysis.waitgraph import Edge, EdgeKind, victims_of
+from frtrace.analysis.facts.waitgraph import Edge, EdgeKind, victims_of
 from frtrace.detail import RunningSnapshot
 from frtrace.model import Confidence, Finding, FindingKind, Severity
 

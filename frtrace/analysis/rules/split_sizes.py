@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import Counter
 
 from frtrace.analysis.facts import Facts
-from frtrace.analysis.signatures import signature_at
+from frtrace.analysis.facts.signatures import signature_at
 from frtrace.detail import SplitMismatch, SplitPair
 from frtrace.model import Confidence, Finding, FindingKind, Severity
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Literal
 
 from frtrace.analysis.facts import Facts
-from frtrace.analysis.signatures import signature_at
-from frtrace.analysis.waitgraph import victims_of
+from frtrace.analysis.facts.signatures import signature_at
+from frtrace.analysis.facts.waitgraph import victims_of
 from frtrace.detail import InFlight, StuckInCollective
 from frtrace.model import Confidence, Finding, FindingKind, Severity
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from frtrace.analysis.groups import Membership
-from frtrace.analysis.segments import locate_ops, per_row
+from frtrace.analysis.facts.groups import Membership
+from frtrace.analysis.facts.segments import locate_ops, per_row
 from frtrace.load.tables import DumpSet
 
 __all__ = ["FailedOp", "find_failed"]

@@ -33,8 +33,8 @@ from typing import Any
 
 import networkx as nx
 
-from frtrace.analysis.groups import Membership
-from frtrace.analysis.ops import COLLECTIVE, MatchResult, OpRef
+from frtrace.analysis.facts.groups import Membership
+from frtrace.analysis.facts.ops import COLLECTIVE, MatchResult, OpRef
 from frtrace.load.tables import DumpSet
 
 __all__ = ["Edge", "EdgeKind", "WaitGraph", "build_wait_graph", "victims_of"]

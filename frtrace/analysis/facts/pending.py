@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from frtrace.analysis.failure import FailedOp, find_failed
-from frtrace.analysis.groups import Membership
-from frtrace.analysis.ops import COLLECTIVE, P2P, OpRef
-from frtrace.analysis.segments import locate_ops, op_starts, per_row
+from frtrace.analysis.facts.failure import FailedOp, find_failed
+from frtrace.analysis.facts.groups import Membership
+from frtrace.analysis.facts.ops import COLLECTIVE, P2P, OpRef
+from frtrace.analysis.facts.segments import locate_ops, op_starts, per_row
 from frtrace.load.tables import DumpSet
 
 __all__ = [

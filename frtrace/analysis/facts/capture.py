@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from frtrace.analysis.ops import codes
+from frtrace.analysis.facts.ops import codes
 from frtrace.load.tables import DumpSet
 
 __all__ = ["DumpMoments", "dump_moments", "dump_times_from_entries"]

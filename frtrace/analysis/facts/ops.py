@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from frtrace.analysis.failure import FailedOp
+from frtrace.analysis.facts.failure import FailedOp
 
 __all__ = [
     "COLLECTIVE",

@@ -24,16 +24,20 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from frtrace.analysis.coalesce import drop_truncated_runs, logical_collectives, mark_p2p_batches
-from frtrace.analysis.groups import Membership
-from frtrace.analysis.ops import (
+from frtrace.analysis.facts.coalesce import (
+    drop_truncated_runs,
+    logical_collectives,
+    mark_p2p_batches,
+)
+from frtrace.analysis.facts.groups import Membership
+from frtrace.analysis.facts.ops import (
     COMPARE_INPUT_ONLY,
     COMPARE_OUTPUT_ONLY,
     UNEVEN_OPS,
     MatchResult,
     codes,
 )
-from frtrace.analysis.pending import (
+from frtrace.analysis.facts.pending import (
     blocked_ops,
     consensus_of,
     p2p_ops,
@@ -41,7 +45,7 @@ from frtrace.analysis.pending import (
     pending_p2p_ops,
     settle_completion,
 )
-from frtrace.analysis.segments import rank_group_spans
+from frtrace.analysis.facts.segments import rank_group_spans
 from frtrace.load.spill import release_pages
 from frtrace.load.tables import DumpSet, give_back_memory
 

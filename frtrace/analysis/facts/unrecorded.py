@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from frtrace.analysis.groups import Membership
-from frtrace.analysis.ops import codes
+from frtrace.analysis.facts.groups import Membership
+from frtrace.analysis.facts.ops import codes
 from frtrace.load.tables import DumpSet
 
 __all__ = ["unrecorded_ops"]

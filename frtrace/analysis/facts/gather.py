@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from frtrace.analysis.capture import DumpMoments, dump_moments, dump_times_from_entries
-from frtrace.analysis.groups import Membership, resolve_groups
-from frtrace.analysis.match import match
-from frtrace.analysis.ops import MatchResult
-from frtrace.analysis.places import culprit_where
-from frtrace.analysis.processes import rank_processes, seen_in_collected, seen_in_stacks
-from frtrace.analysis.unrecorded import unrecorded_ops
-from frtrace.analysis.waitgraph import WaitGraph, build_wait_graph
+from frtrace.analysis.facts.capture import DumpMoments, dump_moments, dump_times_from_entries
+from frtrace.analysis.facts.groups import Membership, resolve_groups
+from frtrace.analysis.facts.match import match
+from frtrace.analysis.facts.ops import MatchResult
+from frtrace.analysis.facts.places import culprit_where
+from frtrace.analysis.facts.processes import rank_processes, seen_in_collected, seen_in_stacks
+from frtrace.analysis.facts.unrecorded import unrecorded_ops
+from frtrace.analysis.facts.waitgraph import WaitGraph, build_wait_graph
 from frtrace.evidence.collected import Collected
 from frtrace.evidence.model import JobEvidence
 from frtrace.load.tables import DumpSet, give_back_memory
