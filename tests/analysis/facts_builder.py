@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from frtrace.analysis.facts import Facts, gather_facts
+from frtrace.errors import DumpFormatError
 from frtrace.evidence.model import Failure, FailureKind, JobEvidence, Role
 from frtrace.load.discover import Candidate
-from frtrace.load.parse import parse_payload
+from frtrace.load.parse import ParsedDump, parse_payload
 from frtrace.load.tables import DumpSet, build_dump_set
 from frtrace.pystack.discover import StackSet
 from frtrace.pystack.model import Frame, ProcessStacks, ThreadStack
@@ -99,7 +100,8 @@ class Job:
 
     ``backend``: "nccl" (entries change state: scheduled, started, completed) or "gloo" (every
     entry stays "scheduled", ``retired`` once finished; groups are not in ``pg_config``, so
-    their members are read from the entries). ``missing``: ranks that left no dump.
+    their members are read from the entries). ``missing``: ranks that left no dump;
+    ``unreadable``: ranks whose dump file is there but could not be read.
     """
 
     def __init__(
@@ -108,10 +110,12 @@ class Job:
         *,
         backend: Literal["nccl", "gloo"] = "nccl",
         missing: Iterable[int] = (),
+        unreadable: Iterable[int] = (),
     ) -> None:
         self.world = world
         self.backend = backend
         self.missing = frozenset(missing)
+        self.unreadable = frozenset(unreadable)
         self._groups: dict[str, tuple[int, ...]] = {"0": tuple(range(world))}
         self._descs: dict[str, str] = {"0": "default_pg"}
         self._entries: dict[int, list[dict[str, Any]]] = {r: [] for r in range(world)}
@@ -240,6 +244,7 @@ class Job:
 
     def dumps(self) -> DumpSet:
         """The dump set, read by the loader from the dumps (the missing ranks have none)."""
+        results: list[ParsedDump | DumpFormatError]
         ranks = [r for r in range(self.world) if r not in self.missing]
         candidates = [
             Candidate(
@@ -252,8 +257,13 @@ class Job:
             )
             for r in ranks
         ]
-        parsed = [parse_payload(self.dump(c.rank), "pickle", c) for c in candidates]
-        return build_dump_set(Path("built"), candidates, parsed)
+        results = [
+            DumpFormatError(f"{c.path}: truncated")
+            if c.rank in self.unreadable
+            else parse_payload(self.dump(c.rank), "pickle", c)
+            for c in candidates
+        ]
+        return build_dump_set(Path("built"), candidates, results)
 
     def facts(
         self,
