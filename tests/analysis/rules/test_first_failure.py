@@ -30,10 +30,16 @@ def test_the_first_cause_is_the_culprit_and_later_symptoms_its_victims() -> None
     assert f.detail.sure and f.detail.victims == (0, 1) and f.detail.later_causes == ()
 
 
-@pytest.mark.parametrize(("later_s", "together"), [(0.9, True), (1.0, True), (1.1, False)])
+TOGETHER_S = first_failure.TOGETHER_NS / 1e9
+
+
+@pytest.mark.parametrize(
+    ("later_s", "together"),
+    [(TOGETHER_S - 0.1, True), (TOGETHER_S, True), (TOGETHER_S + 0.1, False)],
+)
 def test_causes_within_a_second_of_the_first_are_first_too(later_s: float, together: bool) -> None:
-    """Rank 1's cause comes ``later_s`` after rank 2's: up to TOGETHER_NS (1 s) both are
-    first; past it, rank 1 is a later cause, not a culprit."""
+    """Rank 1's cause comes ``later_s`` after rank 2's: up to TOGETHER_NS (1 s, included)
+    both are first; past it, rank 1 is a later cause, not a culprit."""
     (f,) = _check(cause(2, at_s=10.0), cause(1, at_s=10.0 + later_s))
     assert isinstance(f.detail, FirstFailure)
     if together:

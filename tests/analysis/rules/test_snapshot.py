@@ -11,8 +11,6 @@ from frtrace.detail import RunningSnapshot
 from frtrace.model import Confidence, FindingKind, Severity
 from tests.analysis.facts_builder import Job
 
-WINDOW_S = 2.0  # the waits and the laggards' newest ops began this close to the newest entry
-
 
 def _pairs(pairs: int = 2, *, lag_s: float = 0.0) -> Job:
     """Pairs {0, 1}, {2, 3}, ...: each pair's first rank entered its #5, the second is done
@@ -40,9 +38,11 @@ def test_several_groups_one_op_behind_at_once_are_a_snapshot() -> None:
     assert [(f.group.name if f.group else None, f.seq) for f in found] == [("1", 5), ("2", 5)]
     details = [f.detail for f in found]
     assert all(isinstance(d, RunningSnapshot) for d in details)
-    assert [(d.behind, d.ahead, d.groups) for d in details if isinstance(d, RunningSnapshot)] == [
-        (1, (0,), 2),
-        (3, (2,), 2),
+    assert [
+        (d.behind, d.ahead, d.groups, d.window_s) for d in details if isinstance(d, RunningSnapshot)
+    ] == [
+        (1, (0,), 2, snapshot.WINDOW_S),
+        (3, (2,), 2, snapshot.WINDOW_S),
     ]
 
 
@@ -51,7 +51,9 @@ def test_one_group_behind_is_a_hang_not_a_snapshot() -> None:
     assert snapshot.check(_pairs(pairs=1).facts()) == []
 
 
-@pytest.mark.parametrize(("lag_s", "found"), [(WINDOW_S - 0.1, True), (WINDOW_S + 0.1, False)])
+@pytest.mark.parametrize(
+    ("lag_s", "found"), [(snapshot.WINDOW_S - 0.1, True), (snapshot.WINDOW_S + 0.1, False)]
+)
 def test_every_wait_within_the_window(lag_s: float, found: bool) -> None:
     """The second pair's ops are ``lag_s`` older than the newest entry: within WINDOW_S the
     picture is one instant; past it, independent stalls."""
