@@ -76,6 +76,24 @@ def test_two_laggards_in_one_group_are_not_a_snapshot() -> None:
     assert snapshot.check(job.facts()) == []
 
 
+@pytest.mark.xfail(
+    reason="known (issue 28): rules/snapshot.py checks that the laggards are not all in one "
+    "group (len({...}) < 2), not that no two share one, as its docstring says: two laggards "
+    "in group 1 beside one in group 2 give two warnings for group 1 (and groups=3)",
+    strict=True,
+)
+def test_two_laggards_in_one_group_beside_a_third_are_not_a_snapshot() -> None:
+    """Ranks 1 and 2 are behind in group {0, 1, 2}, rank 4 in pair {3, 4}: two laggards
+    share a group, which one instant of a running job does not explain."""
+    job = Job(world=5)
+    job.group("1", (0, 1, 2))
+    job.group("2", (3, 4))
+    for group, first in (("1", 0), ("2", 3)):
+        job.done("all_reduce", range(1, 5), group=group, at_s=9.95)
+        job.enter("all_reduce", 5, group=group, ranks=(first,), at_s=10.0)
+    assert snapshot.check(job.facts()) == []
+
+
 def test_a_laggard_holding_up_ranks_outside_its_group_is_a_chain() -> None:
     """Rank 1 is behind in pair {0, 1}, and rank 4 waits on rank 0 in a default-group op:
     rank 1 holds up a rank outside its pair, a real chain of waits, not a snapshot."""
