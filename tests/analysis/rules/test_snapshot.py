@@ -76,22 +76,6 @@ def test_two_laggards_in_one_group_are_not_a_snapshot() -> None:
     assert snapshot.check(job.facts()) == []
 
 
-def test_two_laggards_in_one_group_are_not_a_snapshot() -> None:
-    """Ranks 1 and 2 are both behind in the same group {0, 1, 2, 3}: not one op behind in a
-    group of their own each."""
-    job = Job(world=4)
-    job.group("1", (0, 1, 2, 3))
-    job.done("all_reduce", range(1, 5), group="1")
-    job.enter("all_reduce", 5, group="1", ranks=(0, 3))
-    assert snapshot.check(job.facts()) == []
-
-
-@pytest.mark.xfail(
-    reason="known (issue 28): rules/snapshot.py checks that the laggards are not all in one "
-    "group (len({...}) < 2), not that no two share one, as its docstring says: two laggards "
-    "in group 1 beside one in group 2 give two warnings for group 1 (and groups=3)",
-    strict=True,
-)
 def test_two_laggards_in_one_group_beside_a_third_are_not_a_snapshot() -> None:
     """Ranks 1 and 2 are behind in group {0, 1, 2}, rank 4 in pair {3, 4}: two laggards
     share a group, which one instant of a running job does not explain."""
