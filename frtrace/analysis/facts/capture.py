@@ -47,6 +47,15 @@ class DumpMoments:
     limit_s: Mapping[int, float]  # the longest pause that still counts as running
     running: frozenset[int]  # ranks whose dump caught them mid-work (idle <= limit)
 
+    def kept_waiting(self, rank: int, since_ns: int) -> bool:
+        """Had ``rank`` still not joined, at its own dump, an op its peers entered at
+        ``since_ns``, for longer than it ever pauses when running? (False where its dump
+        time or its cadence is unknown.)"""
+        at, limit = self.dumped_at_ns.get(rank), self.limit_s.get(rank)
+        if at is None or limit is None or since_ns <= 0:
+            return False
+        return (at - since_ns) / 1e9 > limit
+
 
 def dump_moments(
     dumps: DumpSet, dumped_at_ns: Mapping[int, int], failed_ranks: frozenset[int] = frozenset()

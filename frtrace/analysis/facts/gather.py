@@ -94,7 +94,7 @@ def gather_facts(
     matched = match(dumps, membership)
     give_back_memory()  # (matching's per-entry temporaries: before the next steps allocate)
     moments = dump_moments(dumps, dumped_at_ns or {}, failed_ranks)
-    waits = build_wait_graph(dumps, membership, matched, running=moments.running)
+    waits = build_wait_graph(dumps, membership, matched, running=moments.running, moments=moments)
     places: dict[int, CulpritWhere] = {}
     sampled: dict[int, ProcessStacks] = {}
     classes = None

@@ -13,7 +13,9 @@ something. For u blocked in collective (group, seq), member v is waited on when:
 - ``no_dump``: v has no readable dump and nothing else explains u's wait (inferred);
 - ``in_flight``: u's dump was written moments after it entered the op (``running``, from
   the dump time: ``capture``): u has not waited long, so whatever it waits on is an op in
-  flight in a running job, not a hang (a mismatch stays a mismatch). Without the dump time
+  flight in a running job, not a hang (a mismatch stays a mismatch), unless v's own dump
+  came long after u entered the op (longer than v ever pauses when running) without v
+  joining it: v was not on its way (``DumpMoments.kept_waiting``). Without the dump time
   the same picture is read as taken while stuck. Not a root cause: such edges are kept apart
   from the graph (``WaitGraph.in_flight``).
 
@@ -33,6 +35,7 @@ from typing import Any
 
 import networkx as nx
 
+from frtrace.analysis.facts.capture import DumpMoments
 from frtrace.analysis.facts.groups import Membership
 from frtrace.analysis.facts.ops import COLLECTIVE, MatchResult, OpRef
 from frtrace.load.tables import DumpSet
@@ -100,6 +103,7 @@ def build_wait_graph(
     membership: Membership,
     match: MatchResult,
     running: frozenset[int] = frozenset(),
+    moments: DumpMoments | None = None,
 ) -> WaitGraph:
     """Edges from every blocked rank; see the module docstring. ``running``: ranks whose dump
     was written moments after their newest entry (a snapshot of a running job)."""
@@ -119,6 +123,7 @@ def build_wait_graph(
         },
     )
     edges: list[Edge] = []
+    created = dumps.entries.column("time_created_ns")
     co_waiting: dict[tuple[int, int], set[int]] = defaultdict(set)
     inside: dict[tuple[int, int], bool] = {}
     for u, op in match.blocked.items():
@@ -136,8 +141,12 @@ def build_wait_graph(
             found = _p2p_edges(ctx, op)
         failed = op.seq is not None and (op.gid, op.seq) in match.failed
         if u in running and not failed:  # u entered its op moments before its dump
+            began = int(created[op.row].as_py() or 0)
             found = [
-                e if e.kind == EdgeKind.MISMATCH else replace(e, kind=EdgeKind.IN_FLIGHT)
+                e
+                if e.kind == EdgeKind.MISMATCH
+                or (moments is not None and moments.kept_waiting(e.target, began))
+                else replace(e, kind=EdgeKind.IN_FLIGHT)
                 for e in found
             ]
         edges.extend(found)

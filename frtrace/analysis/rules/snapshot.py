@@ -44,7 +44,9 @@ def check(facts: Facts) -> list[Finding]:
     if len(by_culprit) < 2:
         return []
     groups = {c: {e.gid for e in edges} for c, edges in by_culprit.items()}
-    if any(len(g) != 1 for g in groups.values()) or len({min(g) for g in groups.values()}) < len(groups):
+    if any(len(g) != 1 for g in groups.values()) or len({min(g) for g in groups.values()}) < len(
+        groups
+    ):
         return []  # each one op behind in a group of its own, and no two in the same group
     for c, edges in by_culprit.items():
         members = set(facts.membership.groups[edges[0].gid].members)

@@ -45,13 +45,6 @@ def test_waits_in_a_running_job_are_in_flight(idle_s: float, running: bool) -> N
     assert {d.limit_s for d in f.detail.dumped} == {0.25}
 
 
-@pytest.mark.xfail(
-    reason="known (issue 28): a wait is marked in flight on the waiter's dump time alone "
-    "(waitgraph.build_wait_graph); in_flight_findings' docstring says both sides' dumps were "
-    "written moments after their newest entries, and rank 2, dumped 3 s after its own, was not "
-    "between ops (the hang rule does not name it either)",
-    strict=True,
-)
 def test_a_rank_that_dumped_late_keeps_its_peers_waiting() -> None:
     """Ranks 0, 1, 3 dumped 0.1 s after entering #7, rank 2 3 s after its newest entry (#6)
     without entering #7: it was not between ops, so the waits on it are not in flight."""
@@ -66,10 +59,11 @@ def test_a_rank_that_dumped_late_keeps_its_peers_waiting() -> None:
 def test_a_rank_without_a_dump_time_shares_its_capture(
     spread_s: float, waiting: tuple[int, ...]
 ) -> None:
-    """Ranks 0 and 3 dumped 0.1 s after the newest entry, rank 2 ``spread_s`` later, rank 1
-    says nothing: within 1 s the three were one capture, and rank 1, dumped then too, is
-    running; past it, rank 1's moment is unknown and its wait is not in flight."""
+    """Ranks 0 and 3 dumped 0.1 s after the newest entry, rank 2 ``spread_s`` earlier (before
+    the others entered #7: it was not kept waiting), rank 1 says nothing: within 1 s the
+    three were one capture, and rank 1, dumped then too, is running; past it, rank 1's moment
+    is unknown and its wait is not in flight."""
     job = _rank_2_between_ops()
-    at = dict.fromkeys((0, 3), job.newest_s + 0.1) | {2: job.newest_s + 0.1 + spread_s}
+    at = dict.fromkeys((0, 3), job.newest_s + 0.1) | {2: job.newest_s + 0.1 - spread_s}
     (f,) = in_flight.check(job.facts(dumped_at_s=at))
     assert f.waiting_ranks == waiting
