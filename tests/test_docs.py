@@ -5,7 +5,8 @@
 - every option of a `frtrace` command shown in code exists on that command;
 - every relative link resolves, anchors included;
 - the developers' two commands: the test command is the line `.ci/run` runs;
-- the code map in docs/architecture.md and the package tree agree, both ways.
+- the code map in docs/architecture.md and the package tree agree, both ways;
+- every file a "how to change" list in docs/architecture.md names exists.
 """
 
 from __future__ import annotations
@@ -204,3 +205,17 @@ def test_the_code_map_lists_nothing_the_package_lacks() -> None:
     missing += sorted(d for d in folders if not (package / d).is_dir())
     assert not missing, f"docs/architecture.md's map lists {missing}, not in frtrace/"
     assert len(files) > 100 and folders
+
+
+@pytest.mark.parametrize(
+    "section", ["### Adding a rule", "### Reading a new kind of evidence file"]
+)
+def test_every_file_a_change_touches_exists(section: str) -> None:
+    """The lists of files a change touches name files and folders of this checkout (a name
+    with ``<...>`` in it is the one the change makes)."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    body = text.split(section, 1)[1].split("\n### ", 1)[0].split("\n## ", 1)[0]
+    named = [s for s in SPAN.findall(body) if "/" in s and "<" not in s and " " not in s]
+    assert len(named) >= 6
+    missing = [s for s in named if not (ROOT / s).exists()]
+    assert not missing
