@@ -7,6 +7,7 @@ from :mod:`frtrace.cli`, imported when a command runs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -16,6 +17,8 @@ from frtrace.gate.exitcodes import EXIT_OK, EXIT_PROBLEM
 
 if TYPE_CHECKING:
     from frtrace.analysis.compare import SnapshotComparison
+    from frtrace.collect.incident import Snapshot
+    from frtrace.progress import Phase
 
 __all__ = ["collect", "compare"]
 
@@ -39,7 +42,7 @@ def collect(
             min=0.5,
         ),
     ] = None,
-    env_match: Annotated[
+    env_match_items: Annotated[
         list[str] | None,
         typer.Option("--env", help="Only processes with this variable, e.g. MASTER_PORT=29500."),
     ] = None,
@@ -91,82 +94,68 @@ def collect(
 
     Example: frtrace collect /shared/incident --no-analyze   # on every host, then analyze once
     """
-    from tabulate import tabulate
-
-    from frtrace.cli.app import _echo, _fail, analyze
+    from frtrace.cli.app import _fail, analyze
     from frtrace.cli.params import progress_display
-    from frtrace.collect.run import CollectOptions, collect_from_store, render_table
-    from frtrace.collect.run import collect as run_collect
-    from frtrace.collect.store import parse_store_address
+    from frtrace.collect.incident import collect_incident, env_match
+    from frtrace.collect.run import CollectOptions
     from frtrace.errors import CollectError, SeveralJobs
 
-    match: dict[str, str] = {}
-    for item in env_match or []:
-        key, eq, value = item.partition("=")
-        if not eq or not key:
-            raise _fail(f"--env {item!r}: give NAME=VALUE, e.g. --env MASTER_PORT=29500")
-        match[key] = value
-    options = CollectOptions(
-        dump_timeout_s=timeout,
-        http_timeout_s=timeout,
-        pyspy=pyspy,
-        match_env=match or None,
-        any_user=any_user,
-    )
-    if store is not None and (match or any_user):
-        raise _fail("--store collects every rank the job registered: no --env or --any-user")
-    snaps = [out_dir] if twice is None else [out_dir / "snap1", out_dir / "snap2"]
-    for i, snap in enumerate(snaps):
-        if i:
-            import time
-
-            time.sleep(twice or 0)
-        try:
-            with progress_display() as shown, shown.phase("collect") as phase:
-                phase.describe("the ranks' dumps and stacks")
-                if store is None:
-                    result = run_collect(snap, options)
-                else:
-                    result = collect_from_store(snap, *parse_store_address(store), options)
-                hosts = len({rc.host for rc in result.ranks})
-                phase.describe(
-                    f"{len(result.ranks):,} rank{'s' if len(result.ranks) != 1 else ''} on "
-                    f"{hosts:,} host{'s' if hosts != 1 else ''}"
-                )
-        except OSError as exc:
-            raise _fail(f"{snap}: cannot collect there ({exc.strerror})") from None
-        except (SeveralJobs, CollectError) as exc:
-            raise _fail(exc) from None
-        others = ""
-        if result.others:
-            s = "es" if result.others != 1 else ""
-            others = (
-                f"{result.others} rank process{s} of other users left alone (--any-user to "
-                "collect them, as root)"
+    try:
+        options = CollectOptions(
+            dump_timeout_s=timeout,
+            http_timeout_s=timeout,
+            pyspy=pyspy,
+            match_env=env_match(env_match_items or []) or None,
+            any_user=any_user,
+        )
+        with progress_display() as shown, shown.phase("collect") as phase:
+            phase.describe("the ranks' dumps and stacks")
+            snaps = collect_incident(
+                out_dir, options, store=store, twice_s=twice, each=_said(phase)
             )
-        for problem in result.problems:
-            _echo(f"not collected: {problem}")
-        if not result.ranks and store is not None:
-            raise _fail(f"the store at {store} names no usable worker server")
-        if not result.ranks:
-            raise _fail(
-                "no rank process found on this host (no process with RANK in its environment"
-                + (f" and {', '.join(env_match or [])}" if match else "")
-                + " that this user can read); run it as the job's user, on a host of the job"
-                + (f"; {others}" if others else "")
-            )
-        headers = ("rank", "host", "pid", "Flight Recorder dump", "stacks", "not collected")
-        _echo(f"collected into {snap}:")
-        _echo(tabulate(render_table(result), headers=headers))
-        if others:
-            _echo(others)
+    except (SeveralJobs, CollectError) as exc:
+        raise _fail(exc) from None
     if no_analyze:
         raise typer.Exit(code=EXIT_OK)
-    _echo("")
+    _echo_line("")
     if twice is not None:
-        _compare_snapshots(snaps[0], snaps[1], None)
-        _echo("")
-    analyze(dump_dir=snaps[-1], allow_partial=True)
+        _compare_snapshots(snaps[0].folder, snaps[1].folder, None)
+        _echo_line("")
+    analyze(dump_dir=snaps[-1].folder, allow_partial=True)
+
+
+def _said(phase: Phase) -> Callable[[Snapshot], None]:
+    """What a snapshot collected, said as it is taken: the progress line, what could not be
+    collected, the table per rank, the other users' ranks left alone."""
+    from tabulate import tabulate
+
+    from frtrace.collect.incident import others_left_alone
+    from frtrace.collect.run import render_table
+
+    def say(snapshot: Snapshot) -> None:
+        result = snapshot.result
+        hosts = len({rc.host for rc in result.ranks})
+        phase.describe(
+            f"{len(result.ranks):,} rank{'s' if len(result.ranks) != 1 else ''} on "
+            f"{hosts:,} host{'s' if hosts != 1 else ''}"
+        )
+        for problem in result.problems:
+            _echo_line(f"not collected: {problem}")
+        if not result.ranks:
+            return
+        headers = ("rank", "host", "pid", "Flight Recorder dump", "stacks", "not collected")
+        _echo_line(f"collected into {snapshot.folder}:")
+        _echo_line(tabulate(render_table(result), headers=headers))
+        if result.others:
+            _echo_line(others_left_alone(result))
+
+    return say
+
+
+def _echo_line(text: str) -> None:
+    from frtrace.cli.app import _echo
+
+    _echo(text)
 
 
 def compare(
