@@ -188,6 +188,7 @@ def _write(path: Path, text: str) -> None:
         raise _fail(f"{path}: cannot write the report ({exc.strerror})") from None
 
 
+# long: a typer command declares each option, with its help, in its signature
 @app.command()
 def analyze(
     dump_path: DirArgument = None,
@@ -282,6 +283,7 @@ def analyze(
     raise typer.Exit(code=analysis_exit_code(report, allow_partial=allow_partial))
 
 
+# long: a typer command declares each option, with its help, in its signature
 @app.command()
 def check(
     dump_path: DirArgument = None,

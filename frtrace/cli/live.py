@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["collect", "compare"]
 
 
+# long: a typer command declares each option, with its help, in its signature
 def collect(
     out_dir: Annotated[
         Path, typer.Argument(help="Directory to collect into (created).", file_okay=False)
