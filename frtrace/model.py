@@ -172,28 +172,6 @@ class Finding:
         """Stable code, e.g. FR001."""
         return KIND_CODES[self.kind]
 
-    # The words, for callers outside report/ (report/wording.py makes them from ``detail``)
-    @property
-    def summary(self) -> str:
-        """One line, as every reporter shows it."""
-        from frtrace.report.wording import summary
-
-        return summary(self)
-
-    @property
-    def why(self) -> str:
-        """What the confidence rests on."""
-        from frtrace.report.wording import why
-
-        return why(self)
-
-    @property
-    def evidence(self) -> tuple[str, ...]:
-        """Facts a user can check in the dumps."""
-        from frtrace.report.wording import evidence
-
-        return evidence(self)
-
     def sort_key(self) -> tuple[int, str, str, int, tuple[int, ...]]:
         """Most severe first, then by code, group and sequence, for deterministic output."""
         group = self.group.name if self.group else ""

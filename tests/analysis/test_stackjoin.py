@@ -20,6 +20,7 @@ from frtrace.pystack.discover import StackSet, load_stacks
 from frtrace.pystack.model import Frame, ProcessStacks, ThreadStack
 from frtrace.report.json import report_to_dict
 from frtrace.report.text import render_text
+from frtrace.report.wording import evidence, summary
 from tests.conftest import FIXTURES, GLOO, make_dump, make_entry, write_pickle
 
 SAMPLES = FIXTURES / "pystack"
@@ -67,7 +68,7 @@ def test_culprit_where_in_summary_evidence_json_and_classes(tmp_path: Path) -> N
     report = analyze(_with_stacks(tmp_path))
     f = report.findings[0]
     assert f.culprit_ranks == (2,)
-    assert f.summary.endswith("; rank 2: in host code at load_batch (hung_job.py:23)")
+    assert summary(f).endswith("; rank 2: in host code at load_batch (hung_job.py:23)")
     (w,) = f.where
     assert (w.function, w.file, w.line, w.place, w.source) == (
         "load_batch",
@@ -76,7 +77,7 @@ def test_culprit_where_in_summary_evidence_json_and_classes(tmp_path: Path) -> N
         "host code",
         "py-spy-text",
     )
-    assert f.evidence[0].startswith("rank 2's Python stack (py-spy-text, pyspy_rank_2.txt)")
+    assert evidence(f)[0].startswith("rank 2's Python stack (py-spy-text, pyspy_rank_2.txt)")
     assert report.stacks is not None and report.stacks.agreement == "corroborates"
     text = render_text(report)
     assert text.splitlines()[1].startswith("  1. rank 2 never joined all_reduce #12")
