@@ -44,6 +44,7 @@ from enum import IntEnum, StrEnum
 from typing import Literal
 
 from frtrace.detail import CulpritStack, CulpritWhere, Detail, Disagreement, GroupRef, OpSignature
+from frtrace.detail.notes import DataNote, StragglerBasis
 from frtrace.detail.series import StackSeries
 from frtrace.evidence.model import Failure
 from frtrace.pystack.classes import StackClasses
@@ -194,7 +195,8 @@ class Straggler:
     median_late_ms: float  # median of how much later it arrived than the next-latest member, ms
     groups: tuple[str, ...]  # group names where it was late
     corroborated: bool  # host-local timing (duration, completion) agrees: not clock skew
-    note: str
+    basis: StragglerBasis  # what that rests on (``report.words_notes.straggler_note`` says it)
+    shorter_wait_ms: float | None = None  # CORROBORATED: how much less it waited inside, median
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -235,7 +237,7 @@ class Report:
     ranks_loaded: tuple[int, ...]
     ranks_missing: tuple[int, ...]  # no dump file
     ranks_unreadable: tuple[int, ...]  # a file that could not be read
-    data_notes: tuple[str, ...]  # what was missing or inferred, and what would settle it
+    data_notes: tuple[DataNote, ...]  # what was missing or inferred (report.words_notes)
     groups: tuple[GroupRef, ...]
     wait_edges: tuple[tuple[int, int, str], ...]  # (waiter, waited-on, why), sorted
     suspected_ranks: tuple[int, ...] = ()  # culprits inferred only from missing dumps

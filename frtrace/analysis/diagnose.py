@@ -21,11 +21,11 @@ from frtrace.analysis.segments import rank_group_spans
 from frtrace.analysis.stragglers import find_stragglers
 from frtrace.analysis.verdict import verdict
 from frtrace.analysis.waitgraph import victims_of
+from frtrace.detail.notes import PresumedHeldUp
 from frtrace.evidence.model import JobEvidence
 from frtrace.load.tables import DumpSet, give_back_memory
 from frtrace.model import GroupProgress, Report, Severity
 from frtrace.pystack.discover import StackSet
-from frtrace.ranges import format_ranks
 
 __all__ = ["diagnose", "diagnose_facts"]
 
@@ -54,8 +54,7 @@ def diagnose_facts(facts: Facts) -> Report:
     decision = verdict(found, facts, stragglers)
     notes = data_notes(facts.dumps, facts.membership, facts.matched, facts.waits, decision.verdict)
     notes += [
-        f"rank {r} has no dump, but its peers in {label} wait on {format_ranks(by)}: it is "
-        "presumably held up there too, not a cause"
+        PresumedHeldUp(rank=r, where=label, by=by)
         for r, (label, by) in sorted(decision.presumed.items())
     ]
     culprits = decision.culprits

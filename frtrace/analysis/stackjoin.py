@@ -23,6 +23,7 @@ from typing import Literal
 from frtrace.analysis.series import stack_series
 from frtrace.analysis.signatures import call_site
 from frtrace.detail import NeverJoined
+from frtrace.detail.notes import NoStackFor, StackFileProblem
 from frtrace.model import (
     Confidence,
     CulpritStack,
@@ -237,7 +238,8 @@ def _class_text(c: StackClass) -> str:
 
 def join_stacks(report: Report, stacks: StackSet) -> Report:
     """The report with each culprit's place, and the stack classes, when stacks were found."""
-    problems = tuple(p.message for p in stacks.problems)
+    messages = tuple(p.message for p in stacks.problems)
+    problems = tuple(StackFileProblem(message=m) for m in messages)
     if not stacks.by_rank:
         if not problems:
             return report
@@ -259,15 +261,11 @@ def join_stacks(report: Report, stacks: StackSet) -> Report:
         agreement=agreement,
         statement=statement,
         unexplained_ranks=unexplained,
-        problems=problems,
+        problems=messages,
         series=stack_series(stacks.samples),
     )
     notes = report.data_notes
     no_stack = [r for r in report.ranks_loaded if r not in by_rank]
     if no_stack and len(no_stack) < len(report.ranks_loaded):
-        notes = (
-            *notes,
-            f"no Python stack sample for {_ranks(no_stack)}: the stack classes leave "
-            "them out (py-spy dump --pid, or frtrace collect, gets one)",
-        )
+        notes = (*notes, NoStackFor(ranks=tuple(no_stack)))
     return replace(report, findings=findings, stacks=evidence, data_notes=(*notes, *problems))

@@ -15,6 +15,7 @@ from frsim import Fault, FaultKind, JobSpec, simulate, write_dumps
 from frtrace.model import FindingKind, Verdict
 from frtrace.pipeline import analyze
 from frtrace.report.wording import why
+from frtrace.report.words_notes import note
 from tests.conftest import make_dump, make_entry, write_pickle
 
 MESH = {"world_size": 8, "tp": 2, "pp": 2, "steps": 5, "seed": 3}
@@ -102,7 +103,7 @@ def test_a_missing_dump_in_a_healthy_job_blames_nobody(tmp_path: Path) -> None:
     """Nothing pending: a missing file is reported as missing data, not as a culprit."""
     _truth, report = run(tmp_path, Fault(kind=FaultKind.MISSING_DUMP, rank=3))
     assert report.culprit_ranks == () and report.verdict == Verdict.HEALTHY
-    assert any("no dump for rank(s) 3" in n for n in report.data_notes)
+    assert any("no dump for rank(s) 3" in note(n) for n in report.data_notes)
 
 
 def test_straggler_is_a_warning_not_a_culprit(tmp_path: Path) -> None:
