@@ -46,6 +46,7 @@ from typing import Literal
 from frtrace.detail import CulpritStack, CulpritWhere, Detail, Disagreement, GroupRef, OpSignature
 from frtrace.detail.notes import DataNote, StragglerBasis
 from frtrace.detail.series import StackSeries
+from frtrace.detail.stacks import StackReading
 from frtrace.evidence.model import Failure
 from frtrace.pystack.classes import StackClasses
 
@@ -135,7 +136,7 @@ class StackEvidence:
     # culprit, or a culprit shares the waiting ranks' stack; "no_culprit": the dumps name
     # none; "no_culprit_stack": no stack for any culprit
     agreement: str
-    statement: str  # one sentence saying which, and why
+    reading: StackReading  # which, and why (``report.words_stacks`` says it in one sentence)
     unexplained_ranks: tuple[int, ...] = ()  # outliers neither culprit nor waiting
     problems: tuple[str, ...] = ()  # stack files that could not be read, one line each
     series: StackSeries | None = None  # periodic samples over time: which ranks moved

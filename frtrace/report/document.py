@@ -36,6 +36,7 @@ from frtrace.report.stacks import class_lines, series_lines, where_line
 from frtrace.report.timeline import timeline_lines
 from frtrace.report.wording import disagreement, evidence, summary, why
 from frtrace.report.words_notes import note, straggler_note
+from frtrace.report.words_stacks import stack_statement
 
 __all__ = [
     "Block",
@@ -293,7 +294,7 @@ def _stacks(doc: _Doc, report: Report) -> None:
     title, lines = class_lines(ev)
     doc.add(
         Heading(2, "Where each rank is (Python stacks)"),
-        Para(ev.statement, strong=True),
+        Para(stack_statement(ev.reading), strong=True),
         Bullets(tuple(lines), title=title),
         Figure("stacktree"),
     )

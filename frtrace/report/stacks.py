@@ -19,6 +19,7 @@ from frtrace.pystack.where import frame_label as _frame_label
 from frtrace.pystack.where import short_filename
 from frtrace.report.common import compact_ranks
 from frtrace.report.filenames import file_names
+from frtrace.report.words_stacks import stack_statement
 
 __all__ = [
     "MAX_CLASS_LINES",
@@ -160,7 +161,7 @@ def stacks_to_dict(evidence: StackEvidence) -> dict[str, Any]:
     tree = tree_to_dict(res.tree, node)
     return {
         "agreement": evidence.agreement,
-        "statement": evidence.statement,
+        "statement": stack_statement(evidence.reading),
         "ranks_with_stacks": list(evidence.ranks_with_stacks),
         "sources": dict(evidence.sources),
         "unexplained_ranks": list(evidence.unexplained_ranks),

@@ -21,6 +21,7 @@ from frtrace.pystack.model import Frame, ProcessStacks, ThreadStack
 from frtrace.report.json import report_to_dict
 from frtrace.report.text import render_text
 from frtrace.report.wording import evidence, summary
+from frtrace.report.words_stacks import stack_statement
 from tests.conftest import FIXTURES, GLOO, make_dump, make_entry, write_pickle
 
 SAMPLES = FIXTURES / "pystack"
@@ -103,7 +104,7 @@ def test_stacks_question_the_verdict_when_the_culprit_looks_like_its_waiters(
     report = analyze(_with_stacks(tmp_path, culprit_sample="pyspy_rank_0.txt"))
     assert report.stacks is not None
     assert report.stacks.agreement == "questions"
-    assert "same stack as ranks waiting on it" in report.stacks.statement
+    assert "same stack as ranks waiting on it" in stack_statement(report.stacks.reading)
     assert report.findings[0].where[0].place == "collective"
 
 
