@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from frtrace.analysis.compare import compare_snapshots, render_comparison
+from frtrace.analysis.compare import compare_snapshots
 from frtrace.analysis.stackjoin import join_stacks
 from frtrace.load.discover import discover
 from frtrace.load.tables import load_dumps
 from frtrace.pipeline import analyze, analyze_dumps
 from frtrace.pystack.discover import StackSet, load_stacks
 from frtrace.pystack.model import Frame, ProcessStacks, ThreadStack
+from frtrace.report.compare import render_comparison
 from frtrace.report.json import report_to_dict
 from frtrace.report.text import render_text
 from frtrace.report.wording import evidence, summary
