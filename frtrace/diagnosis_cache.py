@@ -62,11 +62,7 @@ CODE = (
     "progress.py",  # (it says what the run does; hashed as every module the pipeline imports)
     "pystack",
     "ranges.py",
-    # (not the renderers: Finding.summary, .why and .evidence say a finding through these)
-    "report/wording.py",
-    "report/words.py",
-    "report/words_desync.py",
-    "report/words_hang.py",
+    # (never report/: the Report holds typed values, no words; report/ says them when shown)
 )
 
 

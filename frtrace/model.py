@@ -44,7 +44,9 @@ from enum import IntEnum, StrEnum
 from typing import Literal
 
 from frtrace.detail import CulpritStack, CulpritWhere, Detail, Disagreement, GroupRef, OpSignature
+from frtrace.detail.notes import DataNote, StragglerBasis
 from frtrace.detail.series import StackSeries
+from frtrace.detail.stacks import StackReading
 from frtrace.evidence.model import Failure
 from frtrace.pystack.classes import StackClasses
 
@@ -134,7 +136,7 @@ class StackEvidence:
     # culprit, or a culprit shares the waiting ranks' stack; "no_culprit": the dumps name
     # none; "no_culprit_stack": no stack for any culprit
     agreement: str
-    statement: str  # one sentence saying which, and why
+    reading: StackReading  # which, and why (``report.words_stacks`` says it in one sentence)
     unexplained_ranks: tuple[int, ...] = ()  # outliers neither culprit nor waiting
     problems: tuple[str, ...] = ()  # stack files that could not be read, one line each
     series: StackSeries | None = None  # periodic samples over time: which ranks moved
@@ -172,28 +174,6 @@ class Finding:
         """Stable code, e.g. FR001."""
         return KIND_CODES[self.kind]
 
-    # The words, for callers outside report/ (report/wording.py makes them from ``detail``)
-    @property
-    def summary(self) -> str:
-        """One line, as every reporter shows it."""
-        from frtrace.report.wording import summary
-
-        return summary(self)
-
-    @property
-    def why(self) -> str:
-        """What the confidence rests on."""
-        from frtrace.report.wording import why
-
-        return why(self)
-
-    @property
-    def evidence(self) -> tuple[str, ...]:
-        """Facts a user can check in the dumps."""
-        from frtrace.report.wording import evidence
-
-        return evidence(self)
-
     def sort_key(self) -> tuple[int, str, str, int, tuple[int, ...]]:
         """Most severe first, then by code, group and sequence, for deterministic output."""
         group = self.group.name if self.group else ""
@@ -216,7 +196,8 @@ class Straggler:
     median_late_ms: float  # median of how much later it arrived than the next-latest member, ms
     groups: tuple[str, ...]  # group names where it was late
     corroborated: bool  # host-local timing (duration, completion) agrees: not clock skew
-    note: str
+    basis: StragglerBasis  # what that rests on (``report.words_notes.straggler_note`` says it)
+    shorter_wait_ms: float | None = None  # CORROBORATED: how much less it waited inside, median
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -257,7 +238,7 @@ class Report:
     ranks_loaded: tuple[int, ...]
     ranks_missing: tuple[int, ...]  # no dump file
     ranks_unreadable: tuple[int, ...]  # a file that could not be read
-    data_notes: tuple[str, ...]  # what was missing or inferred, and what would settle it
+    data_notes: tuple[DataNote, ...]  # what was missing or inferred (report.words_notes)
     groups: tuple[GroupRef, ...]
     wait_edges: tuple[tuple[int, int, str], ...]  # (waiter, waited-on, why), sorted
     suspected_ranks: tuple[int, ...] = ()  # culprits inferred only from missing dumps

@@ -256,3 +256,26 @@ def test_long_functions_are_few_and_say_why() -> None:
                 unexplained.append(name)
     assert not unexplained
     assert len(long) <= 3, long
+
+
+# The entry points above the renderers, the gate and the CLI: what they may import is theirs
+_RENDERERS_UP = ("report", "cli", "gate")
+_ENTRY_POINTS = {"__main__.py", "testing.py"}  # (``python -m frtrace``; ``frtrace.testing``)
+
+
+def test_nothing_below_the_renderers_imports_them() -> None:
+    """No module outside report/, cli/ and gate/ (the entry points aside) imports them, at any
+    depth of the tree and lazily or not: the model and the analysis hold no words."""
+    below = [
+        p
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if p.relative_to(PACKAGE).parts[0] not in _RENDERERS_UP
+        and str(p.relative_to(PACKAGE)) not in _ENTRY_POINTS
+    ]
+    upward = {
+        str(p.relative_to(PACKAGE)): sorted(used)
+        for p in below
+        if (used := _frtrace_imports(p) & set(_RENDERERS_UP))
+    }
+    assert upward == {}
+    assert len(below) > 100 and PACKAGE / "analysis" / "rules" / "hang.py" in below

@@ -159,7 +159,8 @@ def test_a_change_is_a_miss(tmp_path: Path, change: str, monkeypatch: pytest.Mon
 
 
 def test_code_digest_covers_the_analysis(tmp_path: Path) -> None:
-    """Editing any source the Report depends on changes the digest; a renderer does not."""
+    """Editing any source the Report depends on changes the digest; a renderer or the words
+    of report/ do not (the cached Report holds none)."""
     package = tmp_path / "frtrace"
     shutil.copytree(dc.PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
     before = dc.code_digest(package)
@@ -172,6 +173,9 @@ def test_code_digest_covers_the_analysis(tmp_path: Path) -> None:
     assert dc.code_digest(package) == before
     (package / "report" / "text.py").write_text("# another renderer\n")
     assert dc.code_digest(package) == before
+    for name in ("wording.py", "words_hang.py", "words_notes.py"):  # the words: said when shown
+        (package / "report" / name).write_text("# other words\n")
+        assert dc.code_digest(package) == before, name
 
 
 def _module_file(module: str) -> Path | None:

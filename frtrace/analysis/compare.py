@@ -5,40 +5,17 @@ place when dumped. Two can. Per rank, it *moved* when its newest record id chang
 recorded any op at all in between), or when the highest sequence number it entered or
 finished in any group changed. Per group, the members that moved and those that did not;
 for the job, ``hung`` when no rank moved, ``slow`` when some did (the others are named: they
-are where to look), ``progressing`` when every rank moved.
+are where to look), ``progressing`` when every rank moved (``detail.motion``; its words:
+``report.compare``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from frtrace.detail.motion import GroupMotion, Motion, SnapshotComparison
 from frtrace.load.tables import DumpSet
-from frtrace.model import GroupRef, Report
-from frtrace.ranges import format_ranks
+from frtrace.model import Report
 
-__all__ = ["GroupMotion", "SnapshotComparison", "compare_snapshots", "render_comparison"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GroupMotion:
-    """One group's members that moved between the snapshots, and those that did not."""
-
-    group: GroupRef
-    moved: tuple[int, ...]
-    still: tuple[int, ...]
-    before: tuple[int | None, ...]  # highest seq entered per member, first snapshot
-    after: tuple[int | None, ...]  # the same, second snapshot
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SnapshotComparison:
-    verdict: str  # "hung", "slow", "progressing", "cannot_tell"
-    statement: str
-    moved: tuple[int, ...]
-    still: tuple[int, ...]
-    compared: tuple[int, ...]  # ranks with a dump in both snapshots
-    groups: tuple[GroupMotion, ...]
-    gap_s: float | None  # seconds between the snapshots' newest entries, if known
+__all__ = ["compare_snapshots"]
 
 
 def _record_ids(dumps: DumpSet) -> dict[int, int | None]:
@@ -103,42 +80,18 @@ def compare_snapshots(
     ta, tb = _newest_ns(first), _newest_ns(second)
     gap = None if ta is None or tb is None else (tb - ta) / 1e9
     if not compared:
-        verdict, text = "cannot_tell", "no rank has a readable dump in both snapshots"
+        verdict = Motion.CANNOT_TELL
     elif not moved:
-        verdict = "hung"
-        text = f"HUNG: none of the {len(compared)} ranks moved between the snapshots"
+        verdict = Motion.HUNG
     elif still:
-        verdict = "slow"
-        text = (
-            f"SLOW, NOT HUNG: ranks {format_ranks(sorted(moved))} moved; "
-            f"rank{'s' if len(still) > 1 else ''} {format_ranks(still)} did not (look there)"
-        )
+        verdict = Motion.SLOW
     else:
-        verdict = "progressing"
-        text = f"PROGRESSING: all {len(compared)} ranks moved between the snapshots"
+        verdict = Motion.PROGRESSING
     return SnapshotComparison(
         verdict=verdict,
-        statement=text,
         moved=tuple(sorted(moved)),
         still=still,
         compared=tuple(compared),
         groups=tuple(groups),
         gap_s=gap,
     )
-
-
-def render_comparison(c: SnapshotComparison, *, max_groups: int = 12) -> str:
-    """A few lines: the verdict, then per group which members moved."""
-    lines = [c.statement]
-    for g in c.groups[:max_groups]:
-        if not g.moved and not g.still:
-            continue
-        state = "none moved" if not g.moved else f"moved {format_ranks(g.moved)}"
-        if g.moved and g.still:
-            state += f"; still {format_ranks(g.still)}"
-        elif g.moved:
-            state = "all moved"
-        lines.append(f"  {g.group.label}: {state}")
-    if len(c.groups) > max_groups:
-        lines.append(f"  … {len(c.groups) - max_groups} more groups")
-    return "\n".join(lines) + "\n"

@@ -22,12 +22,12 @@ from frtrace.analysis.rules import RULES
 from frtrace.analysis.stackjoin import Named, stack_evidence, stack_notes, with_stacks
 from frtrace.analysis.stragglers import find_stragglers
 from frtrace.analysis.verdict import verdict
+from frtrace.detail.notes import PresumedHeldUp
 from frtrace.evidence.collected import Collected
 from frtrace.evidence.model import JobEvidence
 from frtrace.load.tables import DumpSet, give_back_memory
 from frtrace.model import GroupProgress, Report, Severity
 from frtrace.pystack.discover import StackSet
-from frtrace.ranges import format_ranks
 
 __all__ = ["diagnose", "diagnose_facts"]
 
@@ -53,8 +53,7 @@ def diagnose_facts(facts: Facts) -> Report:
     decision = verdict(found, facts, stragglers)
     notes = data_notes(facts.dumps, facts.membership, facts.matched, facts.waits, decision.verdict)
     notes += [
-        f"rank {r} has no dump, but its peers in {label} wait on {format_ranks(by)}: it is "
-        "presumably held up there too, not a cause"
+        PresumedHeldUp(rank=r, where=label, by=by)
         for r, (label, by) in sorted(decision.presumed.items())
     ]
     culprits = decision.culprits

@@ -7,11 +7,19 @@ from frtrace.analysis.facts import stateless_ranks
 from frtrace.analysis.facts.groups import Membership
 from frtrace.analysis.facts.ops import MatchResult
 from frtrace.analysis.facts.waitgraph import WaitGraph
-from frtrace.load.tables import DumpSet
-from frtrace.model import (
-    Verdict,
+from frtrace.detail.notes import (
+    BuffersWrapped,
+    DataNote,
+    LoadWarnings,
+    NoDumpFor,
+    OldDumps,
+    StatelessDumps,
+    UnexplainedBlocked,
+    UnreadableDumps,
+    WorldSizeGuessed,
 )
-from frtrace.ranges import format_ranks
+from frtrace.load.tables import DumpSet
+from frtrace.model import Verdict
 
 __all__ = ["data_notes", "unexplained_ranks"]
 
@@ -22,25 +30,17 @@ def data_notes(
     matched: MatchResult,
     waits: WaitGraph,
     verdict: Verdict,
-) -> list[str]:
-    notes: list[str] = []
+) -> list[DataNote]:
+    """What the dumps could not show, in the order a report says it (``report.words_notes``
+    makes each sentence)."""
+    notes: list[DataNote] = []
     world = dumps.world
     if dumps.missing_ranks:
-        notes.append(
-            f"no dump for rank(s) {format_ranks(dumps.missing_ranks)} of {world.size}: a rank "
-            "that crashed or hung hard often writes none. Their state is unknown; their "
-            "dumps (TORCH_FR_DUMP_TEMP_FILE on their hosts) or logs would settle it."
-        )
+        notes.append(NoDumpFor(ranks=tuple(dumps.missing_ranks), world_size=world.size))
     if dumps.unreadable_ranks:
-        notes.append(
-            f"unreadable dump for rank(s) {format_ranks(dumps.unreadable_ranks)}; see the "
-            "errors above. Those ranks are analysed as if they had no dump."
-        )
+        notes.append(UnreadableDumps(ranks=tuple(dumps.unreadable_ranks)))
     if not world.certain:
-        notes.append(
-            f"world size {world.size} taken from the {world.source}; if the job had more "
-            "ranks, the highest ones have no dump and are not seen."
-        )
+        notes.append(WorldSizeGuessed(size=world.size, source=world.source))
     wrapped = [
         r
         for r, w in zip(
@@ -51,37 +51,19 @@ def data_notes(
         if w
     ]
     if wrapped:
-        notes.append(
-            f"ring buffers of rank(s) {format_ranks(wrapped)} wrapped (older entries "
-            "dropped); only ops every member still holds are compared. A larger "
-            "TORCH_FR_BUFFER_SIZE keeps more history."
-        )
+        notes.append(BuffersWrapped(ranks=tuple(wrapped)))
     notes.extend(membership.notes)
     layouts = set(dumps.files.column("layout").to_pylist()) - {None}
     if layouts & {"list", "1.x"}:
-        notes.append(
-            "dumps from torch 2.3 or older record no dtypes (a dtype mismatch is invisible) and "
-            "name groups only by a per-process id; torch 2.2 also records batched send/recv as "
-            "a bare 'coalesced' entry without peers, so findings on those are uncertain. "
-            "Dumps from torch 2.4+ settle such cases."
-        )
+        notes.append(OldDumps())
     if stateless_ranks(dumps):
-        notes.append(
-            "Gloo dumps record no start/complete states and no p2p ops: completion is read "
-            "from `retired`, and a hang inside send/recv or monitored_barrier cannot be seen "
-            "(after the last recorded collective, such a job looks finished); the ranks' "
-            "stacks, logs or the recorder's sidecars show it."
-        )
+        notes.append(StatelessDumps())
     unexplained = unexplained_ranks(matched, waits)
     if unexplained:
-        notes.append(
-            f"rank(s) {format_ranks(unexplained)} are blocked in ops whose missing members "
-            "cannot be determined from the buffers (gaps, or wrapped buffers); "
-            "larger buffers or pg_status from every rank would settle it."
-        )
+        notes.append(UnexplainedBlocked(ranks=tuple(unexplained)))
     warnings = [p for p in dumps.problems if not p.fatal]
     if warnings:
-        notes.append(f"{len(warnings)} warning(s) while loading; see the file problems.")
+        notes.append(LoadWarnings(count=len(warnings)))
     return notes
 
 

@@ -24,6 +24,17 @@ from frtrace.analysis.facts.places import culprit_where
 from frtrace.analysis.facts.signatures import call_site
 from frtrace.analysis.series import stack_series
 from frtrace.detail import NeverJoined
+from frtrace.detail.notes import NoStackFor, StackFileProblem
+from frtrace.detail.stacks import (
+    AlsoElsewhere,
+    Corroborates,
+    NoCulpritStack,
+    NothingMore,
+    NothingStandsOut,
+    SharesWaitingStack,
+    SinglesOut,
+    StackReading,
+)
 from frtrace.model import (
     CulpritStack,
     CulpritWhere,
@@ -34,7 +45,6 @@ from frtrace.model import (
 from frtrace.pystack.classes import StackClass
 from frtrace.pystack.model import ProcessStacks
 from frtrace.pystack.where import frame_label, where
-from frtrace.ranges import format_ranks
 
 __all__ = [
     "Named",
@@ -123,7 +133,7 @@ def stacks_agree(
 
 def _agreement(
     named: Named, classes: tuple[StackClass, ...], have: set[int]
-) -> tuple[str, str, tuple[int, ...]]:
+) -> tuple[str, StackReading, tuple[int, ...]]:
     culprits = [r for r in named.culprits if r not in set(named.suspected)]
     waiting = set(named.victims)
     class_of = {r: i for i, c in enumerate(classes) for r in c.ranks}
@@ -132,58 +142,26 @@ def _agreement(
     with_stack = [r for r in culprits if r in class_of]
     if not culprits:
         if named.verdict in (Verdict.HEALTHY, Verdict.STRAGGLERS) and not unexplained:
-            return "no_culprit", "The stacks show nothing the dumps do not.", unexplained
+            return "no_culprit", NothingMore(), unexplained
         if unexplained:
-            desc = "; ".join(_class_text(classes[class_of[r]]) for r in unexplained[:1])
-            return (
-                "no_culprit",
-                f"The dumps name no culprit, but the stacks single out "
-                f"rank{'s' if len(unexplained) > 1 else ''} {format_ranks(unexplained)} "
-                f"({desc}): look there first.",
-                unexplained,
-            )
-        return "no_culprit", "The dumps name no culprit and no rank's stack stands out.", ()
+            place = _class_text(classes[class_of[unexplained[0]]])
+            return "no_culprit", SinglesOut(ranks=unexplained, place=place), unexplained
+        return "no_culprit", NothingStandsOut(), ()
     if not with_stack:
-        return (
-            "no_culprit_stack",
-            f"No stack sample for culprit {_ranks(culprits)}: collect one (py-spy dump, or "
-            "frtrace collect) to see where it is.",
-            unexplained,
-        )
+        return "no_culprit_stack", NoCulpritStack(culprits=tuple(culprits)), unexplained
     waiting_classes = {class_of[r] for r in waiting if r in class_of}
     shared = [r for r in with_stack if class_of[r] in waiting_classes]
     if shared:
-        return (
-            "questions",
-            f"The stacks question the verdict: culprit {_ranks(shared)} has the same stack "
-            f"as ranks waiting on it ({_class_text(classes[class_of[shared[0]]])}); check "
-            "whether it is really behind.",
-            unexplained,
-        )
+        place = _class_text(classes[class_of[shared[0]]])
+        return "questions", SharesWaitingStack(culprits=tuple(shared), place=place), unexplained
     if unexplained:
-        return (
-            "questions",
-            f"The stacks partly question the verdict: culprit {_ranks(with_stack)} is "
-            f"elsewhere, as the dumps say, but so {'are' if len(unexplained) > 1 else 'is'} "
-            f"{_ranks(unexplained)} ({_class_text(classes[class_of[unexplained[0]]])}), "
-            "which no finding explains.",
-            unexplained,
-        )
+        place = _class_text(classes[class_of[unexplained[0]]])
+        also = AlsoElsewhere(culprits=tuple(with_stack), others=unexplained, place=place)
+        return "questions", also, unexplained
     places = sorted({_class_text(classes[class_of[r]]) for r in with_stack})
-    where_text = "; ".join(places[:2]) + (f" (+{len(places) - 2})" if len(places) > 2 else "")
     rest = have - set(with_stack)
-    return (
-        "corroborates",
-        f"The stacks corroborate the verdict: culprit {_ranks(with_stack)} "
-        f"{'is' if len(with_stack) == 1 else 'are'} elsewhere ({where_text}), while the "
-        f"{len(rest):,} other rank{'s' if len(rest) != 1 else ''} with a stack "
-        f"{'are' if len(rest) != 1 else 'is'} where the dumps say.",
-        unexplained,
-    )
-
-
-def _ranks(ranks: list[int] | tuple[int, ...]) -> str:
-    return f"rank{'s' if len(ranks) != 1 else ''} {format_ranks(ranks)}"
+    said = Corroborates(culprits=tuple(with_stack), places=tuple(places), others=len(rest))
+    return "corroborates", said, unexplained
 
 
 def _class_text(c: StackClass) -> str:
@@ -218,31 +196,27 @@ def stack_evidence(facts: Facts, named: Named) -> StackEvidence | None:
     by_rank, classes = facts.sampled, facts.classes
     if not by_rank or classes is None or facts.stacks is None:
         return None
-    agreement, statement, unexplained = _agreement(named, classes.classes, set(by_rank))
+    agreement, reading, unexplained = _agreement(named, classes.classes, set(by_rank))
     sources = Counter(s.source for s in by_rank.values())
     return StackEvidence(
         classes=classes,
         ranks_with_stacks=tuple(sorted(by_rank)),
         sources=tuple(sorted(sources.items())),
         agreement=agreement,
-        statement=statement,
+        reading=reading,
         unexplained_ranks=unexplained,
         problems=tuple(p.message for p in facts.stacks.problems),
         series=stack_series(facts.stacks.samples),
     )
 
 
-def stack_notes(facts: Facts) -> tuple[str, ...]:
+def stack_notes(facts: Facts) -> tuple[NoStackFor | StackFileProblem, ...]:
     """What the stacks could not show: ranks without a sample, stack files not read."""
     if facts.stacks is None:
         return ()
-    problems = tuple(p.message for p in facts.stacks.problems)
+    problems = tuple(StackFileProblem(message=p.message) for p in facts.stacks.problems)
     loaded = facts.dumps.loaded_ranks
     no_stack = [r for r in loaded if r not in facts.sampled]
     if not facts.sampled or not no_stack or len(no_stack) >= len(loaded):
         return problems
-    return (
-        f"no Python stack sample for {_ranks(no_stack)}: the stack classes leave "
-        "them out (py-spy dump --pid, or frtrace collect, gets one)",
-        *problems,
-    )
+    return (NoStackFor(ranks=tuple(no_stack)), *problems)

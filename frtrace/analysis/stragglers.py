@@ -22,6 +22,7 @@ import pandas as pd
 from frtrace.analysis.facts.groups import Membership
 from frtrace.analysis.facts.ops import MatchResult
 from frtrace.analysis.facts.segments import op_blocks, per_row
+from frtrace.detail.notes import StragglerBasis
 from frtrace.load.tables import DumpSet
 from frtrace.model import Straggler
 
@@ -127,7 +128,7 @@ def find_stragglers(
         mine = events[events["rank"] == rank]
         gids = set(mine["gid"].tolist())
         late_groups = sorted({membership.groups[int(g)].name for g in gids})
-        corroborated, note = _corroborate(int(rank), mine, local)
+        basis, shorter_ms = _corroborate(int(rank), mine, local)
         out.append(
             Straggler(
                 rank=int(rank),
@@ -135,8 +136,9 @@ def find_stragglers(
                 last_share=round(float(n) / float(done_per_rank[rank]), 3),
                 median_late_ms=round(float(late_ms), 3),
                 groups=tuple(late_groups),
-                corroborated=corroborated,
-                note=note,
+                corroborated=basis == StragglerBasis.CORROBORATED,
+                basis=basis,
+                shorter_wait_ms=shorter_ms,
             )
         )
     return tuple(sorted(out, key=lambda s: s.rank))
@@ -198,31 +200,23 @@ def _local_wait_ms(dumps: DumpSet, rows: pd.DataFrame) -> pd.DataFrame:
     return frame.dropna()
 
 
-def _corroborate(rank: int, events: pd.DataFrame, local: pd.DataFrame) -> tuple[bool, str]:
-    """Did the rank wait less inside the collectives where it arrived last (as it must)?"""
+def _corroborate(
+    rank: int, events: pd.DataFrame, local: pd.DataFrame
+) -> tuple[StragglerBasis, float | None]:
+    """Did the rank wait less inside the collectives where it arrived last (as it must)?
+    With how much less (the median, ms) when it did."""
     if local.empty:
-        return False, (
-            "from enqueue times only (no duration_ms or completion times in the dumps): a "
-            "constant clock offset between hosts would look the same; ranks on one host share "
-            "a clock. Enable TORCH_NCCL_ENABLE_TIMING=1 to confirm."
-        )
+        return StragglerBasis.ENQUEUE_ONLY, None
     at = local.merge(events[["gid", "seq"]], on=["gid", "seq"], how="inner")
     if at.empty or not (at["rank"] == rank).any():
-        return False, "host-local timing missing for these collectives; not corroborated"
+        return StragglerBasis.NO_LOCAL_TIMING, None
     theirs = at[at["rank"] != rank].groupby(["gid", "seq"])["wait_ms"].median()
     mine = at[at["rank"] == rank].set_index(["gid", "seq"])["wait_ms"]
     both = pd.concat([mine.rename("mine"), theirs.rename("theirs")], axis=1).dropna()
     if both.empty:
-        return False, "host-local timing missing for these collectives; not corroborated"
+        return StragglerBasis.NO_LOCAL_TIMING, None
     shorter = float((both["mine"] < both["theirs"]).mean())
     gap = float((both["theirs"] - both["mine"]).median())
     if shorter >= MIN_SHARE:
-        return True, (
-            f"corroborated by host-local timing: where it arrived last it waited {gap:.1f} ms "
-            "less inside the collective than its peers, as a last arrival does (clock skew "
-            "cannot cause that)"
-        )
-    return False, (
-        "host-local timing does not show the shorter wait a last arrival has: possibly a "
-        "clock offset between hosts rather than a real straggler"
-    )
+        return StragglerBasis.CORROBORATED, gap
+    return StragglerBasis.NOT_SHOWN, None

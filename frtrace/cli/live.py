@@ -16,8 +16,8 @@ import typer
 from frtrace.gate.exitcodes import EXIT_OK, EXIT_PROBLEM
 
 if TYPE_CHECKING:
-    from frtrace.analysis.compare import SnapshotComparison
     from frtrace.collect.incident import Snapshot
+    from frtrace.detail.motion import SnapshotComparison
     from frtrace.progress import Phase
 
 __all__ = ["collect", "compare"]
@@ -175,14 +175,17 @@ def compare(
     Example: frtrace compare incident/snap1 incident/snap2
     """
 
+    from frtrace.detail.motion import Motion
+
     result = _compare_snapshots(first, second, jobs)
-    raise typer.Exit(code=EXIT_OK if result.verdict == "progressing" else EXIT_PROBLEM)
+    raise typer.Exit(code=EXIT_OK if result.verdict == Motion.PROGRESSING else EXIT_PROBLEM)
 
 
 def _compare_snapshots(first: Path, second: Path, jobs: int | None) -> SnapshotComparison:
-    from frtrace.analysis.compare import compare_snapshots, render_comparison
+    from frtrace.analysis.compare import compare_snapshots
     from frtrace.cli.app import _analyze, _echo, _load
     from frtrace.cli.params import progress_display
+    from frtrace.report.compare import render_comparison
 
     with progress_display() as progress:  # (one for both: the C reader's notice is said once)
         a_dumps = _load(first, None, jobs, None, progress=progress)

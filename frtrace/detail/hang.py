@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from frtrace.detail.values import GroupRef
+from frtrace.detail.values import CulpritWhere, GroupRef
 
 __all__ = [
     "IdleAtDump",
@@ -87,11 +87,12 @@ class IdleAtDump:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MaybeElsewhere:
-    """Why a culprit may be blocked in an op its buffer does not show: its stack is inside
-    this torch.distributed call (``in_call``), or it ran ``unrecorded`` Gloo send/recv."""
+    """Why a culprit may be blocked in an op its buffer does not show: its stack is inside a
+    torch.distributed call (``in_call``: where its stack is), or it ran ``unrecorded`` Gloo
+    send/recv."""
 
     rank: int
-    in_call: str | None
+    in_call: CulpritWhere | None
     unrecorded: int
 
 

@@ -4,6 +4,7 @@ Python stack says it is."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 __all__ = [
     "CulpritStack",
@@ -46,10 +47,11 @@ class OpSignature:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CulpritWhere:
     """Where a culprit's Python stack says it is: the innermost frame of the user's code on
-    its main thread, and the library call it is in (from a collected stack file)."""
+    its main thread, and the library call it is in (from a collected stack file);
+    ``report.words_where`` says it ("in host code at load_batch (data.py:88), in Event.wait
+    (threading.py:629)")."""
 
     rank: int
-    summary: str  # "in host code at load_batch (data.py:88), in Event.wait (threading.py:629)"
     place: str  # "host code" or "collective": is the library call a torch.distributed one
     function: str | None  # the user's frame; None when every frame is library code
     file: str | None  # its file, short (base name for the user's own files)
@@ -60,6 +62,11 @@ class CulpritWhere:
     file_name: str  # the stack file's base name (never an absolute path)
     taken_at_ns: int | None = None  # when the sample was taken, if the file says
     trigger: str | None = None  # what made the rank write it ("signal: SIGUSR1"), if known
+    # Where no frame is the user's: the innermost Python frame, if any; whether the thread
+    # read had any frames at all ("frames"), none ("empty_thread") or none was found
+    innermost: str | None = None
+    sampled: Literal["frames", "empty_thread", "no_thread"] = "frames"
+    off_main: bool = False  # the thread read is known not to be the main one (``thread`` says)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -35,6 +35,8 @@ from frtrace.report.select import Selection
 from frtrace.report.stacks import class_lines, series_lines, where_line
 from frtrace.report.timeline import timeline_lines
 from frtrace.report.wording import disagreement, evidence, summary, why
+from frtrace.report.words_notes import note, straggler_note
+from frtrace.report.words_stacks import stack_statement
 
 __all__ = [
     "Block",
@@ -117,7 +119,7 @@ def build_document(report: Report, selection: Selection | None = None) -> list[B
     _stragglers(doc, report)
     _stacks(doc, report)
     if report.data_notes:
-        notes = tuple(shorten_rank_lists(n) for n in report.data_notes)
+        notes = tuple(shorten_rank_lists(note(n)) for n in report.data_notes)
         doc.add(Heading(2, "What the dumps could not show"), Bullets(notes))
     steps = next_steps(report)
     if steps:
@@ -292,7 +294,7 @@ def _stacks(doc: _Doc, report: Report) -> None:
     title, lines = class_lines(ev)
     doc.add(
         Heading(2, "Where each rank is (Python stacks)"),
-        Para(ev.statement, strong=True),
+        Para(stack_statement(ev.reading), strong=True),
         Bullets(tuple(lines), title=title),
         Figure("stacktree"),
     )
@@ -325,6 +327,6 @@ def _stragglers(doc: _Doc, report: Report) -> None:
     )
     if len(ranked) > MAX_STRAGGLERS:
         doc.add(Para(f"… +{len(ranked) - MAX_STRAGGLERS} more stragglers; see the JSON report"))
-    notes = sorted({s.note for s in ranked[:MAX_STRAGGLERS] if s.note})[:5]
+    notes = sorted({straggler_note(s) for s in ranked[:MAX_STRAGGLERS]})[:5]
     if notes:
         doc.add(Bullets(tuple(shorten_rank_lists(n) for n in notes)))

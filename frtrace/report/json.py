@@ -32,6 +32,7 @@ from frtrace.report.select import Selection
 from frtrace.report.stacks import stacks_to_dict, where_to_dict
 from frtrace.report.timeline import failure_to_dict
 from frtrace.report.wording import disagreement, evidence, summary, why
+from frtrace.report.words_notes import note, straggler_note
 
 __all__ = ["SCHEMA_VERSION", "dumps_compact", "render_json", "report_to_dict"]
 
@@ -103,7 +104,7 @@ def _straggler(s: Straggler) -> dict[str, Any]:
         "median_late_ms": round(s.median_late_ms, 3),
         "groups": list(s.groups),
         "corroborated": s.corroborated,
-        "note": s.note,
+        "note": straggler_note(s),
     }
 
 
@@ -139,7 +140,7 @@ def report_to_dict(report: Report, selection: Selection | None = None) -> dict[s
         "selection": chosen,
         "findings": [_finding(f, report, say) for f in report.findings],
         "stragglers": [_straggler(s) for s in report.stragglers],
-        "data_notes": [say(n) for n in report.data_notes],
+        "data_notes": [say(note(n)) for n in report.data_notes],
         "next_steps": [say(s) for s in next_steps(report, limit=None)],
         "groups": [_group(g) for g in report.groups],
         "progress": [_progress(p) for p in report.progress],

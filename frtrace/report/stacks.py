@@ -19,6 +19,8 @@ from frtrace.pystack.where import frame_label as _frame_label
 from frtrace.pystack.where import short_filename
 from frtrace.report.common import compact_ranks
 from frtrace.report.filenames import file_names
+from frtrace.report.words_stacks import stack_statement
+from frtrace.report.words_where import where_said
 
 __all__ = [
     "MAX_CLASS_LINES",
@@ -44,7 +46,7 @@ def where_line(report: Report) -> str | None:
             seen.setdefault(w.rank, w)
     if not seen:
         return None
-    items = [f"rank {r}: {w.summary}" for r, w in sorted(seen.items())[:3]]
+    items = [f"rank {r}: {where_said(w)}" for r, w in sorted(seen.items())[:3]]
     if len(seen) > 3:
         items.append(f"+{len(seen) - 3} more culprits")
     return "; ".join(items)
@@ -131,7 +133,7 @@ def _frame(f: Frame) -> dict[str, Any]:
 def where_to_dict(w: CulpritWhere) -> dict[str, Any]:
     return {
         "rank": w.rank,
-        "summary": w.summary,
+        "summary": where_said(w),
         "place": w.place,
         "function": w.function,
         "file": w.file,
@@ -160,7 +162,7 @@ def stacks_to_dict(evidence: StackEvidence) -> dict[str, Any]:
     tree = tree_to_dict(res.tree, node)
     return {
         "agreement": evidence.agreement,
-        "statement": evidence.statement,
+        "statement": stack_statement(evidence.reading),
         "ranks_with_stacks": list(evidence.ranks_with_stacks),
         "sources": dict(evidence.sources),
         "unexplained_ranks": list(evidence.unexplained_ranks),

@@ -33,6 +33,7 @@ from frtrace.ranges import format_ranks
 from frtrace.report.words import held_too, op_at, who
 from frtrace.report.words_desync import DesyncDetail, desync_words
 from frtrace.report.words_hang import HangDetail, hang_words
+from frtrace.report.words_where import where_said
 
 __all__ = ["MAX_WHERE_IN_SUMMARY", "disagreement", "evidence", "summary", "why"]
 
@@ -44,7 +45,9 @@ def summary(f: Finding) -> str:
     text = _summary(f)
     if not f.stacks:
         return text
-    clauses = [f"rank {s.where.rank}: {s.where.summary}" for s in f.stacks[:MAX_WHERE_IN_SUMMARY]]
+    clauses = [
+        f"rank {s.where.rank}: {where_said(s.where)}" for s in f.stacks[:MAX_WHERE_IN_SUMMARY]
+    ]
     if len(f.stacks) > MAX_WHERE_IN_SUMMARY:
         clauses.append(f"+{len(f.stacks) - MAX_WHERE_IN_SUMMARY} more in the evidence")
     return f"{text}; {'; '.join(clauses)}"
@@ -266,7 +269,7 @@ def _evidence(f: Finding) -> tuple[str, ...]:
     if isinstance(d, NamedByError):
         return tuple(f"{x.source}: {x.message}" for x in d.messages)
     if isinstance(d, StackOutlier):
-        return tuple(f"rank {w.rank}: {w.summary} [{w.file_name}]" for w in d.host[:4])
+        return tuple(f"rank {w.rank}: {where_said(w)} [{w.file_name}]" for w in d.host[:4])
     if isinstance(d, UnseenMembers):
         lines = [
             f"rank {b.rank}: blocked in {b.op}"

@@ -18,6 +18,7 @@ from frtrace.detail import (
 from frtrace.model import Finding
 from frtrace.ranges import format_ranks
 from frtrace.report.words import Words, op_at, seconds, who
+from frtrace.report.words_where import where_said
 
 __all__ = ["HangDetail", "hang_words"]
 
@@ -92,7 +93,8 @@ def _pg_status(p: PgStatus, seq: int | None) -> str:
 def _doubt(m: MaybeElsewhere) -> str:
     if m.in_call is not None:
         return (
-            f"rank {m.rank}'s Python stack is inside a torch.distributed call ({m.in_call}), not "
+            f"rank {m.rank}'s Python stack is inside a torch.distributed call "
+            f"({m.in_call.library_call or where_said(m.in_call)}), not "
             "in host code: it is blocked in an op its buffer does not show (a send/recv), "
             "waiting too"
         )

@@ -21,6 +21,9 @@ from frtrace.report.json import render_json
 from frtrace.report.markdown import render_markdown
 from frtrace.report.text import render_text
 from tests.conftest import FIXTURES, fixture_sets
+from tests.report.test_words_notes import EXAMPLES as NOTES
+from tests.report.test_words_notes import STRAGGLERS, straggler
+from tests.report.test_words_stacks import EXAMPLES as READINGS
 
 SCENARIOS = fixture_sets()
 RENDERERS = (render_text, render_markdown, render_html, render_json)
@@ -69,6 +72,22 @@ def test_round_trip_keeps_what_the_fixtures_may_not_hold() -> None:
     back = _through_json(report)
     assert back == report
     assert list(back.findings[0].actual) == [3, 1]  # order kept: reporters iterate it
+
+
+def test_round_trip_keeps_every_kind_of_note_and_straggler() -> None:
+    """Every data note kind, straggler basis and stack reading: equal after JSON."""
+    notes = tuple(n for n, _ in NOTES)
+    stragglers = tuple(straggler(b, ms) for b, ms, _ in STRAGGLERS)
+    report = replace(_stacks_report(), data_notes=notes, stragglers=stragglers)
+    back = _through_json(report)
+    assert back == report
+    assert back.data_notes == notes and back.stragglers == stragglers
+    assert render_json(back) == render_json(report)
+    stacks = report.stacks
+    assert stacks is not None
+    for reading, _ in READINGS:
+        with_reading = replace(report, stacks=replace(stacks, reading=reading))
+        assert _through_json(with_reading) == with_reading
 
 
 def _damaged(mutate: Any) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from frtrace.model import FindingKind, Verdict
 from frtrace.pipeline import analyze
+from frtrace.report.wording import evidence, summary
 from tests.conftest import make_dump, make_entry, write_pickle
 
 T0 = 1_700_000_000_000_000_000
@@ -61,7 +62,7 @@ def test_retired_op_a_member_never_reached_failed(tmp_path: Path) -> None:
     assert report.verdict == Verdict.HANG and report.culprit_ranks == (2,)
     (finding,) = report.findings
     assert finding.kind == FindingKind.NEVER_JOINED
-    assert any("dumped after all_reduce #3" in e for e in finding.evidence)
+    assert any("dumped after all_reduce #3" in e for e in evidence(finding))
 
 
 def test_a_member_that_joined_after_the_timeout_is_named(tmp_path: Path) -> None:
@@ -76,7 +77,7 @@ def test_a_member_that_joined_after_the_timeout_is_named(tmp_path: Path) -> None
         )
     )
     assert report.verdict == Verdict.HANG and report.culprit_ranks == (1,)
-    assert "after its peers, past their 4.0 s timeout" in report.findings[0].summary
+    assert "after its peers, past their 4.0 s timeout" in summary(report.findings[0])
 
 
 def test_late_within_the_timeout_is_not_a_failure(tmp_path: Path) -> None:
@@ -185,7 +186,7 @@ def test_without_a_dump_time_the_picture_is_read_as_stuck_and_says_so(tmp_path: 
     dumps = {r: _gloo(r, [*done, (3, False, 20 + r)]) for r in (0, 1, 3)} | {2: _gloo(2, done)}
     report = analyze(_write(tmp_path, dumps))
     assert report.verdict == Verdict.HANG and report.culprit_ranks == (2,)
-    assert any("a second snapshot" in e for e in report.findings[0].evidence)
+    assert any("a second snapshot" in e for e in evidence(report.findings[0]))
 
 
 def test_nccl_members_that_dumped_after_the_timeout_are_named(tmp_path: Path) -> None:
@@ -208,7 +209,7 @@ def test_nccl_members_that_dumped_after_the_timeout_are_named(tmp_path: Path) ->
     assert report.verdict == Verdict.HANG and report.culprit_ranks == (2,)
     assert any(
         "ranks 0-1,3 dumped after all_reduce #2" in e and "timed out" in e
-        for e in report.findings[0].evidence
+        for e in evidence(report.findings[0])
     )
 
 

@@ -28,6 +28,7 @@ from frsim.spec import HANGING_KINDS, RetireOrder
 from frtrace.detail import Mismatch
 from frtrace.model import Confidence, FindingKind, Report, Verdict
 from frtrace.pipeline import analyze
+from frtrace.report.wording import summary
 from tests.conftest import DERANDOMIZE, EXAMPLES
 
 MESHES = [(4, 1, 1), (4, 2, 2), (8, 2, 2), (8, 4, 2), (8, 1, 2), (16, 2, 2), (16, 4, 1)]
@@ -215,7 +216,7 @@ def _check_hang(truth: Truth, report: Report, *, only_active: bool = False) -> N
     assert truth.kind in (FaultKind.OPPOSITE_ORDER, FaultKind.P2P_NO_PEER) and deadlocks, (
         truth.description,
         report.culprit_ranks,
-        [f.summary for f in report.findings],
+        [summary(f) for f in report.findings],
     )
     assert deadlocks[0].confidence == Confidence.MEDIUM
     assert set(truth.culprit_ranks) < set(report.culprit_ranks)
@@ -267,7 +268,7 @@ def test_answer_does_not_depend_on_file_order(spec: JobSpec, seed: int) -> None:
     """Files spread over shuffled subdirectories give the same report."""
     base, other = _shuffled_reports(spec, seed)
     assert other.culprit_ranks == base.culprit_ranks
-    assert [f.summary for f in other.findings] == [f.summary for f in base.findings]
+    assert [summary(f) for f in other.findings] == [summary(f) for f in base.findings]
 
 
 FORMATS = {"version": st.sampled_from(["2.10", "2.4"]), "fmt": st.sampled_from(["pickle", "json"])}
@@ -472,7 +473,7 @@ def test_running_snapshot_has_no_culprit(
     truth, report = _analyze(spec, version, fmt)
     assert not truth.hung and truth.culprit_ranks == ()
     if truth.detectable:
-        assert report.culprit_ranks == (), (report.verdict, [f.summary for f in report.findings])
+        assert report.culprit_ranks == (), (report.verdict, [summary(f) for f in report.findings])
         assert report.verdict in (Verdict.HEALTHY, Verdict.STRAGGLERS), report.verdict
 
 
@@ -508,4 +509,4 @@ def test_capture_moments_do_not_depend_on_file_order(spec: JobSpec, seed: int) -
     base, other = _shuffled_reports(spec, seed)
     assert other.culprit_ranks == base.culprit_ranks
     assert other.verdict == base.verdict
-    assert [f.summary for f in other.findings] == [f.summary for f in base.findings]
+    assert [summary(f) for f in other.findings] == [summary(f) for f in base.findings]

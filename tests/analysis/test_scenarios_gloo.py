@@ -18,6 +18,7 @@ import pytest
 
 from frtrace.model import Verdict
 from frtrace.pipeline import analyze
+from frtrace.report.wording import summary
 from tests.conftest import GLOO, GLOO_JSON
 
 MANIFEST: dict[str, dict[str, Any]] = json.loads((GLOO / "MANIFEST.json").read_text())
@@ -70,5 +71,5 @@ def test_verdict_does_not_depend_on_file_order(tmp_path: Path, scenario: str) ->
         shutil.copy(src, dst)
     shuffled = analyze(tmp_path)
     assert shuffled.culprit_ranks == base.culprit_ranks
-    assert [f.summary for f in shuffled.findings] == [f.summary for f in base.findings]
+    assert [summary(f) for f in shuffled.findings] == [summary(f) for f in base.findings]
     assert shuffled.victim_ranks == base.victim_ranks

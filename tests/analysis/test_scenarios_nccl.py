@@ -14,6 +14,8 @@ import pytest
 from frsim import Fault, FaultKind, JobSpec, simulate, write_dumps
 from frtrace.model import FindingKind, Verdict
 from frtrace.pipeline import analyze
+from frtrace.report.wording import why
+from frtrace.report.words_notes import note
 from tests.conftest import make_dump, make_entry, write_pickle
 
 MESH = {"world_size": 8, "tp": 2, "pp": 2, "steps": 5, "seed": 3}
@@ -93,7 +95,7 @@ def test_missing_dump_is_a_suspect_marked_inferred(tmp_path: Path) -> None:
     _truth, report = run(tmp_path, fault)
     assert report.culprit_ranks == (2,) and report.suspected_ranks == (2,)
     suspects = [f for f in report.findings if f.kind == FindingKind.MISSING_DUMP]
-    assert suspects and all(f.confidence == "low" and "inferred" in f.why for f in suspects)
+    assert suspects and all(f.confidence == "low" and "inferred" in why(f) for f in suspects)
     assert report.ranks_missing == (2,)
 
 
@@ -101,7 +103,7 @@ def test_a_missing_dump_in_a_healthy_job_blames_nobody(tmp_path: Path) -> None:
     """Nothing pending: a missing file is reported as missing data, not as a culprit."""
     _truth, report = run(tmp_path, Fault(kind=FaultKind.MISSING_DUMP, rank=3))
     assert report.culprit_ranks == () and report.verdict == Verdict.HEALTHY
-    assert any("no dump for rank(s) 3" in n for n in report.data_notes)
+    assert any("no dump for rank(s) 3" in note(n) for n in report.data_notes)
 
 
 def test_straggler_is_a_warning_not_a_culprit(tmp_path: Path) -> None:
@@ -298,4 +300,4 @@ def test_size_rule_breaks_a_tie_in_a_two_rank_group(tmp_path: Path) -> None:
     report = analyze(_write(tmp_path, per_rank, world=2))
     assert report.culprit_ranks == (1,)
     (finding,) = report.findings
-    assert finding.kind == FindingKind.SIZE_MISMATCH and "fit _all_gather_base" in finding.why
+    assert finding.kind == FindingKind.SIZE_MISMATCH and "fit _all_gather_base" in why(finding)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from frtrace.analysis.compare import compare_snapshots, render_comparison
+from frtrace.analysis.compare import compare_snapshots
 from frtrace.analysis.facts import facts_of
 from frtrace.analysis.stackjoin import Named, stack_evidence, with_stacks
 from frtrace.load.discover import discover
@@ -20,8 +20,11 @@ from frtrace.pipeline import analyze, analyze_dumps
 from frtrace.pystack.classes import group_stacks
 from frtrace.pystack.discover import StackSet, load_stacks
 from frtrace.pystack.model import Frame, ProcessStacks, ThreadStack
+from frtrace.report.compare import render_comparison
 from frtrace.report.json import report_to_dict
 from frtrace.report.text import render_text
+from frtrace.report.wording import evidence, summary
+from frtrace.report.words_stacks import stack_statement
 from tests.conftest import FIXTURES, GLOO, make_dump, make_entry, write_pickle
 
 SAMPLES = FIXTURES / "pystack"
@@ -69,7 +72,7 @@ def test_culprit_where_in_summary_evidence_json_and_classes(tmp_path: Path) -> N
     report = analyze(_with_stacks(tmp_path))
     f = report.findings[0]
     assert f.culprit_ranks == (2,)
-    assert f.summary.endswith("; rank 2: in host code at load_batch (hung_job.py:23)")
+    assert summary(f).endswith("; rank 2: in host code at load_batch (hung_job.py:23)")
     (w,) = f.where
     assert (w.function, w.file, w.line, w.place, w.source) == (
         "load_batch",
@@ -78,7 +81,7 @@ def test_culprit_where_in_summary_evidence_json_and_classes(tmp_path: Path) -> N
         "host code",
         "py-spy-text",
     )
-    assert f.evidence[0].startswith("rank 2's Python stack (py-spy-text, pyspy_rank_2.txt)")
+    assert evidence(f)[0].startswith("rank 2's Python stack (py-spy-text, pyspy_rank_2.txt)")
     assert report.stacks is not None and report.stacks.agreement == "corroborates"
     text = render_text(report)
     assert text.splitlines()[1].startswith("  1. rank 2 never joined all_reduce #12")
@@ -104,7 +107,7 @@ def test_stacks_question_the_verdict_when_the_culprit_looks_like_its_waiters(
     report = analyze(_with_stacks(tmp_path, culprit_sample="pyspy_rank_0.txt"))
     assert report.stacks is not None
     assert report.stacks.agreement == "questions"
-    assert "same stack as ranks waiting on it" in report.stacks.statement
+    assert "same stack as ranks waiting on it" in stack_statement(report.stacks.reading)
     assert report.findings[0].where[0].place == "collective"
 
 

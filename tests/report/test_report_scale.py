@@ -9,6 +9,7 @@ import time
 import pytest
 
 from frtrace.detail import NeverJoined, PgStatus, StuckInCollective, Waits
+from frtrace.detail.notes import NoDumpFor, StragglerBasis
 from frtrace.model import (
     Confidence,
     Finding,
@@ -132,8 +133,9 @@ def big_report() -> Report:
             last_share=0.8,
             median_late_ms=12.5,
             groups=("0", "1", "600", "601", "602"),
-            corroborated=False,
-            note=f"rank {r} from enqueue times only",
+            corroborated=True,
+            basis=StragglerBasis.CORROBORATED,
+            shorter_wait_ms=float(r),  # (a sentence per rank: the report says at most 5)
         )
         for r in range(0, 400, 2)
     )
@@ -146,7 +148,7 @@ def big_report() -> Report:
         ranks_loaded=tuple(range(WORLD)),
         ranks_missing=(),
         ranks_unreadable=(),
-        data_notes=("no dump for rank(s) " + ",".join(str(r) for r in range(1, 3000, 3)),),
+        data_notes=(NoDumpFor(ranks=tuple(range(1, 3000, 3)), world_size=WORLD),),
         groups=groups,
         wait_edges=edges,
         victim_ranks=tuple(r for r in range(WORLD) if r != CULPRIT),

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from frtrace.detail.notes import InferredFrom, MembershipInferred
 from frtrace.load.tables import DumpSet, recorded_groups
 from frtrace.model import GroupRef
 
@@ -35,7 +36,7 @@ class Membership:
 
     groups: tuple[GroupRef, ...]  # index = group id used by matching
     of_rank: dict[tuple[int, str], int]  # (global rank, group name) -> index into groups
-    notes: tuple[str, ...]  # what was inferred and why
+    notes: tuple[MembershipInferred, ...]  # what was inferred and why
 
     def siblings(self, gid: int) -> list[int]:
         """Other groups of the same kind: same description (when it says something) and size.
@@ -109,7 +110,7 @@ class _Found:
     keys: dict[tuple[str, tuple[int, ...]], int] = field(default_factory=dict)
     groups: list[GroupRef] = field(default_factory=list)
     of_rank: dict[tuple[int, str], int] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
+    notes: list[MembershipInferred] = field(default_factory=list)
     placed: set[tuple[str, tuple[int, ...]]] = field(default_factory=set)  # in of_rank
 
     def key_for(self, name: str, members: tuple[int, ...], desc: str | None, inferred: bool) -> int:
@@ -166,19 +167,26 @@ class _Found:
         """The group of ranks whose members no record gives: inferred, and said so."""
         world = dumps.world.size
         is_default = name == DEFAULT_GROUP_NAME and desc in (DEFAULT_GROUP_DESC, None)
+        size: int | None = None
+        unseen: tuple[int, ...] = ()
         if is_default:
-            members = tuple(range(world))
-            how = f"all {world} ranks (the default group)"
+            members, how = tuple(range(world)), InferredFrom.DEFAULT_GROUP
         else:
             unseen = tuple(r for r in dumps.missing_ranks if r not in unresolved)
             size = _group_size(dumps.entries, name) if unseen else None
             members, how = _with_unseen_members(tuple(unresolved), size, unseen)
         gid = self.key_for(name, members, desc, inferred=True)
         self.place(name, members, gid)
+        added = tuple(r for r in unseen if r in members)
         self.notes.append(
-            f"membership of {self.groups[gid].label} inferred as {how}, since pg_config does "
-            "not record it (Gloo, or an old dump)"
-            + ("" if is_default else "; a member with no entry of it in its buffer is not seen")
+            MembershipInferred(
+                group=self.groups[gid],
+                how=how,
+                world_size=world,
+                recorded=() if is_default else tuple(unresolved),
+                unseen=added,
+                size=size if how == InferredFrom.RECORDED_AND_SIZE else None,
+            )
         )
 
 
@@ -189,7 +197,7 @@ def _name_order(name: str) -> tuple[int, int | str]:
 
 def _with_unseen_members(
     seen: tuple[int, ...], size: int | None, missing: tuple[int, ...]
-) -> tuple[tuple[int, ...], str]:
+) -> tuple[tuple[int, ...], InferredFrom]:
     """An inferred group's members: the ranks that recorded it, plus ranks without a dump
     where the entries show the group is larger (a missing dump must not shrink a group).
 
@@ -198,25 +206,14 @@ def _with_unseen_members(
     are its other members; a group only one rank recorded while ranks have no dump is taken
     to include all of them (a one-member group has nobody to disagree with its one member).
     """
-    how = "the ranks that recorded entries in it"
     unseen = missing
     if not unseen:
-        return seen, how
+        return seen, InferredFrom.RECORDED
     if size is not None and size > len(seen) and size - len(seen) == len(unseen):
-        return tuple(sorted(seen + unseen)), (
-            f"the ranks that recorded entries in it, plus rank(s) {_ranks(unseen)} without a dump "
-            f"(its all_gathers show {size} members)"
-        )
+        return tuple(sorted(seen + unseen)), InferredFrom.RECORDED_AND_SIZE
     if len(seen) == 1 and (size is None or size > 1):
-        return tuple(sorted(seen + unseen)), (
-            f"rank {seen[0]}, the only one that recorded it, plus rank(s) {_ranks(unseen)} "
-            "without a dump (a group of one could not disagree with anyone)"
-        )
-    return seen, how
-
-
-def _ranks(ranks: tuple[int, ...]) -> str:
-    return ",".join(map(str, ranks))
+        return tuple(sorted(seen + unseen)), InferredFrom.ONLY_ONE
+    return seen, InferredFrom.RECORDED
 
 
 def _group_size(entries: pa.Table, name: str) -> int | None:

@@ -24,13 +24,10 @@ def culprit_where(rank: int, sample: ProcessStacks) -> CulpritWhere:
     w = where(sample)
     place = "collective" if _is_collective_call(w.library_frame) else "host code"
     user = w.user_frame
-    if user is None:
-        text = w.summary  # "no user frame; innermost ..." / "no Python frames"
-    else:
-        text = f"in {'a collective' if place == 'collective' else 'host code'} at {w.summary}"
+    thread = w.thread
+    off_main = thread is not None and thread.is_main is False and w.thread_reason != "main thread"
     return CulpritWhere(
         rank=rank,
-        summary=text,
         place=place,
         function=None if user is None else user.function,
         file=None if user is None else short_filename(user.filename),
@@ -41,4 +38,7 @@ def culprit_where(rank: int, sample: ProcessStacks) -> CulpritWhere:
         file_name=os.path.basename(sample.path),
         taken_at_ns=sample.taken_at_ns,
         trigger=sample.trigger,
+        innermost=None if user is not None or w.innermost is None else frame_label(w.innermost),
+        sampled="no_thread" if thread is None else "frames" if thread.frames else "empty_thread",
+        off_main=off_main,
     )

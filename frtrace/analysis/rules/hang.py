@@ -307,8 +307,7 @@ def _maybe_elsewhere(rank: int, facts: Facts) -> MaybeElsewhere | None:
         word in (place.library_call or "") for word in ("send", "recv", "barrier")
     )
     if in_comm and place is not None and (ran or p2p_call):
-        call = place.library_call or place.summary
-        return MaybeElsewhere(rank=rank, in_call=call, unrecorded=ran)
+        return MaybeElsewhere(rank=rank, in_call=place, unrecorded=ran)
     if in_comm is None and ran:
         return MaybeElsewhere(rank=rank, in_call=None, unrecorded=ran)
     return None

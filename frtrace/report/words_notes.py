@@ -1,0 +1,147 @@
+"""What the dumps could not show (``Report.data_notes``), and what would settle it: one
+sentence per note, made from its typed value (``frtrace.detail.notes``); and the timing a
+straggler's late arrivals rest on."""
+
+from __future__ import annotations
+
+from typing import assert_never
+
+from frtrace.detail.notes import (
+    BuffersWrapped,
+    DataNote,
+    InferredFrom,
+    LoadWarnings,
+    MembershipInferred,
+    NoDumpFor,
+    NoStackFor,
+    OldDumps,
+    PresumedHeldUp,
+    StackFileProblem,
+    StatelessDumps,
+    StragglerBasis,
+    UnexplainedBlocked,
+    UnreadableDumps,
+    WorldSizeGuessed,
+)
+from frtrace.model import Straggler
+from frtrace.ranges import format_ranks
+
+__all__ = ["note", "straggler_note"]
+
+
+def note(n: DataNote) -> str:
+    """One data note in one sentence."""
+    if isinstance(n, NoDumpFor):
+        return (
+            f"no dump for rank(s) {format_ranks(n.ranks)} of {n.world_size}: a rank "
+            "that crashed or hung hard often writes none. Their state is unknown; their "
+            "dumps (TORCH_FR_DUMP_TEMP_FILE on their hosts) or logs would settle it."
+        )
+    if isinstance(n, UnreadableDumps):
+        return (
+            f"unreadable dump for rank(s) {format_ranks(n.ranks)}; see the "
+            "errors above. Those ranks are analysed as if they had no dump."
+        )
+    if isinstance(n, WorldSizeGuessed):
+        return (
+            f"world size {n.size} taken from the {n.source}; if the job had more "
+            "ranks, the highest ones have no dump and are not seen."
+        )
+    if isinstance(n, BuffersWrapped):
+        return (
+            f"ring buffers of rank(s) {format_ranks(n.ranks)} wrapped (older entries "
+            "dropped); only ops every member still holds are compared. A larger "
+            "TORCH_FR_BUFFER_SIZE keeps more history."
+        )
+    if isinstance(n, MembershipInferred):
+        return _membership(n)
+    if isinstance(n, OldDumps):
+        return (
+            "dumps from torch 2.3 or older record no dtypes (a dtype mismatch is invisible) and "
+            "name groups only by a per-process id; torch 2.2 also records batched send/recv as "
+            "a bare 'coalesced' entry without peers, so findings on those are uncertain. "
+            "Dumps from torch 2.4+ settle such cases."
+        )
+    if isinstance(n, StatelessDumps):
+        return (
+            "Gloo dumps record no start/complete states and no p2p ops: completion is read "
+            "from `retired`, and a hang inside send/recv or monitored_barrier cannot be seen "
+            "(after the last recorded collective, such a job looks finished); the ranks' "
+            "stacks, logs or the recorder's sidecars show it."
+        )
+    if isinstance(n, UnexplainedBlocked):
+        return (
+            f"rank(s) {format_ranks(n.ranks)} are blocked in ops whose missing members "
+            "cannot be determined from the buffers (gaps, or wrapped buffers); "
+            "larger buffers or pg_status from every rank would settle it."
+        )
+    if isinstance(n, LoadWarnings):
+        return f"{n.count} warning(s) while loading; see the file problems."
+    if isinstance(n, PresumedHeldUp):
+        return (
+            f"rank {n.rank} has no dump, but its peers in {n.where} wait on "
+            f"{format_ranks(n.by)}: it is presumably held up there too, not a cause"
+        )
+    if isinstance(n, NoStackFor):
+        many = len(n.ranks) != 1
+        return (
+            f"no Python stack sample for rank{'s' if many else ''} {format_ranks(n.ranks)}: "
+            "the stack classes leave them out (py-spy dump --pid, or frtrace collect, gets one)"
+        )
+    if isinstance(n, StackFileProblem):
+        return n.message
+    assert_never(n)
+
+
+def _membership(n: MembershipInferred) -> str:
+    def listed(ranks: tuple[int, ...]) -> str:
+        return ",".join(map(str, ranks))
+
+    if n.how == InferredFrom.DEFAULT_GROUP:
+        how = f"all {n.world_size} ranks (the default group)"
+    elif n.how == InferredFrom.RECORDED:
+        how = "the ranks that recorded entries in it"
+    elif n.how == InferredFrom.RECORDED_AND_SIZE:
+        how = (
+            f"the ranks that recorded entries in it, plus rank(s) {listed(n.unseen)} without a "
+            f"dump (its all_gathers show {n.size} members)"
+        )
+    else:
+        how = (
+            f"rank {n.recorded[0]}, the only one that recorded it, plus rank(s) "
+            f"{listed(n.unseen)} without a dump (a group of one could not disagree with anyone)"
+        )
+    return (
+        f"membership of {n.group.label} inferred as {how}, since pg_config does not "
+        "record it (Gloo, or an old dump)"
+        + (
+            ""
+            if n.how == InferredFrom.DEFAULT_GROUP
+            else "; a member with no entry of it in its buffer is not seen"
+        )
+    )
+
+
+def straggler_note(s: Straggler) -> str:
+    """What a straggler's late arrivals rest on, in one sentence."""
+    basis = s.basis
+    if basis == StragglerBasis.ENQUEUE_ONLY:
+        return (
+            "from enqueue times only (no duration_ms or completion times in the dumps): a "
+            "constant clock offset between hosts would look the same; ranks on one host share "
+            "a clock. Enable TORCH_NCCL_ENABLE_TIMING=1 to confirm."
+        )
+    if basis == StragglerBasis.NO_LOCAL_TIMING:
+        return "host-local timing missing for these collectives; not corroborated"
+    if basis == StragglerBasis.CORROBORATED:
+        return (
+            f"corroborated by host-local timing: where it arrived last it waited "
+            f"{s.shorter_wait_ms:.1f} ms less inside the collective than its peers, as a last "
+            "arrival does (clock skew cannot cause that)"
+        )
+    if basis == StragglerBasis.NOT_SHOWN:
+        return (
+            "host-local timing does not show the shorter wait a last arrival has: possibly a "
+            "clock offset between hosts rather than a real straggler"
+        )
+    assert_never(basis)
