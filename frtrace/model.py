@@ -218,13 +218,6 @@ class RankProcess:
     host: str | None = None
     pid: int | None = None
 
-    def describe(self) -> str:
-        """``on node-b, pid 4242``; ``pid 4242``; ``on node-b``."""
-        parts = ([f"on {self.host}"] if self.host else []) + (
-            [f"pid {self.pid}"] if self.pid is not None else []
-        )
-        return ", ".join(parts)
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Report:

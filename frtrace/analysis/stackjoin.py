@@ -7,9 +7,10 @@ doing. Its Python stack says where. For each culprit with a stack sample this ad
 ``CulpritWhere`` and its frames (``CulpritStack``) to its findings (``report.wording`` adds
 where it is to the finding's one-line summary, so every format shows it where the finding is
 named, and its frames to the evidence), and a ``StackEvidence`` on the report: every rank's
-stack in STAT-style classes and one sentence saying whether the outliers corroborate the
-verdict (the culprits are the ranks elsewhere) or question it (an outlier that no finding
-explains, or a culprit with the same stack as the ranks waiting on it).
+stack in STAT-style classes and its reading (``detail.stacks``; ``report.words_stacks`` says
+it): whether the outliers corroborate the verdict (the culprits are the ranks elsewhere) or
+question it (an outlier that no finding explains, or a culprit with the same stack as the
+ranks waiting on it). It writes no sentence.
 """
 
 from __future__ import annotations

@@ -41,6 +41,7 @@ __all__ = [
     "headlines",
     "idle_in_host_code",
     "plural",
+    "process_phrase",
     "ranks_phrase",
     "short_frame",
     "shorten_rank_lists",
@@ -207,6 +208,12 @@ def _newest_entries(finding: Finding) -> dict[int, str]:
     return out
 
 
+def process_phrase(p: RankProcess) -> str:
+    """``on node-b, pid 4242``; ``pid 4242``; ``on node-b``."""
+    parts = ([f"on {p.host}"] if p.host else []) + ([f"pid {p.pid}"] if p.pid is not None else [])
+    return ", ".join(parts)
+
+
 def culprits_phrase(report: Report, ranks: Sequence[int] | None = None, *, most: int = 3) -> str:
     """``2 (on node-b, pid 4242)``: the culprits as ranges, with the process of each whose host
     or pid is known (the first ``most``; the rest counted)."""
@@ -216,8 +223,8 @@ def culprits_phrase(report: Report, ranks: Sequence[int] | None = None, *, most:
     if not known:
         return text
     if len(ranks) == 1:
-        return f"{text} ({known[0][1].describe()})"
-    said = [f"rank {r} {p.describe()}" for r, p in known[:most]]
+        return f"{text} ({process_phrase(known[0][1])})"
+    said = [f"rank {r} {process_phrase(p)}" for r, p in known[:most]]
     if len(known) > most:
         said.append(f"+{len(known) - most} more in the JSON report")
     return f"{text} ({'; '.join(said)})"
@@ -253,7 +260,7 @@ def finding_columns(
     suffix = " (newest entry)" if finding.kind not in MISMATCH_KINDS else ""
     for (sig, entry), ranks in distinct[:MAX_CULPRIT_COLUMNS]:
         process = (processes or {}).get(ranks[0]) if len(ranks) == 1 else None
-        where = f" {process.describe()}" if process is not None else ""
+        where = f" {process_phrase(process)}" if process is not None else ""
         title = f"{ranks_phrase(ranks, max_chars=32)}{where}{suffix}"
         columns.append(Column(title=title, sig=sig, entry=entry or ("-" if entries else None)))
     return columns, max(0, len(distinct) - MAX_CULPRIT_COLUMNS)

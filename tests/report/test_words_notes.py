@@ -23,7 +23,8 @@ from frtrace.detail.notes import (
     UnreadableDumps,
     WorldSizeGuessed,
 )
-from frtrace.model import GroupRef, Straggler
+from frtrace.model import GroupRef, RankProcess, Straggler
+from frtrace.report.common import process_phrase
 from frtrace.report.words_notes import note, straggler_note
 
 TP = GroupRef(name="3", desc="tp", members=(0, 1, 4, 5), inferred=True)
@@ -188,3 +189,16 @@ def test_a_stragglers_basis_in_one_sentence(
     """What a straggler's late arrivals rest on, for every basis."""
     assert {b for b, _, _ in STRAGGLERS} == set(StragglerBasis)
     assert straggler_note(straggler(basis, shorter)) == sentence
+
+
+@pytest.mark.parametrize(
+    ("host", "pid", "said"),
+    [
+        ("node-b", 4242, "on node-b, pid 4242"),
+        (None, 4242, "pid 4242"),
+        ("node-b", None, "on node-b"),
+    ],
+)
+def test_a_ranks_process_in_a_few_words(host: str | None, pid: int | None, said: str) -> None:
+    """Where a rank ran, as far as known: its host, its pid, or both."""
+    assert process_phrase(RankProcess(host=host, pid=pid)) == said
