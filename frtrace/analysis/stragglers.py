@@ -61,6 +61,33 @@ def find_stragglers(
     full = ops["finished"].to_numpy(dtype=bool) & (counts == members) & (members >= 2)
     if not full.any():
         return ()
+    arrived, last_t, before_t, alone, last_row, done_per_rank = _arrivals(
+        coll, starts, counts, full
+    )
+    row_rank = coll["rank"].to_numpy()
+    clear = full & (arrived >= 2) & alone
+    margin_ms = np.where(clear, (last_t - np.where(clear, before_t, 0.0)) / 1e6, 0.0)
+    hit = margin_ms >= MIN_MARGIN_MS
+    if not hit.any():
+        return ()
+    events = pd.DataFrame(
+        {
+            "gid": op_gid[hit],
+            "seq": ops["seq"].to_numpy(dtype=np.int64)[hit],
+            "rank": row_rank[last_row[hit]],
+            "t": last_t[hit],
+            "margin_ms": margin_ms[hit],
+        }
+    )
+    local = _local_wait_ms(dumps, coll[per_row(hit, counts)])
+    return _stragglers(membership, dumps.world.size, events, local, done_per_rank)
+
+
+def _arrivals(
+    coll: pd.DataFrame, starts: np.ndarray, counts: np.ndarray, full: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per op: its members with a known arrival, the last and second-to-last arrival times,
+    whether one member alone arrived last, that member's row; per rank: its finished ops."""
     # Per op (its members' rows are side by side: ``segments``), block by block: at 32,768
     # ranks there are 65M rows. Times relative to the earliest: ns since the epoch are
     # ~1.8e18, past float64's 2^53, so absolute times in float64 would round ops 100 ns apart
@@ -69,7 +96,7 @@ def find_stragglers(
     lowest = created.min()
     base = 0 if pd.isna(lowest) else int(lowest)
     row_rank = coll["rank"].to_numpy()
-    n_ops = len(ops)
+    n_ops = len(starts)
     arrived = np.zeros(n_ops, dtype=np.int64)  # members with a known arrival
     last_t = np.zeros(n_ops)
     before_t = np.zeros(n_ops)  # the second-to-last arrival
@@ -94,23 +121,18 @@ def find_stragglers(
         last_row[first + np.searchsorted(offsets, rows_last, side="right") - 1] = rows_last + row
         done_per_rank += np.bincount(row_rank[row:end_row][eligible], minlength=len(done_per_rank))
         del t, eligible, is_last, rows_last
-    clear = full & (arrived >= 2) & alone
-    margin_ms = np.where(clear, (last_t - np.where(clear, before_t, 0.0)) / 1e6, 0.0)
-    hit = margin_ms >= MIN_MARGIN_MS
-    if not hit.any():
-        return ()
-    events = pd.DataFrame(
-        {
-            "gid": op_gid[hit],
-            "seq": ops["seq"].to_numpy(dtype=np.int64)[hit],
-            "rank": row_rank[last_row[hit]],
-            "t": last_t[hit],
-            "margin_ms": margin_ms[hit],
-        }
-    )
+    return arrived, last_t, before_t, alone, last_row, done_per_rank
+
+
+def _stragglers(
+    membership: Membership,
+    world: int,
+    events: pd.DataFrame,
+    local: pd.DataFrame,
+    done_per_rank: np.ndarray,
+) -> tuple[Straggler, ...]:
+    """The ranks clearly last often enough, and late on their own (not behind another)."""
     per_rank = events.groupby("rank").agg(n=("seq", "size"), late_ms=("margin_ms", "median"))
-    in_events = coll[per_row(hit, counts)]
-    local = _local_wait_ms(dumps, in_events)
     out: list[Straggler] = []
     candidates = []
     for rank, n, late_ms in zip(
@@ -124,7 +146,7 @@ def find_stragglers(
         share = n / int(events["gid"].isin(gids).sum())
         if n >= MIN_EVENTS and share >= MIN_SHARE:
             candidates.append((float(mine["t"].min()), int(rank), int(n), float(late_ms)))
-    for rank, n, late_ms in _roots_of_lateness(membership, dumps.world.size, candidates):
+    for rank, n, late_ms in _roots_of_lateness(membership, world, candidates):
         mine = events[events["rank"] == rank]
         gids = set(mine["gid"].tolist())
         late_groups = sorted({membership.groups[int(g)].name for g in gids})
