@@ -98,7 +98,7 @@ def collect(
     from frtrace.collect.run import CollectOptions, collect_from_store, render_table
     from frtrace.collect.run import collect as run_collect
     from frtrace.collect.store import parse_store_address
-    from frtrace.errors import CollectError, SeveralJobs
+    from frtrace.errors import CollectError, SeveralJobs, UnsafePathError
 
     match: dict[str, str] = {}
     for item in env_match or []:
@@ -135,7 +135,7 @@ def collect(
                 )
         except OSError as exc:
             raise _fail(f"{snap}: cannot collect there ({exc.strerror})") from None
-        except (SeveralJobs, CollectError) as exc:
+        except (SeveralJobs, CollectError, UnsafePathError) as exc:
             raise _fail(exc) from None
         others = ""
         if result.others:

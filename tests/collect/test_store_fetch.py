@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from frtrace.collect.store import StoreRank, Worker, fetch_all, fetch_rank
+from frtrace.collect.store import Answer, StoreRank, Worker, fetch_all, fetch_rank
 
 GLOO_DUMP = json.dumps({"version": "2.10", "entries": [{"record_id": 0}]}).encode()
 NCCL_DUMP = json.dumps({"version": "2.10", "entries": [{"record_id": 7}], "nccl": True}).encode()
@@ -76,7 +76,12 @@ def _name(rank: int) -> str:
 class Saved(dict[str, bytes]):
     """A ``save`` that keeps each answer by file name (and says where it "wrote" it)."""
 
-    def __call__(self, worker: Worker, name: str, data: bytes) -> str:
+    def __call__(
+        self, worker: Worker, name: str, answer: Answer, keep: Callable[[], bool] | None
+    ) -> str | None:
+        data = answer.read()
+        if keep is not None and not keep():
+            return None
         self[name] = data
         return f"{worker.host}/{name}"
 
@@ -148,7 +153,7 @@ def test_a_stalled_rank_costs_one_timeout_and_the_others_are_not_held() -> None:
     assert took < 5.0, f"took {took:.1f} s for two 1 s timeouts in a row on the slow rank"
     assert [o.detail for o in got[0].outcomes if not o.ok] == [
         "dump_traceback: timed out",
-        "fr_trace_json: timed out",
+        "fr_trace_json: not asked: the rank's --timeout was spent",
     ]
     assert got[0].dumped_at_ns is None
     assert "comm_lib_trace_rank_6.json" in saved
