@@ -50,7 +50,8 @@ def collect(
         float,
         typer.Option(
             "--timeout",
-            help="Seconds to wait for each dump (with --store: for the store and each request).",
+            help="Seconds to wait for each dump (with --store: for the store, and for all "
+            "that is asked of each rank).",
             min=0.5,
         ),
     ] = 20.0,
@@ -77,7 +78,7 @@ def collect(
 
     With --store HOST:PORT: every rank of the job, on every host, from torch's debug server
     (its registry in the job's TCPStore): py-spy's and faulthandler's stacks and the Flight
-    Recorder dump of each rank, over HTTP, in parallel, each request bounded by --timeout.
+    Recorder dump of each rank, over HTTP, in parallel, each rank bounded by --timeout.
 
     Without it: the rank processes on this host (RANK in their environment): a py-spy dump of
     each, then a Flight Recorder dump asked of frtrace.recorder (through its socket), the
