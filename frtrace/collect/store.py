@@ -208,11 +208,14 @@ def _registry_child(host: str, port: int, timeout_s: float) -> dict[str, Any]:
         proc.kill()
         proc.wait()
         proc.stdout.close()
-    docs = [json.loads(line) for line in out.split(b"\n") if line.strip()]
-    answer = next((d for d in docs if "imported" not in d), None)
-    if not isinstance(answer, dict):
-        return {"error": "store", "why": f"its reader exited with {proc.returncode}"}
-    return answer
+    for line in out.split(b"\n"):
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            break  # (cut short: the child died writing it)
+        if isinstance(answer, dict) and "imported" not in answer:
+            return answer
+    return {"error": "store", "why": f"its reader ended with code {proc.returncode}"}
 
 
 def read_registry(host: str, port: int, timeout_s: float) -> tuple[list[Worker], list[str]]:

@@ -183,3 +183,16 @@ def test_an_nccl_handler_that_fails_is_said_and_the_cpu_recorder_s_kept() -> Non
     assert files["comm_lib_trace_rank_5.json"] == GLOO_DUMP
     failed = [o.detail for o in got.outcomes if not o.ok and o.kind == "dump"]
     assert failed == ["dump_nccl_trace_json: HTTP 500: watchdog"], got.outcomes
+
+
+@pytest.mark.parametrize("pad", [(1 << 20) - 12, (1 << 20) - 3, 3 << 20])
+def test_an_nccl_answer_is_judged_on_the_way_never_parsed_whole(pad: int) -> None:
+    """Whether an NCCL answer holds an entry is seen as it streams past (here with its
+    ``"entries"`` across a MiB boundary, or far in), never by parsing it whole."""
+    head = b'{"version": "2.10", "pg_config": "' + b"x" * pad + b'", '
+    nccl = head + b'"entries": [{"record_id": 7}]}'
+    answers = {"fr_trace_json": (200, GLOO_DUMP), "dump_nccl_trace_json": (200, nccl)}
+    with worker(answers) as w:
+        got, files = _fetch(w, 10.0, False)
+    assert files["comm_lib_trace_rank_5.json"] == nccl
+    assert [o.detail for o in got.outcomes if o.kind == "dump"] == ["NCCL"]
