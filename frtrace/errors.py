@@ -84,7 +84,11 @@ class ReaderFailedError(DumpFormatError):
 
 
 class UnsafePathError(FrtraceError):
-    """A file, link or directory collect will not read, write or trust (see SECURITY.md)."""
+    """A file, link or directory frtrace will not read, write or trust (see SECURITY.md)."""
+
+
+class OutputError(FrtraceError):
+    """What frtrace was asked to write (``-o``) cannot be written there (exit code 2)."""
 
 
 class CollectError(FrtraceError):

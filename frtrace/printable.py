@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["json_safe", "printable"]
+__all__ = ["json_safe", "printable", "utf8_text"]
 
 # C0 controls but tab and newline, DEL, C1 controls, the bidirectional formatting marks, and
 # lone surrogates (how Python spells a file name's bytes that are not UTF-8: no encoder can
@@ -36,3 +36,13 @@ def json_safe(text: str) -> str:
     ``\\uXXXX`` escapes: still valid JSON, decoding to the same strings, and left alone by
     ``printable``. (Outside strings JSON text has no such characters.)"""
     return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def utf8_text(text: str) -> str:
+    """``text`` with its lone surrogates (how Python spells a file name's bytes that are not
+    UTF-8) written out as ``\\udcXX``, as ``printable`` shows them: text every UTF-8
+    encoder (Arrow's, a strict stdout's) can write."""
+    return _SURROGATE.sub(_escape, text)

@@ -38,7 +38,8 @@ ALLOWED = {
     # (``layout``: what each file of a dump folder is, one rule for the three readers)
     "pystack": {"pystack", "job", "errors", "ranges", "printable", "layout"},
     "evidence": {"evidence", "pystack", "job", "errors", "ranges", "printable", "layout"},
-    "load": {"load", "errors", "printable", "ranges", "progress", "layout"},
+    # (``outpaths``: where frtrace writes, never through another user's link)
+    "load": {"load", "errors", "printable", "ranges", "progress", "layout", "outpaths"},
     # the findings' typed evidence: plain values, beside the job's failures they cite
     "detail": {"detail", "evidence", "pystack", "job", "errors", "ranges", "printable"},
     "analysis": {
@@ -52,7 +53,7 @@ ALLOWED = {
         "ranges",
         "printable",
     },
-    "collect": {"collect", "job", "errors", "ranges", "printable"},
+    "collect": {"collect", "job", "errors", "ranges", "printable", "outpaths"},
     # report and gate read the model (``frtrace.model``, the findings' typed evidence in
     # ``frtrace.detail``), never the analysis that made it
     "report": {

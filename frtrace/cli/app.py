@@ -35,6 +35,7 @@ from frtrace.cli.params import (
 )
 from frtrace.errors import FrtraceError, InputError
 from frtrace.gate.exitcodes import EXIT_INPUT, EXIT_OK, EXIT_PROBLEM
+from frtrace.outpaths import write_out_file
 from frtrace.printable import printable
 
 if TYPE_CHECKING:
@@ -182,10 +183,10 @@ def _renderer(fmt: Format) -> Callable[[Report, Selection | None], str]:
 
 
 def _write(path: Path, text: str) -> None:
-    try:
-        path.write_text(printable(text), encoding="utf-8")
-    except OSError as exc:
-        raise _fail(f"{path}: cannot write the report ({exc.strerror})") from None
+    try:  # (never through a link another user planted there: frtrace/outpaths.py)
+        write_out_file(path, printable(text).encode("utf-8"), "the report")
+    except FrtraceError as exc:
+        raise _fail(exc) from None
 
 
 # long: a typer command declares each option, with its help, in its signature

@@ -54,7 +54,8 @@ def collect(
         float,
         typer.Option(
             "--timeout",
-            help="Seconds to wait for each dump (with --store: for the store and each request).",
+            help="Seconds to wait for each dump (with --store: for the store, and for all "
+            "that is asked of each rank).",
             min=0.5,
         ),
     ] = 20.0,
@@ -81,7 +82,7 @@ def collect(
 
     With --store HOST:PORT: every rank of the job, on every host, from torch's debug server
     (its registry in the job's TCPStore): py-spy's and faulthandler's stacks and the Flight
-    Recorder dump of each rank, over HTTP, in parallel, each request bounded by --timeout.
+    Recorder dump of each rank, over HTTP, in parallel, each rank bounded by --timeout.
 
     Without it: the rank processes on this host (RANK in their environment): a py-spy dump of
     each, then a Flight Recorder dump asked of frtrace.recorder (through its socket), the
@@ -99,7 +100,7 @@ def collect(
     from frtrace.cli.params import progress_display
     from frtrace.collect.incident import collect_incident, env_match
     from frtrace.collect.run import CollectOptions
-    from frtrace.errors import CollectError, SeveralJobs
+    from frtrace.errors import CollectError, SeveralJobs, UnsafePathError
 
     try:
         options = CollectOptions(
@@ -114,7 +115,7 @@ def collect(
             snaps = collect_incident(
                 out_dir, options, store=store, twice_s=twice, each=_said(phase)
             )
-    except (SeveralJobs, CollectError) as exc:
+    except (SeveralJobs, CollectError, UnsafePathError) as exc:
         raise _fail(exc) from None
     if no_analyze:
         raise typer.Exit(code=EXIT_OK)

@@ -27,6 +27,7 @@ from frtrace.errors import UnsafePathError
 from frtrace.job import registry as reg
 from frtrace.job.env import DUMP_PREFIX
 from frtrace.job.recorder import STACKS_PREFIX
+from frtrace.outpaths import OutDir
 
 __all__ = ["recorder"]
 
@@ -136,7 +137,7 @@ def _request(dir_fd: int, proc: RankProcess, timeout_s: float) -> dict[str, Any]
     return doc
 
 
-def recorder(proc: RankProcess, out_dir: Path, timeout_s: float) -> Outcome:
+def recorder(proc: RankProcess, out_dir: OutDir, timeout_s: float) -> Outcome:
     """Ask ``frtrace.recorder`` in the process for a dump; fetch dump and sidecar."""
     try:
         found = _find_entry(proc)

@@ -39,6 +39,7 @@ from frtrace.collect.safety import connect_to_process, copy_private, open_fifo, 
 from frtrace.errors import UnsafePathError
 from frtrace.job.env import DUMP_PREFIX
 from frtrace.job.registry import process_start_time
+from frtrace.outpaths import OutDir
 
 __all__ = [
     "Outcome",
@@ -97,7 +98,7 @@ def _default_dump_prefix(env: dict[str, str] | object) -> str:
     return os.path.join(str(cache), "torch", DUMP_PREFIX)
 
 
-def nccl_pipe(proc: RankProcess, out_dir: Path, timeout_s: float) -> Outcome:
+def nccl_pipe(proc: RankProcess, out_dir: OutDir, timeout_s: float) -> Outcome:
     """A byte into ``<stem><rank>.pipe``; wait for ``<prefix><rank>`` to be rewritten."""
     stem = proc.env.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE")
     if not stem:
@@ -192,28 +193,31 @@ def _socket_of(proc: RankProcess, mechanism: str, kind: str) -> str | Outcome:
     return path
 
 
-def worker_server_dump(proc: RankProcess, out_dir: Path, timeout_s: float) -> Outcome:
+def worker_server_dump(proc: RankProcess, out_dir: OutDir, timeout_s: float) -> Outcome:
     """``POST /handler/fr_trace_json``: the rank's Flight Recorder buffer as JSON."""
     return _worker_server_get(
         proc,
         ("worker_server", "dump", "fr_trace_json", "fr_trace_json"),
-        out_dir / f"{DUMP_PREFIX}{proc.rank}.json",
+        (out_dir, f"{DUMP_PREFIX}{proc.rank}.json"),
         timeout_s,
     )
 
 
-def worker_server_traceback(proc: RankProcess, out_dir: Path, timeout_s: float) -> Outcome:
+def worker_server_traceback(proc: RankProcess, out_dir: OutDir, timeout_s: float) -> Outcome:
     """``POST /handler/dump_traceback``: every thread's Python stack (faulthandler text)."""
     return _worker_server_get(
         proc,
         ("dump_traceback", "stacks", "dump_traceback", "worker server"),
-        out_dir / f"traceback_rank_{proc.rank}.txt",
+        (out_dir, f"traceback_rank_{proc.rank}.txt"),
         timeout_s,
     )
 
 
 def _worker_server_get(
-    proc: RankProcess, what: tuple[str, str, str, str], dst: Path, timeout_s: float
+    proc: RankProcess,
+    what: tuple[str, str, str, str],
+    dst: tuple[OutDir, str],
+    timeout_s: float,
 ) -> Outcome:
     """One worker-server handler's answer into ``dst``. ``what``: (mechanism, kind of
     evidence, handler, how the table says it was collected)."""
@@ -227,11 +231,11 @@ def _worker_server_get(
         return Outcome(mechanism=mechanism, kind=kind, ok=False, detail=f"{exc}: not asked")
     except (OSError, http.client.HTTPException) as exc:
         return Outcome(mechanism=mechanism, kind=kind, ok=False, detail=f"{exc}"[:120])
-    dst = write_private(dst.parent, dst.name, body)
-    return Outcome(mechanism=mechanism, kind=kind, ok=True, detail=detail, paths=(str(dst),))
+    written = write_private(*dst, body)
+    return Outcome(mechanism=mechanism, kind=kind, ok=True, detail=detail, paths=(str(written),))
 
 
-def pyspy(proc: RankProcess, out_dir: Path, timeout_s: float, exe: str | None) -> Outcome:
+def pyspy(proc: RankProcess, out_dir: OutDir, timeout_s: float, exe: str | None) -> Outcome:
     """``py-spy dump --pid``, killed at ``timeout_s``; never on a process in ``D`` state."""
     if exe is None:
         return Outcome(

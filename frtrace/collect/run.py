@@ -22,7 +22,7 @@ import shutil
 import socket
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,11 +30,12 @@ from pathlib import Path
 from frtrace.collect import mechanisms as m
 from frtrace.collect.ask import recorder
 from frtrace.collect.procs import RankProcess, job_of, scan_rank_processes
-from frtrace.collect.safety import make_private_dir, write_private
-from frtrace.collect.store import StoreRank, Worker, fetch_all, read_registry
+from frtrace.collect.safety import write_private
+from frtrace.collect.store import Answer, StoreRank, Worker, fetch_all, read_registry
 from frtrace.errors import SeveralJobs
 from frtrace.job.env import DUMP_PREFIX
 from frtrace.job.manifest import MANIFEST_NAME, CollectedRank, manifest_document
+from frtrace.outpaths import OutDir, open_out_dir, write_file
 from frtrace.ranges import format_ranks
 
 __all__ = [
@@ -92,6 +93,8 @@ class CollectResult:
         return bool(self.ranks) and all(r.dump is not None for r in self.ranks)
 
 
+Keep = Callable[[], bool] | None
+
 _SAFE_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 
@@ -103,7 +106,7 @@ def host_folder(host: str) -> str:
     return f"host-{zlib.crc32(host.encode('utf-8', 'replace')):08x}"
 
 
-def _one(proc: RankProcess, out: Path, opts: CollectOptions, exe: str | None) -> RankCollection:
+def _one(proc: RankProcess, out: OutDir, opts: CollectOptions, exe: str | None) -> RankCollection:
     outcomes: list[m.Outcome] = []
     if opts.pyspy:
         outcomes.append(m.pyspy(proc, out, opts.pyspy_timeout_s, exe))
@@ -123,7 +126,7 @@ def _one(proc: RankProcess, out: Path, opts: CollectOptions, exe: str | None) ->
 
 
 def _write_manifest(
-    folder: Path, host: str, how: str, clock: str, done: list[RankCollection]
+    folder: OutDir, host: str, how: str, clock: str, done: list[RankCollection]
 ) -> None:
     ranks = []
     for rc in done:
@@ -179,15 +182,14 @@ def collect(directory: Path, options: CollectOptions | None = None) -> CollectRe
     procs, others = scan_rank_processes(opts.match_env, opts.pids, any_user=opts.any_user)
     one_job(procs)  # before anything is written
     host = socket.gethostname()
-    folder = directory / host_folder(host)
-    make_private_dir(folder)
-    exe = shutil.which("py-spy") if opts.pyspy else None
-    if not procs:
-        return CollectResult(directory=folder, ranks=(), others=len(others))
-    with ThreadPoolExecutor(max_workers=min(32, len(procs))) as pool:
-        done = list(pool.map(lambda p: _one(p, folder, opts, exe), procs))
-    _write_manifest(folder, host, "local", "local", done)
-    return CollectResult(directory=folder, ranks=tuple(done), others=len(others))
+    with open_out_dir(directory) as top, top.sub(host_folder(host)) as folder:
+        exe = shutil.which("py-spy") if opts.pyspy else None
+        if not procs:
+            return CollectResult(directory=folder.path, ranks=(), others=len(others))
+        with ThreadPoolExecutor(max_workers=min(32, len(procs))) as pool:
+            done = list(pool.map(lambda p: _one(p, folder, opts, exe), procs))
+        _write_manifest(folder, host, "local", "local", done)
+        return CollectResult(directory=folder.path, ranks=tuple(done), others=len(others))
 
 
 def collect_from_store(
@@ -197,39 +199,41 @@ def collect_from_store(
     ``host:port`` into ``directory/<rank's host>/``."""
     opts = options or CollectOptions()
     workers, problems = read_registry(host, port, opts.http_timeout_s)
-    make_private_dir(directory)
+    answered: set[str] = set()  # the hosts with a folder: a rank of theirs answered
+    with open_out_dir(directory) as top:
 
-    def save(worker: Worker, name: str, data: bytes) -> str:
-        folder = directory / host_folder(worker.host)
-        make_private_dir(folder)
-        return str(write_private(folder, name, data))
+        def save(worker: Worker, name: str, answer: Answer, keep: Keep) -> str | None:
+            with top.sub(host_folder(worker.host)) as folder:
+                answered.add(worker.host)
+                written = write_file(folder, name, answer, keep)
+            return None if written is None else str(written)
 
-    fetched = fetch_all(
-        workers,
-        opts.http_timeout_s,
-        pyspy=opts.pyspy,
-        dump_name=lambda r: f"{DUMP_PREFIX}{r}",
-        save=save,
-    )
-    by_host: dict[str, list[StoreRank]] = {}
-    for got in fetched:
-        by_host.setdefault(got.worker.host, []).append(got)
-    done: list[RankCollection] = []
-    for rank_host, items in sorted(by_host.items()):
-        folder = directory / host_folder(rank_host)
-        make_private_dir(folder)
-        here = [
-            RankCollection(
-                rank=got.worker.rank,
-                host=rank_host,
-                pid=got.pid,
-                outcomes=got.outcomes,
-                dumped_at_ns=got.dumped_at_ns,
-            )
-            for got in items
-        ]
-        _write_manifest(folder, rank_host, "store", "collector", here)
-        done.extend(here)
+        fetched = fetch_all(
+            workers,
+            opts.http_timeout_s,
+            pyspy=opts.pyspy,
+            dump_name=lambda r: f"{DUMP_PREFIX}{r}",
+            save=save,
+        )
+        by_host: dict[str, list[StoreRank]] = {}
+        for got in fetched:
+            by_host.setdefault(got.worker.host, []).append(got)
+        done: list[RankCollection] = []
+        for rank_host, items in sorted(by_host.items()):
+            here = [
+                RankCollection(
+                    rank=got.worker.rank,
+                    host=rank_host,
+                    pid=got.pid,
+                    outcomes=got.outcomes,
+                    dumped_at_ns=got.dumped_at_ns,
+                )
+                for got in items
+            ]
+            if rank_host in answered:
+                with top.sub(host_folder(rank_host)) as folder:
+                    _write_manifest(folder, rank_host, "store", "collector", here)
+            done.extend(here)
     done.sort(key=lambda rc: rc.rank)
     return CollectResult(directory=directory, ranks=tuple(done), problems=tuple(problems))
 

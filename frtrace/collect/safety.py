@@ -11,9 +11,10 @@ socket) is under the control of that rank's user, who may not be the user runnin
   ``O_NOFOLLOW|O_NONBLOCK`` and ``fstat`` on what was opened);
 * a Unix socket is spoken to only when the process serving it is the rank itself
   (``SO_PEERCRED``, checked before a byte is sent);
-* what collect writes is 0600 in folders it makes 0700 (dumps hold the job's data), written
-  to a new temporary file and renamed into place, so a link planted under the final name is
-  replaced, never followed.
+* what collect writes is 0600 in folders it makes 0700 (dumps hold the job's data), each
+  folder made and entered without following a link and held open (``frtrace/outpaths.py``:
+  a link at ``DIR/<host>`` is refused), each file written to a new temporary file and renamed
+  into place, so a link planted under the final name is replaced, never followed.
 
 A refusal is an :class:`~frtrace.errors.UnsafePathError`, one line that names the file.
 """
@@ -23,19 +24,17 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 import socket
 import stat
-import tempfile
 from pathlib import Path
 
 from frtrace.errors import UnsafePathError
 from frtrace.job.registry import peer_credentials
+from frtrace.outpaths import OutDir, write_file
 
 __all__ = [
     "connect_to_process",
     "copy_private",
-    "make_private_dir",
     "open_fifo",
     "open_owned",
     "write_private",
@@ -44,45 +43,13 @@ __all__ = [
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def make_private_dir(path: Path) -> None:
-    """``path`` and any missing parent, each made 0700 (whatever the umask)."""
-    missing: list[Path] = []
-    probe = path
-    while not probe.exists() and probe != probe.parent:
-        missing.append(probe)
-        probe = probe.parent
-    for folder in reversed(missing):
-        try:
-            os.mkdir(folder, 0o700)
-        except FileExistsError:
-            continue
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            os.fchmod(fd, 0o700)  # exactly, whatever the umask
-        finally:
-            os.close(fd)
-    if not path.is_dir():
-        raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(path))
-
-
-def write_private(out_dir: Path, name: str, data: bytes | int) -> Path:
-    """``out_dir/name``, 0600: ``data`` (bytes, or an open file descriptor to copy from)
-    into a new temporary file, then renamed over ``name`` (a link there is replaced)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out_dir)
-    try:
-        with os.fdopen(fd, "wb") as dst:
-            if isinstance(data, bytes):
-                dst.write(data)
-            else:
-                with os.fdopen(os.dup(data), "rb") as src:
-                    shutil.copyfileobj(src, dst, 1024 * 1024)
-        final = out_dir / name
-        os.replace(tmp, final)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return final
+def write_private(folder: OutDir, name: str, data: bytes | int) -> Path:
+    """``folder/name``, 0600 (:func:`frtrace.outpaths.write_file`): ``data`` (bytes, or an
+    open file descriptor to copy from) into a new temporary file of the held folder, then
+    renamed over ``name`` (a link there is replaced, never followed)."""
+    written = write_file(folder, name, data)
+    assert written is not None  # (nothing asked whether to keep it)
+    return written
 
 
 def _owner_problem(st: os.stat_result, uid: int) -> str | None:
@@ -109,17 +76,16 @@ def open_owned(path: Path, uid: int) -> int:
     return fd
 
 
-def copy_private(src: Path, uid: int, out_dir: Path, name: str) -> Path:
+def copy_private(src: Path, uid: int, out_dir: OutDir, name: str) -> Path:
     """A rank's file ``src`` (see :func:`open_owned`) copied to ``out_dir/name``, 0600;
     left as it is when it already is that file (the job dumps into the output folder)."""
     fd = open_owned(src, uid)
     try:
         st = os.fstat(fd)
-        dst = out_dir / name
         with contextlib.suppress(OSError):
-            there = os.lstat(dst)
+            there = os.lstat(name, dir_fd=out_dir.fd)
             if (there.st_dev, there.st_ino) == (st.st_dev, st.st_ino):
-                return dst
+                return out_dir.path / name
         return write_private(out_dir, name, fd)
     finally:
         os.close(fd)

@@ -37,7 +37,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import select
+import selectors
 import signal
 import socket
 import sys
@@ -386,12 +386,33 @@ def _watch(
     listener: socket.socket | None,
     wanted: frozenset[int],
 ) -> None:
-    watched = [s for s in (stop, wakeup, listener) if s is not None]
+    # (selectors, not select(): a process with more than 1,024 descriptors open is common)
+    with selectors.DefaultSelector() as sel:
+        for s in (stop, wakeup, listener):
+            if s is not None:
+                sel.register(s, selectors.EVENT_READ)
+        _watch_loop(sel, stop, wakeup, listener, wanted)
+
+
+def _watch_loop(
+    sel: selectors.BaseSelector,
+    stop: socket.socket,
+    wakeup: socket.socket | None,
+    listener: socket.socket | None,
+    wanted: frozenset[int],
+) -> None:
     while True:
         try:
-            ready, _, _ = select.select(watched, [], [])
-        except (OSError, ValueError):
-            return  # closed under us
+            ready = {key.fileobj for key, _ in sel.select()}
+        except (OSError, ValueError) as exc:
+            if stop.fileno() != -1:  # (not disable() closing it: say so, never silently)
+                warnings.warn(
+                    f"frtrace.recorder: its helper thread stopped ({exc}): no dump on a "
+                    "signal or on frtrace collect's request from now on",
+                    RuntimeWarning,
+                    stacklevel=1,
+                )
+            return
         if stop in ready:
             return  # disable()
         if wakeup is not None and wakeup in ready:

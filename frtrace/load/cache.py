@@ -169,7 +169,7 @@ class DirectoryCache:
 
     def __init__(self, root: Path, directory: Path, candidates: Sequence[Candidate]) -> None:
         self.root = root
-        key = hashlib.blake2b(os.path.abspath(directory).encode(), digest_size=16).hexdigest()
+        key = hashlib.blake2b(os.fsencode(os.path.abspath(directory)), digest_size=16).hexdigest()
         self.entry = root / "sets" / key
         self.candidates = candidates
         self.identity: dict[str, Any] | None = None  # worked out on first use

@@ -11,13 +11,15 @@ VARCHAR).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from frtrace.errors import InputError
+from frtrace.errors import InputError, UnsafePathError
 from frtrace.load.spill import release_pages
 from frtrace.load.tables import DumpSet
+from frtrace.outpaths import OutDir, open_out_dir, write_file
 
 __all__ = ["TABLES", "export_parquet", "parquet_schema"]
 
@@ -49,9 +51,13 @@ def _decode_list_dictionaries(table: pa.Table) -> pa.Table:
 
 
 def export_parquet(dumps: DumpSet, out: Path) -> list[tuple[Path, int]]:
-    """Write entries/stacks/groups/pg_status/files.parquet under ``out``; return (path, rows)."""
+    """Write entries/stacks/groups/pg_status/files.parquet under ``out``; return (path, rows).
+    ``out`` is made when missing and entered without following another user's link; each
+    file is written to a new name and renamed into place (``frtrace/outpaths.py``)."""
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        folder = open_out_dir(out, private=False)
+    except UnsafePathError as exc:
+        raise InputError(f"{exc}; pass -o a directory of yours.") from None
     except OSError as exc:
         raise InputError(
             f"{out}: cannot create the output directory ({exc.strerror}); pass -o a directory "
@@ -65,21 +71,26 @@ def export_parquet(dumps: DumpSet, out: Path) -> list[tuple[Path, int]]:
         "files": dumps.files,
     }
     written = []
-    for name in TABLES:
-        table = tables[name]
-        path = out / f"{name}.parquet"
-        try:
-            _write(table, path)
-        except OSError as exc:
-            raise InputError(f"{path}: cannot write ({exc}).") from exc
-        written.append((path, table.num_rows))
+    with folder:
+        for name in TABLES:
+            table = tables[name]
+            path = out / f"{name}.parquet"
+            try:
+                _write(table, folder, f"{name}.parquet")
+            except OSError as exc:
+                raise InputError(f"{path}: cannot write ({exc}).") from exc
+            written.append((path, table.num_rows))
     return written
 
 
-def _write(table: pa.Table, path: Path) -> None:
+def _write(table: pa.Table, folder: OutDir, name: str) -> None:
     """One row group at a time: the sizes of 65M entries, decoded from their dictionaries at
     once, would take tens of GB; a large set's mapped pages are dropped after each group."""
-    with pq.ParquetWriter(path, parquet_schema(table.schema)) as writer:
-        for start in range(0, max(table.num_rows, 1), ROWS_PER_GROUP):
-            writer.write_table(_decode_list_dictionaries(table.slice(start, ROWS_PER_GROUP)))
-            release_pages()
+
+    def fill(dst: BinaryIO) -> None:
+        with pq.ParquetWriter(dst, parquet_schema(table.schema)) as writer:
+            for start in range(0, max(table.num_rows, 1), ROWS_PER_GROUP):
+                writer.write_table(_decode_list_dictionaries(table.slice(start, ROWS_PER_GROUP)))
+                release_pages()
+
+    write_file(folder, name, fill, private=False)

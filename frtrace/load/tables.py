@@ -28,6 +28,7 @@ from frtrace.load.parse import ParsedDump
 from frtrace.load.problems import LoadProblem
 from frtrace.load.spill import SpilledColumn, spill_directory
 from frtrace.load.stacks import Stack
+from frtrace.printable import utf8_text
 from frtrace.progress import Progress, owned
 
 __all__ = [
@@ -334,7 +335,7 @@ class _Assembler:
             schema=schema.STACKS,
         )
         groups = groups_table(self.group_rows, self.members)
-        files = pa.Table.from_pylist(self.file_rows, schema=schema.FILES)
+        files = pa.Table.from_pylist(_storable_rows(self.file_rows), schema=schema.FILES)
         return DumpSet(
             directory=self.directory,
             entries=entries,
@@ -422,6 +423,22 @@ def _values_and_validity(chunk: pa.Array) -> tuple[np.ndarray, np.ndarray | None
         return chunk.to_numpy(zero_copy_only=False), None
     valid = chunk.is_valid().to_numpy(zero_copy_only=False)
     return chunk.fill_null(0).to_numpy(zero_copy_only=False), valid
+
+
+def _storable_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The file rows with text Arrow can store: a path whose bytes are not UTF-8 (and the
+    messages that name it) spelled with ``\\udcXX`` escapes."""
+    return [
+        {
+            k: utf8_text(v)
+            if isinstance(v, str)
+            else [utf8_text(p) for p in v]
+            if k == "problems" and v
+            else v
+            for k, v in row.items()
+        }
+        for row in rows
+    ]
 
 
 def _failed_file_row(cand: Candidate, error: str) -> dict[str, Any]:

@@ -252,6 +252,35 @@ def test_collect_writes_private_copies(shared: Path, tmp_path: Path, who: str) -
         assert stat.S_IMODE(path.lstat().st_mode) == 0o600, path
 
 
+@pytest.mark.parametrize("where", ["host", "snap1"])
+def test_collect_never_writes_through_a_link_at_its_folders(tmp_path: Path, where: str) -> None:
+    """A link at ``DIR/<host>`` (or ``DIR/snap1`` of ``--twice``), planted before collect runs,
+    to a folder only root may write: collect refuses it in one line, writes nothing there."""
+    victim = tmp_path / "root-only"
+    victim.mkdir(mode=0o700)
+    job = tmp_path / "job"
+    job.mkdir()
+    tag = uuid.uuid4().hex
+    env = {
+        "FRTRACE_TEST_JOB": tag,
+        "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": f"{job}/pipe_",
+        "TORCH_FR_DUMP_TEMP_FILE": f"{job}/dump_",
+    }
+    out = tmp_path / "incident"
+    out.mkdir()
+    host = host_folder(socket.gethostname())
+    link = out / host if where == "host" else out / "snap1"
+    os.symlink(victim, link)
+    if os.geteuid() == 0:
+        os.lchown(link, NOBODY, NOBODY)  # (another user's, in a shared folder)
+    with fake_rank(["pipe", "write", f"{job}/pipe_", f"{job}/dump_", "0"], env):
+        extra = ("--twice", "0.5") if where == "snap1" else ()
+        code, output = _collect(out, tag, *extra)
+    assert code == 2, output
+    assert "symbolic link" in output and str(link) in output, output
+    assert not list(victim.iterdir())
+
+
 # --- 2. SIGUSR1 never reaches a handler that is not the recorder's ------------------------------
 
 

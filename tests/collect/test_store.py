@@ -126,8 +126,12 @@ def test_collect_store_gets_every_host_and_names_the_culprit(tmp_path: Path) -> 
         assert all(p.poll() is None for p in procs), "collect must not harm the job"
     assert result.exit_code == 1, result.output  # a hang
     lines = result.output.splitlines()
-    table = lines[3 : next(i for i, ln in enumerate(lines) if ln.startswith("HANG")) - 1]
-    rows = {int(ln.split()[0]): ln.split() for ln in table if ln.split()[:1] != []}
+    # (after "collected into", the headers and their rule; progress lines may come before)
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("collected into")) + 3
+    table = lines[first : next(i for i, ln in enumerate(lines) if ln.startswith("HANG")) - 1]
+    rows = {
+        int(ln.split()[0]): ln.split() for ln in table if ln.split()[:1] and ln.split()[0].isdigit()
+    }
     assert sorted(rows) == [0, 1, 2, 3], result.output
     for r, row in rows.items():
         assert row[1] == HOSTS[r] and row[2] == str(procs[r].pid), result.output

@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from frtrace.collect.store import StoreRank, Worker, fetch_all, fetch_rank
+from frtrace.collect.store import Answer, StoreRank, Worker, fetch_all, fetch_rank
 
 GLOO_DUMP = json.dumps({"version": "2.10", "entries": [{"record_id": 0}]}).encode()
 NCCL_DUMP = json.dumps({"version": "2.10", "entries": [{"record_id": 7}], "nccl": True}).encode()
@@ -76,7 +76,12 @@ def _name(rank: int) -> str:
 class Saved(dict[str, bytes]):
     """A ``save`` that keeps each answer by file name (and says where it "wrote" it)."""
 
-    def __call__(self, worker: Worker, name: str, data: bytes) -> str:
+    def __call__(
+        self, worker: Worker, name: str, answer: Answer, keep: Callable[[], bool] | None
+    ) -> str | None:
+        data = answer.read()
+        if keep is not None and not keep():
+            return None
         self[name] = data
         return f"{worker.host}/{name}"
 
@@ -148,7 +153,7 @@ def test_a_stalled_rank_costs_one_timeout_and_the_others_are_not_held() -> None:
     assert took < 5.0, f"took {took:.1f} s for two 1 s timeouts in a row on the slow rank"
     assert [o.detail for o in got[0].outcomes if not o.ok] == [
         "dump_traceback: timed out",
-        "fr_trace_json: timed out",
+        "fr_trace_json: not asked: the rank's --timeout was spent",
     ]
     assert got[0].dumped_at_ns is None
     assert "comm_lib_trace_rank_6.json" in saved
@@ -178,3 +183,16 @@ def test_an_nccl_handler_that_fails_is_said_and_the_cpu_recorder_s_kept() -> Non
     assert files["comm_lib_trace_rank_5.json"] == GLOO_DUMP
     failed = [o.detail for o in got.outcomes if not o.ok and o.kind == "dump"]
     assert failed == ["dump_nccl_trace_json: HTTP 500: watchdog"], got.outcomes
+
+
+@pytest.mark.parametrize("pad", [(1 << 20) - 12, (1 << 20) - 3, 3 << 20])
+def test_an_nccl_answer_is_judged_on_the_way_never_parsed_whole(pad: int) -> None:
+    """Whether an NCCL answer holds an entry is seen as it streams past (here with its
+    ``"entries"`` across a MiB boundary, or far in), never by parsing it whole."""
+    head = b'{"version": "2.10", "pg_config": "' + b"x" * pad + b'", '
+    nccl = head + b'"entries": [{"record_id": 7}]}'
+    answers = {"fr_trace_json": (200, GLOO_DUMP), "dump_nccl_trace_json": (200, nccl)}
+    with worker(answers) as w:
+        got, files = _fetch(w, 10.0, False)
+    assert files["comm_lib_trace_rank_5.json"] == nccl
+    assert [o.detail for o in got.outcomes if o.kind == "dump"] == ["NCCL"]

@@ -151,3 +151,39 @@ def test_dump_never_writes_through_a_link_planted_in_the_dump_dir(
     assert victim.read_bytes() == b"precious\n", "the dump was written through the link"
     assert path == dumps.resolve() / name and path.stat().st_size > 0
     assert not path.is_symlink()
+
+
+MANY_FDS = """
+import os, resource, signal, sys, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+if hard != resource.RLIM_INFINITY and hard < 2048:
+    print("skip: RLIMIT_NOFILE", hard, flush=True)
+    sys.exit(0)
+resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
+held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]  # past select()'s 1,024
+import frtrace.recorder
+frtrace.recorder.enable(sys.argv[1])
+os.kill(os.getpid(), signal.SIGUSR1)
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline and not any(
+    n.startswith("comm_lib_trace_rank_") for n in os.listdir(sys.argv[1])
+):
+    time.sleep(0.2)
+print(sorted(os.listdir(sys.argv[1])), flush=True)
+"""
+
+
+def test_a_process_with_more_than_1024_descriptors_still_dumps_on_sigusr1(tmp_path: Path) -> None:
+    """(select() refuses a descriptor past 1,024: the recorder's thread died silently)"""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = subprocess.run(
+        [sys.executable, "-c", MANY_FDS, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=DEADLINE_S + 30,
+    )
+    if run.stdout.startswith("skip:"):
+        pytest.skip(run.stdout.strip())
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert DUMP_PREFIX in run.stdout, run.stdout + run.stderr[-2000:]  # (no RANK: _unknown_pid)
