@@ -161,15 +161,23 @@ def one_job(procs: list[RankProcess]) -> None:
         pids = ",".join(str(p.pid) for p in ps[:4]) + (",…" if len(ps) > 4 else "")
         cmd = ps[0].cmdline[:60]
         described.append(f"{name} (ranks {ranks}, pids {pids}: {cmd})")
-    pick = next(
-        (f"--env {k}={v}" for key in sorted(jobs) for k, v in key),
-        "--env NAME=VALUE (a variable whose value differs between the jobs)",
-    )
+    pick = _telling_apart(sorted(jobs))
     what = f"{len(jobs)} jobs" if len(jobs) > 1 else "one rank number held by several processes"
     raise SeveralJobs(
         f"{what} on this host: " + "; ".join(described) + f"; collect one at a time, e.g. "
         f"frtrace collect DIR {pick}"
     )
+
+
+def _telling_apart(jobs: list[tuple[tuple[str, str], ...]]) -> str:
+    """``--env NAME=VALUE`` that picks one job: NAME's value differs from every other job's
+    (MASTER_PORT first: jobs on one host often share MASTER_ADDR, never a port)."""
+    for name in ("MASTER_PORT", "TORCHELASTIC_RUN_ID", "MASTER_ADDR"):
+        seen = [dict(key).get(name) for key in jobs]
+        unique = [v for v in seen if v is not None and seen.count(v) == 1]
+        if len(jobs) > 1 and unique:
+            return f"--env {name}={unique[0]}"
+    return "--env NAME=VALUE (a variable whose value differs between the jobs)"
 
 
 def collect(directory: Path, options: CollectOptions | None = None) -> CollectResult:
