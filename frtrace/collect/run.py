@@ -33,6 +33,7 @@ from frtrace.collect.procs import RankProcess, job_of, scan_rank_processes
 from frtrace.collect.safety import make_private_dir, write_private
 from frtrace.collect.store import StoreRank, Worker, fetch_all, read_registry
 from frtrace.errors import SeveralJobs
+from frtrace.job import registry
 from frtrace.job.env import DUMP_PREFIX
 from frtrace.job.manifest import MANIFEST_NAME, CollectedRank, manifest_document
 from frtrace.ranges import format_ranks
@@ -184,6 +185,7 @@ def collect(directory: Path, options: CollectOptions | None = None) -> CollectRe
     """Collect every rank process found on this host into ``directory/<host>/`` (created
     0700), so every host of the job can collect into one shared ``directory``."""
     opts = options or CollectOptions()
+    registry.clean()  # killed jobs' recorder entries (dead pids) in this user's registry
     procs, others = scan_rank_processes(opts.match_env, opts.pids, any_user=opts.any_user)
     one_job(procs)  # before anything is written
     host = socket.gethostname()
