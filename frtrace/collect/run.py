@@ -86,7 +86,7 @@ class CollectResult:
     directory: Path
     ranks: tuple[RankCollection, ...]
     others: int = 0  # rank processes of other users left alone (no --any-user)
-    problems: tuple[str, ...] = ()  # registry values that could not be used (--store)
+    problems: tuple[str, ...] = ()  # registry values not usable (--store); local: what would do
 
     @property
     def ok(self) -> bool:
@@ -197,7 +197,22 @@ def collect(directory: Path, options: CollectOptions | None = None) -> CollectRe
     with ThreadPoolExecutor(max_workers=min(32, len(procs))) as pool:
         done = list(pool.map(lambda p: _one(p, folder, opts, exe), procs))
     _write_manifest(folder, host, "local", "local", done)
-    return CollectResult(directory=folder, ranks=tuple(done), others=len(others))
+    hint = () if any(rc.dump for rc in done) else store_hint(procs)
+    return CollectResult(directory=folder, ranks=tuple(done), others=len(others), problems=hint)
+
+
+def store_hint(procs: list[RankProcess]) -> tuple[str, ...]:
+    """No rank's dump was got here: a job that runs torch's debug server is reached through
+    its store (``--store MASTER_ADDR:MASTER_PORT``, from the ranks' environment)."""
+    addr = next((p.env for p in procs if "MASTER_ADDR" in p.env and "MASTER_PORT" in p.env), None)
+    if addr is None:
+        return ()
+    where = f"{addr['MASTER_ADDR']}:{addr['MASTER_PORT']}"
+    return (
+        "no rank's dump on this host; if the job runs torch's debug server "
+        f"(torch.distributed.debug.start_debug_server), frtrace collect DIR --store {where} "
+        "reaches every rank through the job's store",
+    )
 
 
 def collect_from_store(
@@ -249,12 +264,13 @@ def _cell(outcomes: list[m.Outcome]) -> str:
 
 
 def render_table(result: CollectResult) -> list[list[str]]:
-    """One row per rank: rank, host, pid, the dump and how, the stacks and how, what was not
-    got."""
+    """One row per rank: rank, host, pid, the dump and how, the stacks and how, and what was
+    tried for the kind (dump, stacks) of which nothing was got."""
     rows = []
     for rc in result.ranks:
         dump = rc.dump
-        missed = [o for o in rc.outcomes if not o.ok]
+        got = {o.kind for o in rc.outcomes if o.ok}
+        missed = [o for o in rc.outcomes if not o.ok and o.kind not in got]  # only where none
         rows.append(
             [
                 str(rc.rank),
