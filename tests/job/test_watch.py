@@ -36,6 +36,28 @@ def test_parse_watch() -> None:
         parse_watch("nan", source="watch")
 
 
+def test_frtrace_env_prints_the_watch_commented_out_and_enable_never_sets_it() -> None:
+    from frtrace.job.env import job_environment, render_env
+
+    text = render_env("/shared/fr")
+    assert "\n# export FRTRACE_WATCH=300\n" in text
+    assert "FRTRACE_WATCH" not in job_environment("/shared/fr")
+
+
+def test_a_watch_that_is_not_seconds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """watch= nonsense is the caller's error; $FRTRACE_WATCH nonsense is one warning (the job
+    runs on, unwatched)."""
+    from frtrace import recorder
+
+    with pytest.raises(ValueError, match="watch='soon' is not a number of seconds"):
+        recorder.enable(tmp_path, watch="soon", signals=())  # type: ignore[arg-type]
+    assert recorder.state() is None
+    monkeypatch.setenv("FRTRACE_WATCH", "soon")
+    with pytest.warns(RuntimeWarning, match="FRTRACE_WATCH='soon'.*not watching"):
+        recorder.enable(tmp_path, signals=())
+    recorder.disable()
+
+
 def test_an_op_pending_past_the_watch_is_a_stall_once() -> None:
     clock = StallClock(10.0)
     assert clock.update({PG: (5, 5)}, 0.0) == []  # nothing pending
