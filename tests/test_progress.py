@@ -87,7 +87,7 @@ def test_without_the_c_reader_a_notice_says_so_once(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert err.splitlines() == [
         "frtrace: the C reader is off (FRTRACE_PURE_PYTHON is set): dumps are read in Python, "
-        "with the same results, about 4 times slower per file"
+        "with the same results, about 2x slower"
     ]
     _, quiet = _run(tmp_path, "analyze", str(HANG), "--no-cache", "-q", **env)
     assert quiet == ""

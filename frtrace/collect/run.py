@@ -33,6 +33,7 @@ from frtrace.collect.procs import RankProcess, job_of, scan_rank_processes
 from frtrace.collect.safety import write_private
 from frtrace.collect.store import Answer, StoreRank, Worker, fetch_all, read_registry
 from frtrace.errors import SeveralJobs
+from frtrace.job import registry
 from frtrace.job.env import DUMP_PREFIX
 from frtrace.job.manifest import MANIFEST_NAME, CollectedRank, manifest_document
 from frtrace.outpaths import OutDir, open_out_dir, write_file
@@ -86,7 +87,7 @@ class CollectResult:
     directory: Path
     ranks: tuple[RankCollection, ...]
     others: int = 0  # rank processes of other users left alone (no --any-user)
-    problems: tuple[str, ...] = ()  # registry values that could not be used (--store)
+    problems: tuple[str, ...] = ()  # registry values not usable (--store); local: what would do
 
     @property
     def ok(self) -> bool:
@@ -164,10 +165,7 @@ def one_job(procs: list[RankProcess]) -> None:
         pids = ",".join(str(p.pid) for p in ps[:4]) + (",…" if len(ps) > 4 else "")
         cmd = ps[0].cmdline[:60]
         described.append(f"{name} (ranks {ranks}, pids {pids}: {cmd})")
-    pick = next(
-        (f"--env {k}={v}" for key in sorted(jobs) for k, v in key),
-        "--env NAME=VALUE (a variable whose value differs between the jobs)",
-    )
+    pick = _telling_apart(sorted(jobs))
     what = f"{len(jobs)} jobs" if len(jobs) > 1 else "one rank number held by several processes"
     raise SeveralJobs(
         f"{what} on this host: " + "; ".join(described) + f"; collect one at a time, e.g. "
@@ -175,10 +173,22 @@ def one_job(procs: list[RankProcess]) -> None:
     )
 
 
+def _telling_apart(jobs: list[tuple[tuple[str, str], ...]]) -> str:
+    """``--env NAME=VALUE`` that picks one job: NAME's value differs from every other job's
+    (MASTER_PORT first: jobs on one host often share MASTER_ADDR, never a port)."""
+    for name in ("MASTER_PORT", "TORCHELASTIC_RUN_ID", "MASTER_ADDR"):
+        seen = [dict(key).get(name) for key in jobs]
+        unique = [v for v in seen if v is not None and seen.count(v) == 1]
+        if len(jobs) > 1 and unique:
+            return f"--env {name}={unique[0]}"
+    return "--env NAME=VALUE (a variable whose value differs between the jobs)"
+
+
 def collect(directory: Path, options: CollectOptions | None = None) -> CollectResult:
     """Collect every rank process found on this host into ``directory/<host>/`` (created
     0700), so every host of the job can collect into one shared ``directory``."""
     opts = options or CollectOptions()
+    registry.clean()  # killed jobs' recorder entries (dead pids) in this user's registry
     procs, others = scan_rank_processes(opts.match_env, opts.pids, any_user=opts.any_user)
     one_job(procs)  # before anything is written
     host = socket.gethostname()
@@ -189,7 +199,24 @@ def collect(directory: Path, options: CollectOptions | None = None) -> CollectRe
         with ThreadPoolExecutor(max_workers=min(32, len(procs))) as pool:
             done = list(pool.map(lambda p: _one(p, folder, opts, exe), procs))
         _write_manifest(folder, host, "local", "local", done)
-        return CollectResult(directory=folder.path, ranks=tuple(done), others=len(others))
+        hint = () if any(rc.dump for rc in done) else store_hint(procs)
+        return CollectResult(
+            directory=folder.path, ranks=tuple(done), others=len(others), problems=hint
+        )
+
+
+def store_hint(procs: list[RankProcess]) -> tuple[str, ...]:
+    """No rank's dump was got here: a job that runs torch's debug server is reached through
+    its store (``--store MASTER_ADDR:MASTER_PORT``, from the ranks' environment)."""
+    addr = next((p.env for p in procs if "MASTER_ADDR" in p.env and "MASTER_PORT" in p.env), None)
+    if addr is None:
+        return ()
+    where = f"{addr['MASTER_ADDR']}:{addr['MASTER_PORT']}"
+    return (
+        "no rank's dump on this host; if the job runs torch's debug server "
+        f"(torch.distributed.debug.start_debug_server), frtrace collect DIR --store {where} "
+        "reaches every rank through the job's store",
+    )
 
 
 def collect_from_store(
@@ -243,12 +270,13 @@ def _cell(outcomes: list[m.Outcome]) -> str:
 
 
 def render_table(result: CollectResult) -> list[list[str]]:
-    """One row per rank: rank, host, pid, the dump and how, the stacks and how, what was not
-    got."""
+    """One row per rank: rank, host, pid, the dump and how, the stacks and how, and what was
+    tried for the kind (dump, stacks) of which nothing was got."""
     rows = []
     for rc in result.ranks:
         dump = rc.dump
-        missed = [o for o in rc.outcomes if not o.ok]
+        got = {o.kind for o in rc.outcomes if o.ok}
+        missed = [o for o in rc.outcomes if not o.ok and o.kind not in got]  # only where none
         rows.append(
             [
                 str(rc.rank),

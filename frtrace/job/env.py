@@ -139,6 +139,15 @@ def recipe(dump_dir: str | PurePath, *, buffer_size: int = DEFAULT_BUFFER_SIZE) 
             why="NCCL: `echo 1 > <prefix><rank>.pipe` dumps that rank while the job runs",
             optional=True,
         ),
+        Setting(
+            name="FRTRACE_WATCH",
+            value="300",
+            since=(2, 8),
+            until=None,
+            why="frtrace's own, read by frtrace.recorder.enable(): an op pending this many "
+            "seconds is a stall: every rank dumps, DIR/frtrace-report.html is written",
+            optional=True,
+        ),
     ]
 
 

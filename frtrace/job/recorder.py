@@ -9,27 +9,23 @@ Call ``enable()`` before ``init_process_group``::
     ...
     frtrace.recorder.dump()                         # on demand, e.g. from your own watchdog
 
-and when the job hangs, ``kill -USR1 <pid of every rank>`` (or ``pkill -USR1 -f train.py`` on
-each host, or ``frtrace collect DIR``): every rank writes
-``/shared/fr_dumps/comm_lib_trace_rank_<rank>``, then ``frtrace analyze -d /shared/fr_dumps``.
-A rank also dumps on an unhandled exception (a Gloo collective that times out raises one),
-since Gloo has no dump on timeout of its own.
+and when the job hangs, ``kill -USR1 <pid of every rank>`` (or ``frtrace collect DIR``): every
+rank writes ``/shared/fr_dumps/comm_lib_trace_rank_<rank>``; ``frtrace analyze -d`` that folder.
+``enable(DIR, watch=300)`` (or ``$FRTRACE_WATCH``) does it all itself (:mod:`frtrace.job.watch`).
+A rank also dumps on an unhandled exception (a Gloo collective that times out raises one).
 
 Next to every dump it writes ``stacks_rank_<rank>.json`` (:mod:`frtrace.job.sidecar`): the
-Python stack of every thread, the dump time and what triggered it (the signal, the exception
-type and message, or on demand), so the report can say where the culprit is stuck. While
-enabled, ``<runtime dir>/recorder-<pid>.json`` says where this process dumps and
+Python stack of every thread, the dump time and its trigger, so the report can say where the
+culprit is stuck. While enabled, ``<runtime dir>/recorder-<pid>.json`` says where it dumps and
 ``recorder-<pid>.sock`` takes ``frtrace collect``'s dump requests (:mod:`frtrace.job.registry`:
-collect asks there and never signals, so a SIGUSR1 handler installed after ``enable()`` is
-never triggered by it). A runtime directory that is not the user's own, or that others can
-write, is refused with a warning: the job runs on, unregistered.
+collect never signals, so a SIGUSR1 handler installed after ``enable()`` never fires for it).
+A runtime directory not the user's own, or others can write, is refused: one warning.
 
 The signal is handled by a thread, not by the main thread: a rank blocked inside a
 collective never returns to Python to run a signal handler, yet it still dumps. (Python's
 ``signal.set_wakeup_fd`` wakes the thread from C; the main thread's handler does nothing.)
 
-torch is imported inside the functions only: importing this module costs nothing, and
-``enable()`` works before torch is imported at all.
+torch is imported inside the functions only: importing this module costs nothing.
 """
 
 from __future__ import annotations
@@ -50,6 +46,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from frtrace.job import registry as reg
+from frtrace.job import watch as watching
 from frtrace.job.env import DEFAULT_BUFFER_SIZE, DUMP_PREFIX, job_environment
 from frtrace.job.sidecar import TriggerKind, capture_current_stacks, write_stacks
 
@@ -82,6 +79,7 @@ class RecorderState:
     excepthook: _ExceptHook | None = None
     threading_excepthook: Callable[[threading.ExceptHookArgs], Any] | None = None
     written: list[Path] = field(default_factory=list)
+    watch_stop: threading.Event = field(default_factory=threading.Event)  # ends the stall watch
 
 
 _state: RecorderState | None = None
@@ -104,6 +102,8 @@ def enable(
     override_env: bool = False,
     verbose: bool = True,
     stacks: bool = True,
+    watch: float | None = None,
+    on_hang: watching.OnHang | None = None,
 ) -> RecorderState:
     """Turn recording on and install the dump triggers; call it before ``init_process_group``.
 
@@ -111,10 +111,12 @@ def enable(
     are the signals that make this rank dump (empty: none); they must be installable, so call
     this from the main thread. ``fmt="pickle"`` keeps Python stacks; ``"json"`` has none.
     ``stacks``: write ``stacks_rank_<rank>.json`` (every thread's stack) next to each dump.
+    ``watch`` (else ``$FRTRACE_WATCH``), ``on_hang``: the stall watch, :mod:`frtrace.job.watch`.
     """
     global _state
     if fmt not in ("pickle", "json"):
         raise ValueError(f"fmt must be 'pickle' or 'json', not {fmt!r}")
+    watch_s = watching.resolve(watch)
     if _state is not None:
         disable()
     directory = Path(dump_dir).resolve()
@@ -133,6 +135,7 @@ def enable(
     _register(st, sigs)
     _start_watcher(st, sigs)
     _state = st
+    watching.start(directory, watch_s, on_hang, stop=st.watch_stop)  # None: no watch
     return st
 
 
@@ -157,6 +160,7 @@ def disable() -> None:
     if st is None:
         return
     _state = None
+    st.watch_stop.set()
     for signum, previous in st.signals.items():
         signal.signal(signum, previous)
     if st.wakeup_w is not None:

@@ -30,6 +30,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import socket
 import stat
 import struct
@@ -50,6 +51,7 @@ __all__ = [
     "answer_request",
     "at",
     "candidate_dirs",
+    "clean",
     "entry_name",
     "listen",
     "open_private_dir",
@@ -58,6 +60,7 @@ __all__ = [
     "register",
     "registry_dir",
     "registry_path",
+    "remove_stale",
     "socket_name",
     "write_entry",
 ]
@@ -264,6 +267,8 @@ def register(about: Mapping[str, Any]) -> Registration | None:
         return None
     except OSError:
         return None
+    with contextlib.suppress(OSError):
+        remove_stale(dir_fd)  # a killed job's entries go when the next one registers
     doc = {
         "format": REGISTRY_FORMAT,
         "version": REGISTRY_VERSION,
@@ -290,3 +295,78 @@ def register(about: Mapping[str, Any]) -> Registration | None:
     finally:
         os.close(dir_fd)
     return done
+
+
+_ENTRY_FILE = re.compile(r"recorder-(\d+)\.(json|sock)")
+
+
+def _entry_start_time(dir_fd: int, name: str) -> str | None:
+    """The start time an entry recorded, None when it has none or cannot be read."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        raw = fh.read(MAX_ENTRY_BYTES)
+    try:
+        value = json.loads(raw).get("start_time")
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _listening(dir_fd: int, pid: int) -> bool:
+    """Someone listens on ``recorder-<pid>.sock`` (a recorder in another pid namespace that
+    shares this directory): its entry is not stale whatever ``/proc`` says."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        try:
+            sock.connect(at(dir_fd, socket_name(pid)))
+        except OSError:
+            return False
+    return True
+
+
+def remove_stale(dir_fd: int) -> list[str]:
+    """Remove the entries and sockets of recorders that are gone (their pid has no process,
+    or a process that started later: the pid was reused) and that nobody listens for, from
+    the checked directory ``dir_fd``; returns the names removed. A live recorder's files are
+    never touched."""
+    pids: dict[int, set[str]] = {}
+    for name in os.listdir(dir_fd):
+        match = _ENTRY_FILE.fullmatch(name)
+        if match is not None:
+            pids.setdefault(int(match[1]), set()).add(name)
+    removed: list[str] = []
+    for pid, names in sorted(pids.items()):
+        if pid == os.getpid():
+            continue
+        now = process_start_time(pid)
+        if now is not None:
+            then = _entry_start_time(dir_fd, entry_name(pid))
+            if then is None or then == now:
+                continue  # alive (or not known to be another process): kept
+        if socket_name(pid) in names and _listening(dir_fd, pid):
+            continue
+        for name in sorted(names):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=dir_fd)
+                removed.append(name)
+    return removed
+
+
+def clean(folder: Path | None = None) -> list[str]:
+    """:func:`remove_stale` in this user's registry directory (default :func:`registry_dir`),
+    when it is a safe one; nothing (an empty list) otherwise."""
+    if not hasattr(os, "geteuid"):
+        return []
+    try:
+        dir_fd = open_private_dir(folder or registry_dir(), os.geteuid(), create=False)
+    except (OSError, UnsafeDirectory):
+        return []
+    try:
+        return remove_stale(dir_fd)
+    except OSError:
+        return []
+    finally:
+        os.close(dir_fd)

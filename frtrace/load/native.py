@@ -108,11 +108,15 @@ def inactive_reason() -> str | None:
     return None
 
 
+# End to end, measured (docs/performance.md, "Without the C reader"); the README says the same
+SLOWDOWN = "about 2x"
+
+
 def notice(reason: str) -> str:
     """The line that says, once per run, that files are read without the C reader."""
     return (
         f"the C reader is off ({reason}): dumps are read in Python, with the same results, "
-        "about 4 times slower per file"
+        f"{SLOWDOWN} slower"
     )
 
 

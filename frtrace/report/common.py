@@ -189,6 +189,9 @@ class Column:
     # which entry it is (``#7 of pg 2``; ``#3 of pg 4, retired``), where the columns are not
     # all the same op: a culprit's newest entry beside the op its peers wait in
     entry: str | None = None
+    # where its live Python stack has it now (a culprit stuck in host code: ``load_batch
+    # (data.py:88)``), shown before the entry, whose call site is where that op was called
+    now: str | None = None
 
 
 def _newest_entries(finding: Finding) -> dict[int, str]:
@@ -258,11 +261,16 @@ def finding_columns(
         same.setdefault((sig, entries.get(rank)), []).append(rank)
     distinct = sorted(same.items(), key=lambda kv: kv[1][0])
     suffix = " (newest entry)" if finding.kind not in MISMATCH_KINDS else ""
+    live = {w.rank: w for w in finding.where or () if w.function is not None}
     for (sig, entry), ranks in distinct[:MAX_CULPRIT_COLUMNS]:
         process = (processes or {}).get(ranks[0]) if len(ranks) == 1 else None
         where = f" {process_phrase(process)}" if process is not None else ""
         title = f"{ranks_phrase(ranks, max_chars=32)}{where}{suffix}"
-        columns.append(Column(title=title, sig=sig, entry=entry or ("-" if entries else None)))
+        w = live.get(ranks[0]) if len(ranks) == 1 and suffix else None
+        now = None if w is None else f"{w.function} ({w.file}" + (f":{w.line})" if w.line else ")")
+        columns.append(
+            Column(title=title, sig=sig, entry=entry or ("-" if entries else None), now=now)
+        )
     return columns, max(0, len(distinct) - MAX_CULPRIT_COLUMNS)
 
 
@@ -295,6 +303,9 @@ def compare_rows(columns: Sequence[Column], *, mark: bool = True) -> list[list[s
     rows = [[label, *cells(key)] for key, label in _FIELDS]
     if any(c.entry is not None for c in columns):
         rows.insert(0, ["entry", *(c.entry or "-" for c in columns)])
+    if any(c.now is not None for c in columns):  # the live stack first; the entry's, labelled
+        rows.insert(0, ["now (live stack)", *(c.now or "-" for c in columns)])
+        rows[-1][0] = "op called from"
     return rows
 
 

@@ -232,7 +232,8 @@ def _finding(doc: _Doc, f: Finding, report: Report) -> None:
             Table(
                 tuple(c.title for c in columns),
                 tuple(tuple(r) for r in stacks),
-                title="stacks, innermost frame first",
+                title="stacks, innermost frame first"
+                + (", where each op was called" if any(c.now for c in columns) else ""),
                 code=True,
             )
         )

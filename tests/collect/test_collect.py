@@ -154,8 +154,11 @@ def test_collect_through_torchs_worker_server(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert result.output.count("worker_server (fr_trace_json)") == 2, result.output
     assert result.output.count("dump_traceback (worker server)") == 2
-    assert "recorder: frtrace.recorder not enabled in it" in result.output
-    assert "nccl_pipe: TORCH_NCCL_DEBUG_INFO_PIPE_FILE not set" in result.output
+    # a dump and stacks got for every rank: what else was tried is not said (issue 31)
+    assert "recorder: frtrace.recorder not enabled in it" not in result.output
+    assert "TORCH_NCCL_DEBUG_INFO_PIPE_FILE" not in result.output
+    rows = [line.split() for line in result.output.splitlines() if line.strip()[:1].isdigit()]
+    assert len(rows) == 2 and all(row[-1] == "-" for row in rows), result.output
     report = CliRunner().invoke(app, ["analyze", "-d", str(out)])
     lines = report.output.splitlines()
     assert lines[0].startswith("HANG: culprit rank 1;"), report.output

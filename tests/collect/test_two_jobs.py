@@ -33,6 +33,24 @@ def test_one_job_passes_and_two_are_refused_with_both_named() -> None:
     assert "\n" not in text
 
 
+def test_the_hint_names_the_variable_that_tells_the_jobs_apart() -> None:
+    """Two jobs on one host share MASTER_ADDR (127.0.0.1): the hint names their port."""
+    two = [_proc(r, 100 + r, MASTER_ADDR="127.0.0.1", MASTER_PORT="29500") for r in range(2)]
+    two += [_proc(r, 200 + r, MASTER_ADDR="127.0.0.1", MASTER_PORT="29600") for r in range(2)]
+    with pytest.raises(SeveralJobs) as err:
+        one_job(two)
+    assert str(err.value).endswith("e.g. frtrace collect DIR --env MASTER_PORT=29500")
+    runs = [_proc(0, 1, MASTER_ADDR="10.0.0.1", TORCHELASTIC_RUN_ID="a"), _proc(0, 2)]
+    runs += [_proc(1, 3, MASTER_ADDR="10.0.0.1", TORCHELASTIC_RUN_ID="b")]
+    with pytest.raises(SeveralJobs) as err:  # no port: the run id, never the shared address
+        one_job(runs)
+    assert str(err.value).endswith("e.g. frtrace collect DIR --env TORCHELASTIC_RUN_ID=a")
+    same = [_proc(0, 1, MASTER_ADDR="10.0.0.1"), _proc(0, 2, MASTER_ADDR="10.0.0.1")]
+    with pytest.raises(SeveralJobs) as err:  # nothing tells them apart: said so
+        one_job(same)
+    assert str(err.value).endswith("(a variable whose value differs between the jobs)")
+
+
 def test_a_rank_held_twice_without_a_job_variable_is_refused() -> None:
     with pytest.raises(SeveralJobs, match="one rank number held by several processes"):
         one_job([_proc(0, 1), _proc(0, 2)])

@@ -116,3 +116,55 @@ def test_recorder_dumps_on_a_request_and_says_where(
     assert Path(reply["stacks"]).name == "stacks_rank_0.json"
     side = json.loads(Path(reply["stacks"]).read_text())
     assert side["trigger"] == {"kind": "on_demand", "detail": "frtrace collect"}
+
+
+def _dead_pid() -> int:
+    """A pid with no process now (a child that has exited and been reaped)."""
+    import subprocess
+
+    child = subprocess.Popen([sys.executable, "-c", ""])
+    child.wait()
+    return child.pid
+
+
+def _stale_socket(path: Path) -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.bind(str(path))  # bound, then closed: the file stays, nobody listens
+
+
+def test_a_killed_jobs_entries_go_when_the_next_job_registers_or_collect_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """recorder-<pid>.{json,sock} of a pid that is gone, or reused by a later process, are
+    removed; a live recorder's, and one whose socket someone listens on, are kept."""
+    from frtrace.collect.run import CollectOptions, collect
+    from frtrace.job.registry import clean
+
+    runtime = tmp_path / "rt"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv(REGISTRY_ENV, str(runtime))
+    dead, reused, elsewhere = _dead_pid(), os.getppid(), _dead_pid()
+    for pid, start in ((dead, "123"), (reused, "1"), (elsewhere, "77")):
+        (runtime / f"recorder-{pid}.json").write_text(json.dumps({"pid": pid, "start_time": start}))
+        _stale_socket(runtime / f"recorder-{pid}.sock")
+    (runtime / f"recorder-{elsewhere}.sock").unlink()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # another pid namespace's
+    listener.bind(str(runtime / f"recorder-{elsewhere}.sock"))
+    listener.listen(1)
+    assert process_start_time(reused) not in (None, "1")  # alive, started later: reused
+    st = recorder.enable(tmp_path / "dumps", signals=())
+    assert st.registry is not None
+    names = sorted(p.name for p in runtime.iterdir())
+    mine = [f"recorder-{os.getpid()}.json", f"recorder-{os.getpid()}.sock"]
+    theirs = [f"recorder-{elsewhere}.json", f"recorder-{elsewhere}.sock"]
+    assert names == sorted(mine + theirs)
+    listener.close()  # nobody listens any more: stale too
+    assert clean() == theirs
+    assert sorted(p.name for p in runtime.iterdir()) == sorted(mine)  # the live one stays
+    recorder.disable()
+    again = _dead_pid()
+    (runtime / f"recorder-{again}.json").write_text(json.dumps({"pid": again}))
+    tag = {"FRTRACE_TEST_NO_SUCH_JOB": str(again)}  # no process of another test is collected
+    result = collect(tmp_path / "out", CollectOptions(match_env=tag, pyspy=False))
+    assert result.ranks == ()
+    assert not (runtime / f"recorder-{again}.json").exists()
