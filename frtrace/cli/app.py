@@ -182,8 +182,8 @@ def _renderer(fmt: Format) -> Callable[[Report, Selection | None], str]:
     return render_text
 
 
-def _write(path: Path, text: str) -> None:
-    try:  # (never through a link another user planted there: frtrace/outpaths.py)
+def _write(path: Path, text: str) -> None:  # (never through another user's link: outpaths)
+    try:
         write_out_file(path, printable(text).encode("utf-8"), "the report")
     except FrtraceError as exc:
         raise _fail(exc) from None

@@ -48,6 +48,7 @@ from typing import Any
 from frtrace.job import registry as reg
 from frtrace.job import watch as watching
 from frtrace.job.env import DEFAULT_BUFFER_SIZE, DUMP_PREFIX, job_environment
+from frtrace.job.hooks import install_excepthooks
 from frtrace.job.sidecar import TriggerKind, capture_current_stacks, write_stacks
 
 __all__ = ["RecorderState", "disable", "dump", "dump_path", "enable", "state"]
@@ -135,7 +136,7 @@ def enable(
     _register(st, sigs)
     _start_watcher(st, sigs)
     _state = st
-    watching.start(directory, watch_s, on_hang, stop=st.watch_stop)  # None: no watch
+    watching.start(directory, watch_s, on_hang, stop=st.watch_stop, dump=_dump_on_stall)
     return st
 
 
@@ -318,20 +319,6 @@ def _safe_dump(
         print(f"frtrace.recorder: could not dump ({reason}): {exc}", file=sys.stderr, flush=True)
 
 
-def _exception_detail(exc_type: type[BaseException], exc: BaseException | None) -> str:
-    text = f"{exc_type.__name__}: {exc}" if exc is not None and str(exc) else exc_type.__name__
-    return text if len(text) <= MAX_DETAIL_CHARS else text[: MAX_DETAIL_CHARS - 1] + "…"
-
-
-def _innermost(tb: TracebackType | None) -> FrameType | None:
-    """The frame the exception was raised in: the main thread's stack as it failed."""
-    if tb is None:
-        return None
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    return tb.tb_frame
-
-
 def _noop_handler(signum: int, frame: FrameType | None) -> None:
     """The main thread's handler: the watcher thread does the dump."""
 
@@ -448,24 +435,12 @@ def _sidecar_path(path: Path) -> Path:
 
 
 def _install_excepthooks(st: RecorderState) -> None:
-    previous = sys.excepthook
-    st.excepthook = previous
+    st.excepthook, st.threading_excepthook = install_excepthooks(
+        lambda reason, detail, frame: _safe_dump(reason, "exception", detail, frame),
+        MAX_DETAIL_CHARS,
+    )
 
-    def hook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
-        if not issubclass(exc_type, KeyboardInterrupt):
-            detail = _exception_detail(exc_type, exc)
-            _safe_dump(f"unhandled {exc_type.__name__}", "exception", detail, _innermost(tb))
-        previous(exc_type, exc, tb)
 
-    sys.excepthook = hook
-    previous_threading = threading.excepthook
-    st.threading_excepthook = previous_threading
-
-    def thread_hook(args: threading.ExceptHookArgs) -> None:
-        if args.exc_type is not SystemExit:
-            name = args.thread.name if args.thread else "?"
-            detail = _exception_detail(args.exc_type, args.exc_value) + f" (thread {name})"
-            _safe_dump(f"unhandled {args.exc_type.__name__} in thread {name}", "exception", detail)
-        previous_threading(args)
-
-    threading.excepthook = thread_hook
+def _dump_on_stall(reason: str, detail: str) -> Path | None:
+    """The stall watch's dump: this rank's buffer and stacks sidecar."""
+    return dump(reason, trigger="on_demand", detail=detail)

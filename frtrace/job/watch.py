@@ -360,23 +360,17 @@ def resolve(watch: object) -> float | None:
         return None
 
 
-def _recorder_dump(reason: str, detail: str) -> Path | None:
-    """This rank's dump and stacks sidecar, by ``frtrace.recorder`` (enabled: it started us)."""
-    from frtrace.job import recorder
-
-    return recorder.dump(reason, trigger="on_demand", detail=detail)
-
-
 def start(
     dump_dir: Path,
     watch_s: float | None,
     on_hang: OnHang | None = None,
     *,
     stop: threading.Event | None = None,
-    dump: _DumpFn = _recorder_dump,
+    dump: _DumpFn,
 ) -> Watch | None:
     """Start the watch thread (a daemon: it never keeps the job alive); None: ``watch_s`` is
-    None, no watch. ``stop``, once set, ends it."""
+    None, no watch. ``stop``, once set, ends it; ``dump``: how this rank dumps its buffer and
+    stacks (``frtrace.recorder``'s, which starts the watch: the watch never imports it)."""
     if watch_s is None:
         return None
     w = Watch(

@@ -23,12 +23,12 @@ from frtrace.load import schema, spill
 from frtrace.load.cache import TABLES, DirectoryCache, cache_disabled, cache_root
 from frtrace.load.discover import Candidate, Discovery, SideFile, SkippedFile, discover
 from frtrace.load.executors import FileExecutor, open_executor
+from frtrace.load.filerows import failed_file_row, storable_rows
 from frtrace.load.members import MemberLists, groups_table, recorded_groups
 from frtrace.load.parse import ParsedDump
 from frtrace.load.problems import LoadProblem
 from frtrace.load.spill import SpilledColumn, spill_directory
 from frtrace.load.stacks import Stack
-from frtrace.printable import utf8_text
 from frtrace.progress import Progress, owned
 
 __all__ = [
@@ -257,7 +257,7 @@ class _Assembler:
             self.problems.append(
                 LoadProblem(rank=cand.rank, path=str(cand.path), message=str(result), fatal=True)
             )
-            self.file_rows.append(_failed_file_row(cand, str(result)))
+            self.file_rows.append(failed_file_row(cand, str(result)))
             return
         meta = result.meta
         self.problems.extend(
@@ -335,7 +335,7 @@ class _Assembler:
             schema=schema.STACKS,
         )
         groups = groups_table(self.group_rows, self.members)
-        files = pa.Table.from_pylist(_storable_rows(self.file_rows), schema=schema.FILES)
+        files = pa.Table.from_pylist(storable_rows(self.file_rows), schema=schema.FILES)
         return DumpSet(
             directory=self.directory,
             entries=entries,
@@ -423,33 +423,6 @@ def _values_and_validity(chunk: pa.Array) -> tuple[np.ndarray, np.ndarray | None
         return chunk.to_numpy(zero_copy_only=False), None
     valid = chunk.is_valid().to_numpy(zero_copy_only=False)
     return chunk.fill_null(0).to_numpy(zero_copy_only=False), valid
-
-
-def _storable_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The file rows with text Arrow can store: a path whose bytes are not UTF-8 (and the
-    messages that name it) spelled with ``\\udcXX`` escapes."""
-    return [
-        {
-            k: utf8_text(v)
-            if isinstance(v, str)
-            else [utf8_text(p) for p in v]
-            if k == "problems" and v
-            else v
-            for k, v in row.items()
-        }
-        for row in rows
-    ]
-
-
-def _failed_file_row(cand: Candidate, error: str) -> dict[str, Any]:
-    return {
-        "rank": cand.rank,
-        "path": str(cand.path),
-        "size_bytes": cand.size_bytes,
-        "loaded": False,
-        "error": error,
-        "problems": [],
-    }
 
 
 def infer_world_size(files: pa.Table, groups: pa.Table) -> WorldSize:
