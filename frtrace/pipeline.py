@@ -13,8 +13,9 @@ from frtrace.analysis.processes import seen_in_collected, seen_in_stacks, with_p
 from frtrace.analysis.stackjoin import join_stacks
 from frtrace.diagnosis_cache import Diagnosis, DiagnosisCache
 from frtrace.errors import FrtraceError, NoDumpsFound
-from frtrace.evidence.collected import Collected, read_collected
+from frtrace.evidence.collected import Collected, manifest_times, read_collected
 from frtrace.evidence.discover import load_evidence
+from frtrace.evidence.injob import dump_files, within_job, world_named
 from frtrace.evidence.model import JobEvidence
 from frtrace.load import tables
 from frtrace.load.discover import list_files
@@ -56,11 +57,10 @@ def _without_dumps(directory: Path, missing: NoDumpsFound) -> DumpSet:
     stacks = stack_files.load_stacks(directory, side_files)
     evidence = load_evidence(directory, stacks, side_files)
     ranks = {f.rank for f in evidence.failures if f.rank is not None} | set(stacks.ranks)
-    if not evidence.failures or not ranks:
+    world = world_named(ranks)
+    if not evidence.failures or world is None:
         raise missing
-    return empty_dump_set(
-        directory, max(ranks) + 1, "the highest rank its logs and stacks name", side_files
-    )
+    return empty_dump_set(directory, world, "the highest rank its logs and stacks name", side_files)
 
 
 def analyze_loaded(dumps: DumpSet) -> Report:
@@ -70,6 +70,9 @@ def analyze_loaded(dumps: DumpSet) -> Report:
     stacks = stack_files.load_stacks(where, dumps.side_files)
     collected = read_collected(where, dumps.side_files)
     evidence = load_evidence(where, stacks, dumps.side_files)
+    evidence, stacks, collected = within_job(
+        dumps.world.size, evidence, stacks, collected, dump_files(dumps)
+    )
     if collected.files or collected.problems:
         evidence = replace(
             evidence,
@@ -89,15 +92,20 @@ def analyze_dumps(
     ``evidence`` what the job's logs, error files and sidecars reported, ``collected`` what
     ``frtrace collect`` knew of each rank (its dump time, host and pid)."""
     times = dump_times_from_entries(dumps)  # NCCL: what the dump itself discovered
-    if collected is not None:
-        times |= collected.dumped_at_ns()  # when collect got the dump
+    if stacks is not None:  # the recorder's sidecar, written with the dump
+        times |= {r: t for r in stacks.ranks if (t := stacks.taken_at_ns(r)) is not None}
+    used, notes = manifest_times(collected, times)  # collect's, where the dumps say none
+    times |= used
     seen = seen_in_stacks(stacks) + seen_in_collected(collected)  # each rank's host and pid
     if stacks is None:
-        return with_processes(diagnose(dumps, times, evidence=evidence), seen)
-    times |= {r: t for r in stacks.ranks if (t := stacks.taken_at_ns(r)) is not None}
-    failed = frozenset(r for r in stacks.ranks if (stacks.trigger(r) or "").startswith("exception"))
-    report = diagnose(dumps, times, failed, evidence=evidence, stacks=stacks)
-    return with_processes(join_stacks(report, stacks), seen)
+        report = with_processes(diagnose(dumps, times, evidence=evidence), seen)
+    else:
+        failed = frozenset(
+            r for r in stacks.ranks if (stacks.trigger(r) or "").startswith("exception")
+        )
+        report = diagnose(dumps, times, failed, evidence=evidence, stacks=stacks)
+        report = with_processes(join_stacks(report, stacks), seen)
+    return replace(report, data_notes=report.data_notes + notes) if notes else report
 
 
 def diagnose_source(

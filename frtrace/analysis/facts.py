@@ -75,7 +75,7 @@ def gather_facts(
         moments=moments,
         waits=waits,
         unrecorded=unrecorded_ops(dumps, membership),
-        evidence=evidence or JobEvidence(),
+        evidence=evidence if evidence is not None else JobEvidence(),  # (problems, no failure)
         stacks=stacks,
         places=places,
     )
