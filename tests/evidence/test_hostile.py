@@ -262,13 +262,15 @@ def stat_is_fifo(path: str | Path) -> bool:
 # --- 3: a manifest is a claim -----------------------------------------------------------------
 
 
-def _manifest(here: Path, names: dict[int, str]) -> None:
+def _manifest(here: Path, names: dict[int, str], sizes: dict[int, int] | None = None) -> None:
     d = tables.load_dumps(NEVER_JOINS)
     ranks = []
     for r in range(4):
         t = d.entries.filter(pc.equal(d.entries["rank"], r))
         newest = pc.max(t["time_created_ns"]).as_py()
         ranks.append({"rank": r, "dumped_at_ns": newest + 50_000_000, "dump": names[r]})
+        if sizes is not None:
+            ranks[-1]["size_bytes"] = sizes[r]
     doc = {"format": "frtrace-collect", "version": 1, "ranks": ranks}
     (here / "frtrace-collect.json").write_text(json.dumps(doc))
 
@@ -286,6 +288,15 @@ def test_a_manifest_naming_another_ranks_file_is_not_believed(tmp_path: Path) ->
     _manifest(here, {r: f"rank_{(r + 1) % 4}" for r in range(4)})
     report = analyze(here)
     assert (report.verdict, report.culprit_ranks) == (Verdict.HANG, (2,))
+
+
+def test_a_manifest_giving_another_size_than_the_dumps_is_not_believed(tmp_path: Path) -> None:
+    here = _copy(tmp_path)
+    sizes = {r: (here / f"rank_{r}").stat().st_size + 1 for r in range(4)}
+    _manifest(here, {r: f"rank_{r}" for r in range(4)}, sizes)
+    report = analyze(here)
+    assert (report.verdict, report.culprit_ranks) == (Verdict.HANG, (2,))
+    assert any("bytes, not the" in p for p in report.evidence_problems)
 
 
 def test_the_report_names_the_manifest_as_the_source_of_dump_times(tmp_path: Path) -> None:
