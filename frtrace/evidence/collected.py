@@ -62,6 +62,9 @@ class Collected:
     files: tuple[str, ...] = ()  # the manifests read (relative paths)
     problems: tuple[str, ...] = ()
     sources: Mapping[int, str] = field(default_factory=dict)  # rank -> the manifest it is from
+    # rank -> its manifest's folder, as the dump set's file paths name it (an archive's members
+    # from the archive's top; a folder's from the folder)
+    folders: Mapping[int, str] = field(default_factory=dict)
 
     def dumped_at_ns(self) -> dict[int, int]:
         return {r.rank: r.dumped_at_ns for r in self.ranks if r.dumped_at_ns is not None}
@@ -126,6 +129,7 @@ def read_collected(directory: Path, files: Sequence[SideFile] | None = None) -> 
         files = side_files(directory)
     by_rank: dict[int, CollectedRank] = {}
     sources: dict[int, str] = {}
+    folders: dict[int, str] = {}
     found: list[str] = []
     problems: list[str] = []
     for file in files:
@@ -142,6 +146,8 @@ def read_collected(directory: Path, files: Sequence[SideFile] | None = None) -> 
             problems.append(f"{rel}: {why}; its ranks' hosts, pids and dump times are not used")
             continue
         found.append(rel)
+        full, base = str(file.path), str(directory)
+        inside = full[len(base) + 1 :] if full.startswith(base) and len(full) > len(base) else rel
         for r in ranks:
             have = by_rank.get(r.rank)
             if have is not None:
@@ -154,11 +160,13 @@ def read_collected(directory: Path, files: Sequence[SideFile] | None = None) -> 
                     continue
             by_rank[r.rank] = r
             sources[r.rank] = rel
+            folders[r.rank] = inside.rpartition("/")[0]
     return Collected(
         ranks=tuple(by_rank[k] for k in sorted(by_rank)),
         files=tuple(found),
         problems=tuple(problems),
         sources=sources,
+        folders=folders,
     )
 
 
@@ -178,7 +186,7 @@ def checked(collected: Collected, dumps: Mapping[str, tuple[int, int]], world: i
             )
             continue
         if r.dumped_at_ns is not None:
-            why = _unlike_the_files(r, rel, dumps)
+            why = _unlike_the_files(r, collected.folders.get(r.rank, ""), dumps)
             if why is not None:
                 problems.append(f"{rel}: rank {r.rank}'s {why}; its dump time is not used")
                 r = replace(r, dumped_at_ns=None)
@@ -187,12 +195,11 @@ def checked(collected: Collected, dumps: Mapping[str, tuple[int, int]], world: i
 
 
 def _unlike_the_files(
-    r: CollectedRank, manifest: str, dumps: Mapping[str, tuple[int, int]]
+    r: CollectedRank, folder: str, dumps: Mapping[str, tuple[int, int]]
 ) -> str | None:
-    """Why the entry's dump is not a file here, or None where it is."""
+    """Why the entry's dump is not a file in the manifest's ``folder``, or None where it is."""
     if not r.dump or "/" in r.dump or r.dump in (".", ".."):
         return "entry names no dump file"
-    folder = manifest.rpartition("/")[0]
     path = f"{folder}/{r.dump}" if folder else r.dump
     have = dumps.get(path)
     if have is None:

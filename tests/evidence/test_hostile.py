@@ -316,3 +316,15 @@ def test_a_log_over_its_time_budget_is_cut_and_says_so(
     found = load_evidence(tmp_path)
     assert not found.failures
     assert any("rank_0.log: read for 0 s, up to line" in p for p in found.problems)
+
+
+def test_a_manifest_in_an_archive_is_checked_against_its_members(tmp_path: Path) -> None:
+    import tarfile
+
+    here = _copy(tmp_path)
+    _manifest(here, {r: f"rank_{r}" for r in range(4)})
+    with tarfile.open(tmp_path / "job.tgz", "w:gz") as tar:
+        tar.add(here, arcname="job")
+    report = analyze(tmp_path / "job.tgz")
+    assert not report.evidence_problems, report.evidence_problems
+    assert any("frtrace-collect.json" in n and "dump time" in n for n in report.data_notes)
