@@ -36,9 +36,10 @@ PUBLIC = {
 ALLOWED = {
     "job": {"job"},
     # (``layout``: what each file of a dump folder is, one rule for the three readers)
-    "pystack": {"pystack", "job", "errors", "ranges", "printable", "layout"},
-    "evidence": {"evidence", "pystack", "job", "errors", "ranges", "printable", "layout"},
-    "load": {"load", "errors", "printable", "ranges", "progress", "layout"},
+    # (``budget``: what an untrusted file may cost, the limits every reader shares)
+    "pystack": {"pystack", "job", "errors", "ranges", "printable", "layout", "budget"},
+    "evidence": {"evidence", "pystack", "job", "errors", "ranges", "printable", "layout", "budget"},
+    "load": {"load", "errors", "printable", "ranges", "progress", "layout", "budget"},
     # the findings' typed evidence: plain values, beside the job's failures they cite
     "detail": {"detail", "evidence", "pystack", "job", "errors", "ranges", "printable"},
     "analysis": {

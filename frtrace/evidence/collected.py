@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from frtrace.evidence.budget import MAX_WORLD_SIZE, load_json
+from frtrace.budget import MAX_WORLD_SIZE, load_json
 from frtrace.job.manifest import (
     MANIFEST_FORMAT,
     MANIFEST_NAME,

@@ -19,7 +19,7 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 
-from frtrace.evidence.budget import LOG_SECONDS, Deadline, rank_number
+from frtrace.budget import LOG_SECONDS, Deadline, rank_number
 from frtrace.evidence.errorfile import ErrorFileError, parse_error_file
 from frtrace.evidence.logs import parse_log
 from frtrace.evidence.messages import classify

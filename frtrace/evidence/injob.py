@@ -12,17 +12,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from pathlib import PurePosixPath
-from typing import TYPE_CHECKING
+from pathlib import Path, PurePosixPath
+from typing import Any, Protocol
 
 from frtrace.evidence.collected import Collected, checked
 from frtrace.evidence.model import Failure, JobEvidence
 from frtrace.pystack.discover import StackSet
 
-if TYPE_CHECKING:
-    from frtrace.load.tables import DumpSet
 
-__all__ = ["dump_files", "within_job", "world_named"]
+class LoadedSet(Protocol):
+    """What is read here of a loaded dump set (``frtrace.load.tables.DumpSet``)."""
+
+    @property
+    def directory(self) -> Path: ...
+
+    @property
+    def files(self) -> Any: ...  # the files table: rank, path, size_bytes, ...
+
+
+__all__ = ["LoadedSet", "dump_files", "within_job", "world_named"]
 
 # Without dumps, the world is the highest rank the side files name, plus one, only while that
 # is at most this many ranks per rank named (plus a floor): one line naming rank 1,000,000 does
@@ -39,7 +47,7 @@ def world_named(ranks: set[int]) -> int | None:
     return max(kept) + 1 if kept else None
 
 
-def dump_files(dumps: DumpSet) -> dict[str, tuple[int, int]]:
+def dump_files(dumps: LoadedSet) -> dict[str, tuple[int, int]]:
     """Each dump file read: its path under the set's directory ("/"-separated; an archive's
     member path) and its (rank, size in bytes)."""
     base = str(dumps.directory)

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from frtrace.evidence.budget import LOG_SECONDS, MAX_LINE_CHARS, Deadline, number, rank_number
+from frtrace.budget import LOG_SECONDS, MAX_LINE_CHARS, Deadline, number, rank_number
 from frtrace.evidence.messages import classify, exception_line, short
 from frtrace.evidence.model import Failure, FailureKind, Role
 

@@ -14,7 +14,7 @@ import re
 import signal
 from dataclasses import dataclass
 
-from frtrace.evidence.budget import MAX_LINE_CHARS
+from frtrace.budget import MAX_LINE_CHARS
 from frtrace.evidence.model import CAUSES, Failure, FailureKind, Role
 
 __all__ = ["MAX_MESSAGE", "Classification", "classify", "exception_line", "short"]

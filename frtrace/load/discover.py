@@ -35,6 +35,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from frtrace.budget import MAX_WORLD_SIZE  # (every reader's limit)
 from frtrace.errors import DumpDirNotFound, DuplicateRank, NoDumpsFound, SeveralDumpSets
 from frtrace.layout import SideFile, SkippedFile, parse_dump_name, walk, walk_key
 from frtrace.load.problems import LoadProblem
@@ -52,11 +53,6 @@ __all__ = [
     "parse_dump_name",
     "set_name",
 ]
-
-# No job has this many ranks (the largest run ~10^5 GPUs). A rank number at or beyond it, in a
-# file name or a recorded group, is damage: taken at face value it would make frtrace build
-# per-rank structures for 10^12 ranks.
-MAX_WORLD_SIZE = 1 << 20
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

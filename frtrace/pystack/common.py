@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import PurePath
 from typing import Any
 
+from frtrace.budget import rank_number
 from frtrace.errors import FrtraceError
-from frtrace.evidence.budget import rank_number
 from frtrace.layout import MAX_STACK_BYTES, as_text
 from frtrace.pystack.model import Frame, ThreadStack
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from frtrace.evidence.budget import MAX_WORLD_SIZE
+from frtrace.budget import MAX_WORLD_SIZE
 from frtrace.job.sidecar import FORMAT_NAME, FORMAT_VERSION, TRIGGER_KINDS
 from frtrace.layout import read_regular, stack_format
 from frtrace.pystack.common import (

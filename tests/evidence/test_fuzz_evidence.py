@@ -12,7 +12,7 @@ they give; every ``FULL_EVERY``-th case is analysed whole (the culprit stays ran
 outside ranks 0-3 is named).
 
 Every case is a pure function of (seed, index); the run lasts ``FRTRACE_FUZZ_EVIDENCE_SECONDS``
-(10 unless set), or exactly ``FRTRACE_FUZZ_EVIDENCE_CASES`` cases:
+(5 unless set), or exactly ``FRTRACE_FUZZ_EVIDENCE_CASES`` cases:
 
     FRTRACE_FUZZ_EVIDENCE_SECONDS=600 python3 -m pytest tests/evidence/test_fuzz_evidence.py
     FRTRACE_FUZZ_EVIDENCE_ONLY=123 python3 -m pytest tests/evidence/test_fuzz_evidence.py -s
@@ -40,7 +40,7 @@ from frtrace.pipeline import analyze_loaded
 from frtrace.pystack.discover import load_stacks
 from tests.conftest import FIXTURES
 
-SECONDS = float(os.environ.get("FRTRACE_FUZZ_EVIDENCE_SECONDS", "10"))
+SECONDS = float(os.environ.get("FRTRACE_FUZZ_EVIDENCE_SECONDS", "5"))
 CASES = os.environ.get("FRTRACE_FUZZ_EVIDENCE_CASES")
 ONLY = os.environ.get("FRTRACE_FUZZ_EVIDENCE_ONLY")
 SEED = int(os.environ.get("FRTRACE_FUZZ_EVIDENCE_SEED", "30"))

@@ -1,4 +1,5 @@
-"""What one side file (a log, an error file, a manifest, a stack sample) may cost the analysis.
+"""What one untrusted file (a dump's rank, a log, an error file, a manifest, a stack sample) may
+cost the analysis: the limits every reader shares. Imports nothing of frtrace.
 
 Every side file is untrusted: anyone who can write beside the dumps can write it. Each is read
 within a budget, and what is over it costs that file (or that line), never the analysis:
@@ -21,8 +22,6 @@ import math
 import time
 from typing import Any
 
-from frtrace.load.discover import MAX_WORLD_SIZE
-
 __all__ = [
     "LOG_SECONDS",
     "MAX_DIGITS",
@@ -35,6 +34,10 @@ __all__ = [
     "seconds_to_ns",
 ]
 
+# No job has this many ranks (the largest run ~10^5 GPUs). A rank number at or beyond it, in a
+# file name, a recorded group or a side file, is damage: taken at face value it would make
+# frtrace build per-rank structures for 10^12 ranks.
+MAX_WORLD_SIZE = 1 << 20
 LOG_SECONDS = 10.0  # the time one log may take to read
 MAX_LINE_CHARS = 8192  # of a log line, matched; a failure message keeps 300
 MAX_DIGITS = 18  # an int64 has 19; exit codes, signals, line numbers, sequence numbers
