@@ -23,9 +23,11 @@ error files or manifests. Imports nothing of frtrace but the manifest's name
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -35,6 +37,7 @@ from frtrace.job.manifest import MANIFEST_NAME  # what `collect` knew of each ra
 __all__ = [
     "LOG_NAME",
     "MANIFEST_NAME",
+    "MAX_DEPTH",
     "MAX_LOG_BYTES",
     "MAX_STACK_BYTES",
     "SNIFF_BYTES",
@@ -47,6 +50,7 @@ __all__ = [
     "looks_like_stacks",
     "may_be_stacks",
     "parse_dump_name",
+    "read_regular",
     "side_files",
     "stack_format",
     "walk",
@@ -76,6 +80,7 @@ LOG_NAME = re.compile(
 ERROR_FILE_NAME = re.compile(r"(?i)^(?:.*[-_])?error(?:[-_]?\d+)?\.json$")
 MAX_LOG_BYTES = 16 * 1024 * 1024  # only a log's last bytes are read (a failure is at its end)
 MAX_STACK_BYTES = 64 * 1024 * 1024  # a py-spy --locals dump of 1,000 threads is ~10 MB
+MAX_DEPTH = 32  # folders under the one analysed: deeper ones are not read
 SNIFF_BYTES = 4096  # enough to tell a stack file from a dump by its first lines
 # Files looked into for stacks when their name does not say (a name ending in a rank).
 _SNIFF_SUFFIXES = frozenset({"", ".txt", ".json", ".log", ".out", ".err", ".stacks"})
@@ -228,12 +233,10 @@ def walk(directory: Path) -> tuple[list[NamedDump], list[SideFile], list[Skipped
     dumps: list[NamedDump] = []
     side: list[SideFile] = []
     skipped: list[SkippedFile] = []
-    for root, dirs, files in os.walk(directory):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        under = Path(root).relative_to(directory).as_posix()
-        for name in sorted(files):
-            relative = name if under == "." else f"{under}/{name}"
-            found = _look_at(Path(root) / name, name, relative)
+    for root, under, files in _folders(directory, skipped):
+        for name in files:
+            relative = f"{under}{name}"
+            found = _look_at(root / name, name, relative)
             if isinstance(found, NamedDump):
                 dumps.append(found)
             elif isinstance(found, SkippedFile):
@@ -241,6 +244,38 @@ def walk(directory: Path) -> tuple[list[NamedDump], list[SideFile], list[Skipped
             else:
                 side.extend(found)
     return dumps, side, skipped
+
+
+def _folders(directory: Path, skipped: list[SkippedFile]) -> Iterator[tuple[Path, str, list[str]]]:
+    """Each folder under ``directory`` (``os.walk``'s order, without its recursion; links to
+    folders and hidden folders not entered; none deeper than ``MAX_DEPTH``): its path, its
+    relative path with a trailing "/" ("" for the top), and its file names, sorted."""
+    todo: list[tuple[Path, str, int]] = [(directory, "", 0)]
+    while todo:
+        root, under, depth = todo.pop()
+        files: list[str] = []
+        folders: list[str] = []
+        try:
+            with os.scandir(root) as listing:
+                for entry in listing:
+                    try:
+                        is_dir = entry.is_dir()  # (a link to a folder: listed, not entered)
+                        into = is_dir and not entry.is_symlink() and not entry.name.startswith(".")
+                    except OSError:
+                        is_dir = into = False
+                    if into:
+                        folders.append(entry.name)
+                    elif not is_dir:
+                        files.append(entry.name)
+        except OSError:
+            continue  # (as os.walk: a folder that cannot be listed is left out)
+        yield root, under, sorted(files)
+        if folders and depth >= MAX_DEPTH:
+            skipped.append(
+                SkippedFile(path=root, reason=f"folders nested deeper than {MAX_DEPTH}: not read")
+            )
+            continue
+        todo.extend((root / d, f"{under}{d}/", depth + 1) for d in sorted(folders, reverse=True))
 
 
 def side_files(directory: Path) -> list[SideFile]:
@@ -295,8 +330,23 @@ def _look_at(path: Path, name: str, relative: str) -> NamedDump | SkippedFile | 
 
 def _head_is_stacks(path: Path) -> bool:
     try:
-        with path.open("rb") as fh:
-            head = fh.read(SNIFF_BYTES)
+        head = read_regular(path, SNIFF_BYTES, follow=True)
     except OSError:
         return False
     return looks_like_stacks(head)
+
+
+def read_regular(path: Path | str, limit: int, *, follow: bool, tail: bool = False) -> bytes:
+    """At most ``limit`` bytes of a regular file (its last ones with ``tail``), opened so that
+    nothing else is: ``O_NONBLOCK`` (a FIFO swapped in after the listing does not block the
+    open), then ``fstat`` of what was opened (not a regular file: ``OSError``); a link not
+    followed unless ``follow``."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        if tail and info.st_size > limit:
+            fh.seek(info.st_size - limit)
+        return fh.read(limit)

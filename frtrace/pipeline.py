@@ -13,6 +13,7 @@ from frtrace.diagnosis_cache import Diagnosis, DiagnosisCache
 from frtrace.errors import FrtraceError, NoDumpsFound
 from frtrace.evidence.collected import Collected, read_collected
 from frtrace.evidence.discover import load_evidence
+from frtrace.evidence.injob import dump_files, within_job, world_named
 from frtrace.evidence.model import JobEvidence
 from frtrace.load import tables
 from frtrace.load.discover import SideFile, list_files
@@ -54,12 +55,18 @@ class SideFiles:
     collected: Collected
 
 
-def read_side_files(where: Path, files: Sequence[SideFile] | None) -> SideFiles:
+def read_side_files(
+    where: Path, files: Sequence[SideFile] | None, dumps: DumpSet | None = None
+) -> SideFiles:
     """The side files of a folder or archive (``files``: those its discovery listed; None:
-    list them)."""
+    list them); with the ``dumps`` loaded, only what lies within the job (``evidence.injob``)."""
     stacks = stack_files.load_stacks(where, files)
     collected = read_collected(where, files)
     evidence = load_evidence(where, stacks, files)
+    if dumps is not None:
+        evidence, stacks, collected = within_job(
+            dumps.world.size, evidence, stacks, collected, dump_files(dumps)
+        )
     if collected.files or collected.problems:
         evidence = replace(
             evidence,
@@ -79,12 +86,10 @@ def _without_dumps(directory: Path, missing: NoDumpsFound) -> tuple[DumpSet, Sid
         raise missing from None
     side = read_side_files(directory, listed)
     ranks = {f.rank for f in side.evidence.failures if f.rank is not None}
-    ranks |= set(side.stacks.ranks)
-    if not side.evidence.failures or not ranks:
+    world = world_named(ranks | set(side.stacks.ranks))
+    if not side.evidence.failures or world is None:
         raise missing
-    dumps = empty_dump_set(
-        directory, max(ranks) + 1, "the highest rank its logs and stacks name", listed
-    )
+    dumps = empty_dump_set(directory, world, "the highest rank its logs and stacks name", listed)
     return dumps, side
 
 
@@ -97,7 +102,7 @@ def analyze_loaded(dumps: DumpSet) -> Report:
 def _analysed(dumps: DumpSet, side: SideFiles | None = None) -> Report:
     """The one diagnosis of a dump set and its side files (read here unless already read)."""
     if side is None:
-        side = read_side_files(dumps.directory, dumps.side_files)
+        side = read_side_files(dumps.directory, dumps.side_files, dumps)
     return diagnose(dumps, side.stacks, side.evidence, side.collected)
 
 

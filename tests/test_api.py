@@ -36,10 +36,11 @@ PUBLIC = {
 ALLOWED = {
     "job": {"job"},
     # (``layout``: what each file of a dump folder is, one rule for the three readers)
-    "pystack": {"pystack", "job", "errors", "ranges", "printable", "layout"},
-    "evidence": {"evidence", "pystack", "job", "errors", "ranges", "printable", "layout"},
-    # (``outpaths``: where frtrace writes, never through another user's link)
-    "load": {"load", "errors", "printable", "ranges", "progress", "layout", "outpaths"},
+    # (``budget``: what an untrusted file may cost, the limits every reader shares;
+    # ``outpaths``: where frtrace writes, never through another user's link)
+    "pystack": {"pystack", "job", "errors", "ranges", "printable", "layout", "budget"},
+    "evidence": {"evidence", "pystack", "job", "errors", "ranges", "printable", "layout", "budget"},
+    "load": {"load", "errors", "printable", "ranges", "progress", "layout", "budget", "outpaths"},
     # the findings' typed evidence: plain values, beside the job's failures they cite
     "detail": {"detail", "evidence", "pystack", "job", "errors", "ranges", "printable"},
     "analysis": {
@@ -101,6 +102,10 @@ ALLOWED = {
     },
     "recorder": {"job"},
     "testing": {"gate"},
+    "budget": set(),
+    "outpaths": {"errors"},
+    # the report a stalled job writes about itself (``job.watch`` runs it by name, on a stall)
+    "watchreport": {"job", "layout", "model", "pipeline", "printable", "report"},
     "__init__": {"errors", "load", "model", "pipeline"},
     "__main__": {"cli"},
 }
@@ -261,7 +266,7 @@ def test_long_functions_are_few_and_say_why() -> None:
 
 # The entry points above the renderers, the gate and the CLI: what they may import is theirs
 _RENDERERS_UP = ("report", "cli", "gate")
-_ENTRY_POINTS = {"__main__.py", "testing.py"}  # (``python -m frtrace``; ``frtrace.testing``)
+_ENTRY_POINTS = {"__main__.py", "testing.py", "watchreport.py"}  # (and the watch's report)
 
 
 def test_nothing_below_the_renderers_imports_them() -> None:

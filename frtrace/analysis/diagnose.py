@@ -77,7 +77,7 @@ def diagnose_facts(facts: Facts) -> Report:
         ranks_loaded=dumps.loaded_ranks,
         ranks_missing=dumps.missing_ranks,
         ranks_unreadable=dumps.unreadable_ranks,
-        data_notes=(*notes, *stack_notes(facts)),
+        data_notes=(*notes, *stack_notes(facts), *facts.claimed),
         groups=facts.membership.groups,
         wait_edges=tuple(sorted({(e.waiter, e.target, str(e.kind)) for e in facts.waits.edges})),
         suspected_ranks=decision.suspected,

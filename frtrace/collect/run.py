@@ -126,6 +126,14 @@ def _one(proc: RankProcess, out: OutDir, opts: CollectOptions, exe: str | None) 
     )
 
 
+def _size(path: str) -> int | None:
+    """The dump's size, for the manifest (the analysis checks it against the file)."""
+    try:
+        return os.lstat(path).st_size
+    except OSError:
+        return None
+
+
 def _write_manifest(
     folder: OutDir, host: str, how: str, clock: str, done: list[RankCollection]
 ) -> None:
@@ -140,6 +148,7 @@ def _write_manifest(
                 dumped_at_ns=rc.dumped_at_ns,
                 dump=os.path.basename(dump.paths[0]) if dump and dump.paths else None,
                 how=f"{dump.mechanism} ({dump.detail})" if dump else None,
+                size_bytes=_size(dump.paths[0]) if dump and dump.paths else None,
             )
         )
     collector = {"host": socket.gethostname(), "pid": os.getpid(), "how": how}

@@ -14,6 +14,7 @@ __all__ = [
     "DataNote",
     "InferredFrom",
     "LoadWarnings",
+    "ManifestTimes",
     "MembershipInferred",
     "NoDumpFor",
     "NoStackFor",
@@ -120,6 +121,15 @@ class NoStackFor:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ManifestTimes:
+    """Dump times taken from ``frtrace collect``'s manifest (when it got each dump: a claim),
+    for ranks whose dumps and sidecars say none."""
+
+    manifest: str  # the manifest's path in the folder
+    ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StackFileProblem:
     """A stack file that could not be read: the reader's message (``pystack``), as is."""
 
@@ -140,6 +150,7 @@ DataNote = (
     | PresumedHeldUp
     | NoStackFor
     | StackFileProblem
+    | ManifestTimes
 )
 
 

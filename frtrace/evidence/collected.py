@@ -20,14 +20,14 @@ never a failed analysis.
 
 from __future__ import annotations
 
-import json
 import os
 import stat
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from frtrace.budget import MAX_WORLD_SIZE, load_json
 from frtrace.job.manifest import (
     MANIFEST_FORMAT,
     MANIFEST_NAME,
@@ -43,7 +43,9 @@ __all__ = [
     "MANIFEST_VERSION",
     "Collected",
     "CollectedRank",
+    "checked",
     "manifest_document",
+    "manifest_times",
     "read_collected",
 ]
 
@@ -58,12 +60,20 @@ class Collected:
     ranks: tuple[CollectedRank, ...] = ()
     files: tuple[str, ...] = ()  # the manifests read (relative paths)
     problems: tuple[str, ...] = ()
+    sources: Mapping[int, str] = field(default_factory=dict)  # rank -> the manifest it is from
+    # rank -> its manifest's folder, as the dump set's file paths name it (an archive's members
+    # from the archive's top; a folder's from the folder)
+    folders: Mapping[int, str] = field(default_factory=dict)
 
     def dumped_at_ns(self) -> dict[int, int]:
         return {r.rank: r.dumped_at_ns for r in self.ranks if r.dumped_at_ns is not None}
 
     def __bool__(self) -> bool:
         return bool(self.ranks)
+
+
+def _size_of(item: Any) -> int | None:
+    return _typed(item.get("size_bytes"), int) if isinstance(item, dict) else None
 
 
 def _typed(value: Any, kind: type) -> Any:
@@ -83,7 +93,7 @@ def _ranks_of(doc: Any) -> list[CollectedRank]:
     out = []
     for item in items:
         rank = _typed(item.get("rank"), int) if isinstance(item, dict) else None
-        if rank is None or rank < 0:
+        if rank is None or not 0 <= rank < MAX_WORLD_SIZE:
             raise ValueError(f"a rank entry without a rank number: {str(item)[:60]}")
         out.append(
             CollectedRank(
@@ -93,6 +103,7 @@ def _ranks_of(doc: Any) -> list[CollectedRank]:
                 dumped_at_ns=_typed(item.get("dumped_at_ns"), int),
                 dump=_typed(item.get("dump"), str),
                 how=_typed(item.get("how"), str),
+                size_bytes=_size_of(item),
             )
         )
     return out
@@ -106,7 +117,7 @@ def _read(path: Path) -> Any:
             raise ValueError("not a regular file")
         if info.st_size > _MAX_BYTES:
             raise ValueError(f"{info.st_size} bytes, more than a manifest holds")
-        return json.loads(fh.read(_MAX_BYTES))
+        return load_json(fh.read(_MAX_BYTES))
 
 
 def read_collected(directory: Path, files: Sequence[SideFile] | None = None) -> Collected:
@@ -116,6 +127,8 @@ def read_collected(directory: Path, files: Sequence[SideFile] | None = None) -> 
     if files is None:
         files = side_files(directory)
     by_rank: dict[int, CollectedRank] = {}
+    sources: dict[int, str] = {}
+    folders: dict[int, str] = {}
     found: list[str] = []
     problems: list[str] = []
     for file in files:
@@ -125,12 +138,15 @@ def read_collected(directory: Path, files: Sequence[SideFile] | None = None) -> 
         try:
             if file.refused is not None:
                 raise ValueError(file.refused)
-            ranks = _ranks_of(json.loads(file.data) if file.data is not None else _read(file.path))
+            doc = load_json(file.data) if file.data is not None else _read(file.path)
+            ranks = _ranks_of(doc)
         except (OSError, ValueError, UnicodeDecodeError) as exc:
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             problems.append(f"{rel}: {why}; its ranks' hosts, pids and dump times are not used")
             continue
         found.append(rel)
+        full, base = str(file.path), str(directory)
+        inside = full[len(base) + 1 :] if full.startswith(base) and len(full) > len(base) else rel
         for r in ranks:
             have = by_rank.get(r.rank)
             if have is not None:
@@ -139,10 +155,73 @@ def read_collected(directory: Path, files: Sequence[SideFile] | None = None) -> 
                     f"{rel}: rank {r.rank} is also in another manifest (hosts {have.host}, "
                     f"{r.host}); the later dump's is used ({keep.host})"
                 )
-                r = keep
+                if keep is have:
+                    continue
             by_rank[r.rank] = r
+            sources[r.rank] = rel
+            folders[r.rank] = inside.rpartition("/")[0]
     return Collected(
         ranks=tuple(by_rank[k] for k in sorted(by_rank)),
         files=tuple(found),
         problems=tuple(problems),
+        sources=sources,
+        folders=folders,
     )
+
+
+def checked(collected: Collected, dumps: Mapping[str, tuple[int, int]], world: int) -> Collected:
+    """The manifests' claims that the files bear out. ``dumps``: each loaded dump's path
+    (relative, "/"-separated) and its (rank, size in bytes). A rank outside ``[0, world)`` is
+    dropped; a rank's dump time is kept only where its ``"dump"`` names that rank's dump in
+    the manifest's own folder (and its ``"size_bytes"``, where given, is that file's size):
+    else its host and pid are kept, its time is not, and a problem line says why."""
+    ranks: list[CollectedRank] = []
+    problems = list(collected.problems)
+    for r in collected.ranks:
+        rel = collected.sources.get(r.rank, MANIFEST_NAME)
+        if r.rank >= world:
+            problems.append(
+                f"{rel}: rank {r.rank} is outside the job's {world:,} ranks; its entry is not used"
+            )
+            continue
+        if r.dumped_at_ns is not None:
+            why = _unlike_the_files(r, collected.folders.get(r.rank, ""), dumps)
+            if why is not None:
+                problems.append(f"{rel}: rank {r.rank}'s {why}; its dump time is not used")
+                r = replace(r, dumped_at_ns=None)
+        ranks.append(r)
+    return replace(collected, ranks=tuple(ranks), problems=tuple(problems))
+
+
+def _unlike_the_files(
+    r: CollectedRank, folder: str, dumps: Mapping[str, tuple[int, int]]
+) -> str | None:
+    """Why the entry's dump is not a file in the manifest's ``folder``, or None where it is."""
+    if not r.dump or "/" in r.dump or r.dump in (".", ".."):
+        return "entry names no dump file"
+    path = f"{folder}/{r.dump}" if folder else r.dump
+    have = dumps.get(path)
+    if have is None:
+        return f"dump {r.dump[:80]!r} is not a dump file beside the manifest"
+    rank, size = have
+    if rank != r.rank:
+        return f"dump {r.dump[:80]!r} is rank {rank}'s"
+    if r.size_bytes is not None and r.size_bytes != size:
+        return f"dump {r.dump[:80]!r} has {size:,} bytes, not the {r.size_bytes:,} it says"
+    return None
+
+
+def manifest_times(
+    collected: Collected | None, own: Mapping[int, int]
+) -> tuple[dict[int, int], tuple[tuple[str, tuple[int, ...]], ...]]:
+    """The dump times the manifests give for ranks whose dumps (and sidecars) say none (the
+    dumps' own times win), and which manifest gave them to which ranks."""
+    if collected is None:
+        return {}, ()
+    used: dict[int, int] = {}
+    by_file: dict[str, list[int]] = {}
+    for r in collected.ranks:
+        if r.dumped_at_ns is not None and r.rank not in own:
+            used[r.rank] = r.dumped_at_ns
+            by_file.setdefault(collected.sources.get(r.rank, MANIFEST_NAME), []).append(r.rank)
+    return used, tuple((rel, tuple(ranks)) for rel, ranks in sorted(by_file.items()))

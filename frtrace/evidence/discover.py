@@ -19,11 +19,12 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 
+from frtrace.budget import LOG_SECONDS, Deadline, rank_number
 from frtrace.evidence.errorfile import ErrorFileError, parse_error_file
 from frtrace.evidence.logs import parse_log
 from frtrace.evidence.messages import classify
 from frtrace.evidence.model import Failure, FailureKind, JobEvidence, Role
-from frtrace.layout import LOG_NAME, MAX_LOG_BYTES, SideFile, side_files
+from frtrace.layout import LOG_NAME, MAX_LOG_BYTES, SideFile, read_regular, side_files
 from frtrace.pystack.discover import StackSet
 from frtrace.pystack.where import frame_label, where
 
@@ -46,20 +47,15 @@ def _rank_of(relative: str) -> int | None:
     path = PurePosixPath(relative)
     stem = path.name.split(".", 1)[0]
     if (m := _TRAILING.search(stem)) is not None and not LOG_NAME.fullmatch(stem):
-        return int(m[1])
+        return rank_number(m[1])
     parent = path.parent.name
     if parent.isdigit() and len(parent) <= 7:
-        return int(parent)  # torchrun --log-dir: attempt_0/<local rank>/stderr.log
+        return rank_number(parent)  # torchrun --log-dir: attempt_0/<local rank>/stderr.log
     return None
 
 
 def _read_tail(path: Path) -> str:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    with os.fdopen(fd, "rb") as fh:
-        size = os.fstat(fh.fileno()).st_size
-        if size > MAX_LOG_BYTES:
-            fh.seek(size - MAX_LOG_BYTES)
-        data = fh.read(MAX_LOG_BYTES)
+    data = read_regular(path, MAX_LOG_BYTES, follow=False, tail=True)
     return data.decode("utf-8", errors="replace")
 
 
@@ -155,13 +151,21 @@ def load_evidence(
             problems.append(f"{rel}: cannot read ({exc.strerror or exc}); skipped")
             continue
         rank = _rank_of(rel)
+        deadline = Deadline(LOG_SECONDS)
         try:
             if file.kind == "error_file":
                 failures += parse_error_file(text, rel, rank=rank)
             else:
-                failures += parse_log(text, rel, rank=rank, year=_year(file.mtime))
+                failures += parse_log(
+                    text, rel, rank=rank, year=_year(file.mtime), deadline=deadline
+                )
         except ErrorFileError as exc:
             problems.append(f"{rel}: {exc}; skipped")
             continue
+        if deadline.stopped_at is not None:
+            problems.append(
+                f"{rel}: read for {LOG_SECONDS:.0f} s, up to line {deadline.stopped_at:,}; "
+                "the lines after are not read (give the job's logs alone, or cut this one)"
+            )
         found.append(rel)
     return JobEvidence(failures=_settle(failures), files=tuple(found), problems=tuple(problems))

@@ -8,9 +8,9 @@ the path (``attempt_0/3/error.json`` under torchrun ``--log-dir``, ``error_3.jso
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from frtrace.budget import load_json, seconds_to_ns
 from frtrace.evidence.logs import frames_of, user_frame
 from frtrace.evidence.messages import classify
 from frtrace.evidence.model import Failure
@@ -25,7 +25,7 @@ class ErrorFileError(ValueError):
 def parse_error_file(text: str, source: str, *, rank: int | None) -> list[Failure]:
     """The failure an error file records (none for an empty one)."""
     try:
-        doc: Any = json.loads(text)
+        doc: Any = load_json(text)
     except ValueError as exc:
         raise ErrorFileError(f"not JSON ({exc.args[0] if exc.args else exc})") from None
     if not isinstance(doc, dict) or "message" not in doc:
@@ -39,10 +39,7 @@ def parse_error_file(text: str, source: str, *, rank: int | None) -> list[Failur
         message = message.get("message")
     if not isinstance(message, str) or not message.strip():
         return []
-    try:
-        at = int(float(stamp)) * 1_000_000_000 if stamp is not None else None
-    except (TypeError, ValueError):
-        at = None
+    at = seconds_to_ns(stamp)  # (None for "inf", 1e300, thousands of digits)
     frames = frames_of(stack.splitlines())
     line = message.strip()
     found = classify(line, exception=True)

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from frtrace.budget import LOG_SECONDS, MAX_LINE_CHARS, Deadline, number, rank_number
 from frtrace.evidence.messages import classify, exception_line, short
 from frtrace.evidence.model import Failure, FailureKind, Role
 
@@ -27,16 +28,17 @@ _TEE = re.compile(r"^\[(?P<who>[A-Za-z_]+?)(?P<n>\d{1,7})\]:\s?")
 _SRUN = re.compile(r"^\s{0,6}(?P<n>\d{1,7}): ")
 _GLOG = re.compile(r"\[?[IWEF](?P<mo>\d\d)(?P<d>\d\d) (?P<t>\d\d:\d\d:\d\d)(?:\.(?P<f>\d{1,9}))?")
 _ISO = re.compile(r"(?P<date>\d{4}-\d\d-\d\d)[ T_](?P<t>\d\d:\d\d:\d\d)(?:[,.](?P<f>\d{1,9}))?")
-_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>.+)$')
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d{1,9}), in (?P<fn>.+)$')
 _ERRORISH = re.compile(
     r"\b(?:error|fatal|failed|failure|exception|terminate|watchdog|abort|signal|segmentation|"
     r"killed|timed out|timeout|closed|reset|skip(?:ping|ped|s)?|leav(?:e|es|ing))\b|"
     r"^\[?[EF]\d{4} ",
     re.IGNORECASE,
 )
-_CHILD_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)(?:\s*\(local_rank:\s*(\d+)\))?")
+_CHILD_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
 _CHILD_FIELD = re.compile(r"^\s*(time|host|exitcode|error_file|traceback)\s*:\s?(.*)$")
-_AGENT_EXIT = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: \d+\)")
+_AGENT_EXIT = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: \d{1,10}\)")
+_C10D_RANK = re.compile(r"^\[rank(\d+)\]:\s?")
 _LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen ", "/torch/")
 
 
@@ -92,8 +94,18 @@ def _prefix_style(lines: list[str]) -> str:
     return "none"
 
 
-def parse_log(text: str, source: str, *, rank: int | None, year: int | None) -> list[Failure]:
-    """Every failure the log's lines report; ``rank``: the file's own rank, if it has one."""
+def parse_log(
+    text: str,
+    source: str,
+    *,
+    rank: int | None,
+    year: int | None,
+    deadline: Deadline | None = None,
+) -> list[Failure]:
+    """Every failure the log's lines report; ``rank``: the file's own rank, if it has one.
+    Lines are read until ``deadline`` (``LOG_SECONDS`` by default) expires; each line's first
+    ``MAX_LINE_CHARS``; a rank a line names outside ``[0, MAX_WORLD_SIZE)`` is no rank."""
+    deadline = Deadline(LOG_SECONDS) if deadline is None else deadline
     lines = text.splitlines()
     style = _prefix_style(lines)
     streams: dict[int | None, _Stream] = {}
@@ -101,20 +113,22 @@ def parse_log(text: str, source: str, *, rank: int | None, year: int | None) -> 
     child: dict[str, str] | None = None  # a ChildFailedError summary entry being read
     child_at = source
     for lineno, raw in enumerate(lines, start=1):
-        line = raw.rstrip()
+        if deadline.expired(lineno):
+            break
+        line = raw[:MAX_LINE_CHARS].rstrip()
         who = rank
         # torchrun's --tee prefix is unmistakable wherever it is; srun's "3: " only where most
         # lines of the file carry one
         if (m := _TEE.match(line)) is not None or (
             style == "srun" and (m := _SRUN.match(line)) is not None
         ):
-            who, line = int(m["n"]), line[m.end() :]
-        if (m := re.match(r"^\[rank(\d+)\]:\s?", line)) is not None:
-            who, line = int(m[1]), line[m.end() :]
+            who, line = rank_number(m["n"]), line[m.end() :]
+        if (m := _C10D_RANK.match(line)) is not None:
+            who, line = rank_number(m[1]), line[m.end() :]
         where = f"{source}:{lineno}"
         # torchelastic's failure summary, one block per failed rank
         if (m := _CHILD_RANK.match(line)) is not None and child is not None:
-            child["rank"] = m[1]
+            child["rank"] = m[1][:20]
             continue
         if child is not None and "traceback" in child:
             if line.startswith("  ") and not line.strip().startswith("="):
@@ -133,11 +147,11 @@ def parse_log(text: str, source: str, *, rank: int | None, year: int | None) -> 
         at = _time_of(line, year)
         if at is not None:
             stream.last_at_ns = at
-        if (m := _AGENT_EXIT.search(line)) is not None:
-            code = int(m[1])
+        if (m := _AGENT_EXIT.search(line)) is not None and (code := number(m[1])) is not None:
             kind, role = _exit_kind(code)
             # the agent's time is when it noticed, not when the rank died: unknown
-            out.append(_failure(int(m[2]), kind, role, line, where, None, signal_of=code))
+            local = rank_number(m[2])
+            out.append(_failure(local, kind, role, line, where, None, signal_of=code))
             continue
         if line.lstrip().startswith("Traceback (most recent call last)"):
             stream.in_traceback, stream.traceback = True, []
@@ -163,7 +177,7 @@ def parse_log(text: str, source: str, *, rank: int | None, year: int | None) -> 
                 )
             continue
         if "terminate called after throwing" in line and lineno < len(lines):
-            nxt = lines[lineno].strip()
+            nxt = lines[lineno][:MAX_LINE_CHARS].strip()
             if nxt.startswith("what():") or "what():" in nxt:
                 line = f"{line} {nxt}"
         is_exception = exception_line(line) is not None
@@ -204,9 +218,9 @@ def _failure(
 
 def _child_failure(child: dict[str, str], where: str) -> list[Failure]:
     """One entry of torchelastic's summary: its rank, time, exit code and message."""
-    if "rank" not in child:
+    rank = rank_number(child.get("rank"))
+    if rank is None:
         return []
-    rank = int(child["rank"])
     # with no error file the summary's time is when torchelastic noticed the exit: unknown
     noticed = child.get("error_file", "").strip() in ("", "<N/A>")
     at = None if noticed else _time_of(child.get("time", ""), None)
@@ -216,7 +230,7 @@ def _child_failure(child: dict[str, str], where: str) -> list[Failure]:
     ends = [ln for ln in lines if exception_line(ln) is not None]
     message = ends[-1].strip() if ends else (lines[0].strip() if lines else "")
     code_text = child.get("exitcode", "")
-    code = int(m[0]) if (m := re.match(r"-?\d+", code_text.strip())) else None
+    code = number(m[0]) if (m := re.match(r"-?\d+", code_text.strip())) else None
     found = classify(message, exception=bool(ends)) if message else None
     if found is not None and not message.startswith("To enable traceback"):
         return [

@@ -14,6 +14,7 @@ import re
 import signal
 from dataclasses import dataclass
 
+from frtrace.budget import MAX_LINE_CHARS
 from frtrace.evidence.model import CAUSES, Failure, FailureKind, Role
 
 __all__ = ["MAX_MESSAGE", "Classification", "classify", "exception_line", "short"]
@@ -108,7 +109,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], FailureKind], ...] = tuple(
             r"device-side assert",
             _K.CUDA_ERROR,
         ),
-        (r"^AssertionError|\bAssertion .* failed|assert(?:ion)? failed", _K.ASSERTION),
+        (r"^AssertionError|\bAssertion [^\n]{0,400}? failed|assert(?:ion)? failed", _K.ASSERTION),
         (
             r"Segmentation fault|Fatal Python error|core dumped|terminate called after throwing|"
             r"Aborted|SIGSEGV|SIGABRT|SIGBUS|SIGILL|SIGFPE|SIGKILL",
@@ -124,9 +125,11 @@ _PATTERNS: tuple[tuple[re.Pattern[str], FailureKind], ...] = tuple(
 )
 # Exception types that are failures of communication, whatever their text says.
 _COMM_TYPES = frozenset({"DistBackendError", "DistNetworkError", "DistStoreError", "DistError"})
-_RANKS = re.compile(r"Ranks? ([\d, ]+?) failed to pass monitoredBarrier", re.IGNORECASE)
-_NCCL_WORK = re.compile(r"SeqNum=(\d+),\s*OpType=(\w+)")
-_SIGNAL_NUM = re.compile(r"Signal (\d+)|exitcode\s*:?\s*(-\d+)|exit(?:ed with)? code:? (-\d+)")
+_RANKS = re.compile(r"Ranks? ([\d, ]{1,4000}?) failed to pass monitoredBarrier", re.IGNORECASE)
+_NCCL_WORK = re.compile(r"SeqNum=(\d{1,18}),\s{0,8}OpType=(\w{1,40})")
+_SIGNAL_NUM = re.compile(
+    r"Signal (\d{1,3})\b|exitcode\s{0,8}:?\s{0,8}(-\d{1,3})\b|exit(?:ed with)? code:? (-\d{1,3})\b"
+)
 
 
 def exception_line(line: str) -> tuple[str, str] | None:
@@ -159,6 +162,7 @@ _LAUNCHER = re.compile(r"ChildFailedError|elastic\.multiprocessing\.errors", re.
 def classify(text: str, *, exception: bool = False) -> Classification | None:
     """What the message says; ``exception``: it is known to be a raised exception's text
     (the sidecar's trigger, an error file), so an unknown one is the job's own failure."""
+    text = text[:MAX_LINE_CHARS]  # (a message's first characters say what it is)
     if _LAUNCHER.search(text):
         return None
     exc = exception_line(text)
@@ -177,7 +181,7 @@ def _make(kind: FailureKind, text: str, exc_type: str | None) -> Classification:
     named: tuple[int, ...] = ()
     op = seq = None
     if kind == _K.BARRIER_FAILED and (m := _RANKS.search(text)):
-        named = tuple(sorted({int(x) for x in re.findall(r"\d+", m.group(1))}))
+        named = tuple(sorted({int(x) for x in re.findall(r"\d+", m.group(1)) if len(x) <= 7}))
     if (m := _NCCL_WORK.search(text)) is not None:
         seq, op = int(m.group(1)), m.group(2).lower()
     return Classification(

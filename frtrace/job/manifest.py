@@ -39,6 +39,7 @@ class CollectedRank:
     dumped_at_ns: int | None = None  # when its dump arrived (see ``clock``)
     dump: str | None = None  # the dump file's name in the folder, None: no dump got
     how: str | None = None  # "debug server http://node-7:40123", "recorder (socket)", ...
+    size_bytes: int | None = None  # the dump file's size, where collect wrote it
 
 
 def manifest_document(
@@ -59,6 +60,7 @@ def manifest_document(
                 "dumped_at_ns": r.dumped_at_ns,
                 "dump": r.dump,
                 "how": r.how,
+                **({} if r.size_bytes is None else {"size_bytes": r.size_bytes}),
             }
             for r in sorted(ranks, key=lambda r: r.rank)
         ],

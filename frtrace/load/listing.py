@@ -7,14 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from frtrace.budget import MAX_WORLD_SIZE  # (every reader's limit)
 from frtrace.layout import SideFile, SkippedFile
 
 __all__ = ["MAX_WORLD_SIZE", "Candidate", "Listing"]
-
-# No job has this many ranks (the largest run ~10^5 GPUs). A rank number at or beyond it, in a
-# file name or a recorded group, is damage: taken at face value it would make frtrace build
-# per-rank structures for 10^12 ranks.
-MAX_WORLD_SIZE = 1 << 20
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import PurePath
 from typing import Any
 
+from frtrace.budget import rank_number
 from frtrace.errors import FrtraceError
 from frtrace.layout import MAX_STACK_BYTES, as_text
 from frtrace.pystack.model import Frame, ThreadStack
@@ -88,7 +89,7 @@ def rank_from_filename(path: str | os.PathLike[str]) -> int | None:
     """The digits at the end of the file's stem: ``pyspy_rank_5.txt``, ``rank5.json`` -> 5."""
     stem = PurePath(os.fspath(path)).name.split(".", 1)[0]
     m = re.search(r"(\d+)$", stem)
-    return int(m.group(1)) if m and len(m.group(1)) <= 9 else None
+    return rank_number(m.group(1)) if m else None
 
 
 _BOOTSTRAP = frozenset({"_bootstrap", "Thread._bootstrap", "_bootstrap_inner"})

@@ -20,8 +20,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from frtrace.budget import MAX_WORLD_SIZE
 from frtrace.job.sidecar import FORMAT_NAME, FORMAT_VERSION, TRIGGER_KINDS
-from frtrace.layout import stack_format
+from frtrace.layout import read_regular, stack_format
 from frtrace.pystack.common import (
     MAX_FILE_BYTES,
     MAX_LINE_CHARS,
@@ -80,6 +81,8 @@ def _recorder_from_doc(doc: Any, path: str, rank: int | None) -> ProcessStacks:
     if version < 1:
         raise StackFileError(path, f"sidecar version {version} does not exist")
     own_rank = get_field(doc, "rank", int, path, "the sidecar")
+    if own_rank is not None and not 0 <= own_rank < MAX_WORLD_SIZE:
+        raise StackFileError(path, f"rank {str(own_rank)[:20]} is no rank of any job")
     trigger = doc.get("trigger")
     trigger_text: str | None = None
     if trigger is not None:
@@ -175,8 +178,7 @@ def read_stack_bytes(path: str | os.PathLike[str]) -> bytes:
             raise StackFileError(
                 name, f"{size:,} bytes, more than the {MAX_FILE_BYTES:,} any stack dump needs"
             )
-        with open(name, "rb") as fh:
-            data = fh.read(MAX_FILE_BYTES + 1)
+        data = read_regular(name, MAX_FILE_BYTES + 1, follow=True)  # (never a FIFO)
     except OSError as exc:
         raise StackFileError(
             name, f"cannot read it ({exc.strerror or exc})", "check the path"

@@ -28,6 +28,7 @@ import time
 from pathlib import PurePath
 from urllib.parse import urlsplit
 
+from frtrace.budget import rank_number
 from frtrace.pystack.common import StackFileError, decode_text
 from frtrace.pystack.model import ProcessStacks
 from frtrace.pystack.pyspy import parse_pyspy_text
@@ -81,7 +82,9 @@ def parse_periodic(data: bytes | str, path: str | os.PathLike[str]) -> list[Proc
         body = text[head.end() : end].strip("\n") + "\n"  # (the file's last line has none)
         if not body.strip() or body.lstrip().startswith("Error:"):
             continue
-        rank = int(head["rank"])
+        rank = rank_number(head["rank"])
+        if rank is None:
+            continue  # (no rank of any job)
         try:
             if pyspy:
                 sample = parse_pyspy_text(body, name, rank=rank)

@@ -19,11 +19,11 @@ from frtrace.pystack.model import Frame, ProcessStacks, ThreadStack
 
 __all__ = ["parse_pyspy_json", "parse_pyspy_text", "parse_pyspy_text_all"]
 
-_PS_PROCESS = re.compile(r"^Process (\d+): ?(.*)$")
+_PS_PROCESS = re.compile(r"^Process (\d{1,10}): ?(.*)$")
 _PS_PYTHON = re.compile(r"^Python v\d+\.\d+")
 _PS_PARENT = re.compile(r"^Parent Process \d+: ?")
 _PS_THREAD = re.compile(r'^Thread (\S+)(?: \((idle|active\+gil|active|gil)\))?(?:: "(.*)")?$')
-_PS_FRAME = re.compile(r"^    (?=\S)(.*) \(([^()]*?)(?::(\d+))?\)$")
+_PS_FRAME = re.compile(r"^    (?=\S)(.*) \(([^()]*?)(?::(\d{1,9}))?\)$")
 _PS_SEPARATOR = re.compile(r"^-{20,}$")
 _STATUS = {
     "idle": (False, None),

@@ -16,7 +16,7 @@ _FH_HEADER = re.compile(
 )
 _FH_STACK = "Stack (most recent call first):"
 _FH_FRAME = re.compile(
-    r'^  File (?:"(?P<file>.*)"|\?\?\?), line (?P<line>\d+|\?\?\?) in (?P<name>.*)$'
+    r'^  File (?:"(?P<file>.*)"|\?\?\?), line (?P<line>\d{1,9}|\?\?\?) in (?P<name>.*)$'
 )
 
 

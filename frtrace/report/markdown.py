@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from tabulate import tabulate
 
 from frtrace.model import Report
@@ -30,11 +32,21 @@ def render_markdown(report: Report, selection: Selection | None = None) -> str:
     return "\n".join(out).strip("\n") + "\n"
 
 
+# A line break (a dump's string may hold one) would let the next line start a block: a
+# heading, a quote, a list, a table row.
+_BREAKS = re.compile(r"[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]+")
+# What starts a block where it begins a line (the start of a paragraph, a list item's text).
+_BLOCK_START = re.compile(r"^(\s*(?:\d{1,9})?)([#+=~.)\[-])")  # ([ref]: url defines a link)
+
+
 def escape(text: str) -> str:
-    """Text that markdown shows literally (``<lambda>`` would otherwise vanish as a tag).
+    """Text that markdown shows literally (``<lambda>`` would otherwise vanish as a tag), on
+    one line (no heading or list starts inside it), with no inline link or image (``](``
+    and ``![`` escaped: a dump's ``![](http://...)`` fetches nothing).
 
     Spans already in backticks are code and kept as they are, but for ``|`` in tables.
     """
+    text = _BREAKS.sub(" ", text)
     parts = text.split("`")
     if len(parts) % 2 == 0:  # an unpaired backtick: treat it as text
         parts = [text.replace("`", "'")]
@@ -45,11 +57,20 @@ def escape(text: str) -> str:
             .replace("*", "\\*")
             .replace("<", "&lt;")
             .replace(">", "&gt;")
+            .replace("](", "\\](")  # no inline link or image: [text](url), ![alt](url)
+            .replace("![", "!\\[")
         )
     return "`".join(parts).replace("|", "\\|")
 
 
+def _line(text: str) -> str:
+    """``escape``d text that begins a line: a leading ``#``, ``-``, ``1.`` is shown, not a
+    heading or a list."""
+    return _BLOCK_START.sub(r"\1\\\2", escape(text))
+
+
 def _code(text: str) -> str:
+    text = _BREAKS.sub(" ", text)
     return f"`{text.replace('`', '')}`".replace("|", "\\|") if text else ""
 
 
@@ -57,7 +78,7 @@ def _block(block: Block) -> list[str]:
     if isinstance(block, Heading):
         return ["", "#" * block.level + " " + escape(block.text), ""]
     if isinstance(block, Para):
-        text = escape(block.text)
+        text = escape(block.text) if block.strong else _line(block.text)
         return [f"**{text}**" if block.strong else text, ""]
     if isinstance(block, KeyValues):
         return [f"- **{escape(k)}**: {escape(v)}" for k, v in block.pairs] + [""]
@@ -71,7 +92,7 @@ def _block(block: Block) -> list[str]:
     if isinstance(block, Bullets):
         title = [f"*{escape(block.title)}*", ""] if block.title else []
         items = [
-            (f"{i}. " if block.ordered else "- ") + escape(item)
+            (f"{i}. " if block.ordered else "- ") + _line(item)
             for i, item in enumerate(block.items, start=1)
         ]
         return [*title, *items, ""]

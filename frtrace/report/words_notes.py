@@ -11,6 +11,7 @@ from frtrace.detail.notes import (
     DataNote,
     InferredFrom,
     LoadWarnings,
+    ManifestTimes,
     MembershipInferred,
     NoDumpFor,
     NoStackFor,
@@ -87,6 +88,13 @@ def note(n: DataNote) -> str:
         return (
             f"no Python stack sample for rank{'s' if many else ''} {format_ranks(n.ranks)}: "
             "the stack classes leave them out (py-spy dump --pid, or frtrace collect, gets one)"
+        )
+    if isinstance(n, ManifestTimes):
+        many = len(n.ranks) != 1
+        return (
+            f"{n.manifest}: the dump times of {'ranks' if many else 'rank'} "
+            f"{format_ranks(n.ranks)} are collect's (when it got each dump), not the dumps' own: "
+            "a manifest is a claim; leave it out to see the dumps alone"
         )
     if isinstance(n, StackFileProblem):
         return n.message

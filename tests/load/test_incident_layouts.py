@@ -56,7 +56,14 @@ def per_host(source: Path, into: Path, *, hosts: dict[int, str] = HOSTS) -> Path
         shutil.copy2(path, into / host / relative)
     for host in sorted(set(hosts.values())):
         ranks = [
-            CollectedRank(rank=r, host=host, pid=4000 + r, dump=f"comm_lib_trace_rank_{r}")
+            CollectedRank(
+                rank=r,
+                host=host,
+                pid=4000 + r,
+                dump=f"comm_lib_trace_rank_{r}",
+                dumped_at_ns=(dump := source / f"comm_lib_trace_rank_{r}").stat().st_mtime_ns,
+                size_bytes=dump.stat().st_size,
+            )
             for r, h in hosts.items()
             if h == host
         ]
@@ -135,6 +142,8 @@ def test_every_layout_gives_the_folders_answer(
             f"host-a/{MANIFEST_NAME}",
             f"host-b/{MANIFEST_NAME}",
         ]
+        # (each entry names its rank's dump beside it, of its size: believed, no line)
+        assert not [p for p in doc.get("evidence_problems", ()) if MANIFEST_NAME in p]
     assert not list(tmp_path.glob("*/incident"))  # (an archive: nothing extracted)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from typer.testing import CliRunner
 
 from frtrace.cli import app
 from frtrace.printable import json_safe, printable
+from frtrace.report.markdown import _line, escape
 from tests.conftest import make_dump, make_entry, write_pickle
 
 EVIL_NAME = "train_step\x1b]0;pwned\x07\x1b[2J"
@@ -64,3 +66,12 @@ def _strings(value: object) -> set[str]:
     if isinstance(value, list):
         return set().union(*(_strings(v) for v in value))
     return set()
+
+
+def test_markdown_escapes_blocks_links_and_images_from_dumps() -> None:
+    text = escape("pg\n# Owned\n![x](http://evil/p.png) [click](http://evil)")
+    assert "\n" not in text
+    assert not re.search(r"(?<!\\)\]\(|!\[", text)  # no link closes, no image opens
+    assert _line("[ref]: http://evil") == "\\[ref]: http://evil"
+    assert _line("# Owned") == "\\# Owned"
+    assert _line("1. step") == "1\\. step"

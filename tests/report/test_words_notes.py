@@ -11,6 +11,7 @@ from frtrace.detail.notes import (
     DataNote,
     InferredFrom,
     LoadWarnings,
+    ManifestTimes,
     MembershipInferred,
     NoDumpFor,
     NoStackFor,
@@ -121,6 +122,12 @@ EXAMPLES: list[tuple[DataNote, str]] = [
         NoStackFor(ranks=(2, 3)),
         "no Python stack sample for ranks 2-3: the stack classes leave them out (py-spy dump "
         "--pid, or frtrace collect, gets one)",
+    ),
+    (
+        ManifestTimes(manifest="node-1/frtrace-collect.json", ranks=(2, 3)),
+        "node-1/frtrace-collect.json: the dump times of ranks 2-3 are collect's (when it got "
+        "each dump), not the dumps' own: a manifest is a claim; leave it out to see the dumps "
+        "alone",
     ),
     (
         StackFileProblem(message="py-spy_rank_1.txt: not a py-spy dump"),

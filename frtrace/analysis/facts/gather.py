@@ -10,7 +10,7 @@ of this one frozen value; none computes a fact of its own that another rule also
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from frtrace.analysis.facts.capture import DumpMoments, dump_moments, dump_times_from_entries
 from frtrace.analysis.facts.groups import Membership, resolve_groups
@@ -20,7 +20,8 @@ from frtrace.analysis.facts.places import culprit_where
 from frtrace.analysis.facts.processes import rank_processes, seen_in_collected, seen_in_stacks
 from frtrace.analysis.facts.unrecorded import unrecorded_ops
 from frtrace.analysis.facts.waitgraph import WaitGraph, build_wait_graph
-from frtrace.evidence.collected import Collected
+from frtrace.detail.notes import ManifestTimes
+from frtrace.evidence.collected import Collected, manifest_times
 from frtrace.evidence.model import JobEvidence
 from frtrace.load.tables import DumpSet, give_back_memory
 from frtrace.model import CulpritWhere, RankProcess
@@ -48,6 +49,7 @@ class Facts:
     sampled: Mapping[int, ProcessStacks] = field(default_factory=dict)  # ranks of the job only
     classes: StackClasses | None = None  # the sampled ranks' stacks, STAT-style
     processes: Mapping[int, RankProcess] = field(default_factory=dict)  # host, pid per rank
+    claimed: tuple[ManifestTimes, ...] = ()  # dump times only collect's manifest gave
 
     @property
     def loaded(self) -> frozenset[int]:
@@ -69,15 +71,16 @@ def facts_of(
     failures its logs, error files and sidecars report (``evidence``), and what ``frtrace
     collect`` knew of each rank (``collected``: its dump time, host and pid)."""
     times = dump_times_from_entries(dumps)  # NCCL: what the dump itself discovered
-    if collected is not None:
-        times |= collected.dumped_at_ns()  # when collect got the dump
     failed: frozenset[int] = frozenset()
-    if stacks is not None:
+    if stacks is not None:  # the recorder's sidecar, written with the dump
         times |= {r: t for r in stacks.ranks if (t := stacks.taken_at_ns(r)) is not None}
         failed = frozenset(
             r for r in stacks.ranks if (stacks.trigger(r) or "").startswith("exception")
         )
-    return gather_facts(dumps, times, failed, evidence, stacks, collected)
+    used, sources = manifest_times(collected, times)  # collect's, where the dumps say none
+    facts = gather_facts(dumps, times | used, failed, evidence, stacks, collected)
+    claimed = tuple(ManifestTimes(manifest=rel, ranks=ranks) for rel, ranks in sources)
+    return replace(facts, claimed=claimed) if claimed else facts
 
 
 def gather_facts(
@@ -112,7 +115,7 @@ def gather_facts(
         waits=waits,
         unrecorded=unrecorded_ops(dumps, membership),
         stateless=stateless_ranks(dumps),
-        evidence=evidence or JobEvidence(),
+        evidence=evidence if evidence is not None else JobEvidence(),  # (problems, no failure)
         stacks=stacks,
         places=places,
         sampled=sampled,
