@@ -17,7 +17,7 @@ from frtrace.evidence.collected import Collected, read_collected
 from frtrace.evidence.discover import load_evidence
 from frtrace.evidence.model import JobEvidence
 from frtrace.load import tables
-from frtrace.load.discover import list_files
+from frtrace.load.discover import Discovery, discover, list_files
 from frtrace.load.empty import empty_dump_set
 from frtrace.load.tables import DumpSet
 from frtrace.model import Report
@@ -69,7 +69,8 @@ def analyze_loaded(dumps: DumpSet) -> Report:
     where = dumps.directory
     stacks = stack_files.load_stacks(where, dumps.side_files)
     collected = read_collected(where, dumps.side_files)
-    evidence = load_evidence(where, stacks, dumps.side_files)
+    world = dumps.world.size if dumps.world.certain else None  # (names no rank outside it)
+    evidence = load_evidence(where, stacks, dumps.side_files, world)
     if collected.files or collected.problems:
         evidence = replace(
             evidence,
@@ -108,13 +109,20 @@ def diagnose_source(
     scheduler: str | None = None,
     cache: bool = True,
     progress: bool | Progress = False,
+    attempt: int | None = None,
 ) -> Diagnosis:
     """The report and load problems of a dump directory or archive: from the cache of an
     earlier run on the same, unchanged files (no dump or table is read then), else loaded,
     diagnosed and stored (not with ``cache=False``; archives are not cached). ``progress``:
-    the phases shown (``frtrace.progress``): discover, load, analyse."""
+    the phases shown (``frtrace.progress``): discover, load, analyse. ``attempt``: of a
+    restarted job, the attempt analysed (default the newest; ``frtrace.load.attempts``)."""
     with owned(progress) as shown:
-        return _diagnose_source(source, jobs, only, scheduler, cache, shown)
+        return _diagnose_source(source, jobs, only, scheduler, cache, shown, attempt)
+
+
+def _listed(source: Path, only: str | None, attempt: int | None) -> Discovery | None:
+    """The listing ``--attempt`` needs where there is no cache entry to carry it."""
+    return None if attempt is None else discover(source, only=only, attempt=attempt)
 
 
 def _diagnose_source(
@@ -124,10 +132,11 @@ def _diagnose_source(
     scheduler: str | None,
     cache: bool,
     shown: Progress,
+    attempt: int | None = None,
 ) -> Diagnosis:
     started = time.monotonic()
     try:
-        store = DiagnosisCache.open(source, only=only) if cache else None
+        store = DiagnosisCache.open(source, only=only, attempt=attempt) if cache else None
     except NoDumpsFound as exc:
         dumps = _without_dumps(source, exc)  # (nothing to cache: no dump to key it on)
         return Diagnosis(report=analyze_loaded(dumps), problems=dumps.problems)
@@ -145,7 +154,7 @@ def _diagnose_source(
             only=only,
             scheduler=scheduler,
             cache=cache,
-            discovery=None if store is None else store.discovery,
+            discovery=store.discovery if store else _listed(source, only, attempt),
             store=None if store is None else store.tables,
         )
     except NoDumpsFound as exc:

@@ -18,12 +18,14 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from frtrace.evidence.launchers import LineRanks, inside
 from frtrace.evidence.messages import classify, exception_line, short
 from frtrace.evidence.model import Failure, FailureKind, Role
 
-__all__ = ["frames_of", "parse_log", "user_frame"]
+__all__ = ["TEE", "frames_of", "parse_log", "user_frame"]
 
 _TEE = re.compile(r"^\[(?P<who>[A-Za-z_]+?)(?P<n>\d{1,7})\]:\s?")
+TEE = _TEE  # (the launchers' conventions read a file's local ranks with it)
 _SRUN = re.compile(r"^\s{0,6}(?P<n>\d{1,7}): ")
 _GLOG = re.compile(r"\[?[IWEF](?P<mo>\d\d)(?P<d>\d\d) (?P<t>\d\d:\d\d:\d\d)(?:\.(?P<f>\d{1,9}))?")
 _ISO = re.compile(r"(?P<date>\d{4}-\d\d-\d\d)[ T_](?P<t>\d\d:\d\d:\d\d)(?:[,.](?P<f>\d{1,9}))?")
@@ -92,10 +94,14 @@ def _prefix_style(lines: list[str]) -> str:
     return "none"
 
 
-def parse_log(text: str, source: str, *, rank: int | None, year: int | None) -> list[Failure]:
-    """Every failure the log's lines report; ``rank``: the file's own rank, if it has one."""
+def parse_log(
+    text: str, source: str, *, rank: int | None, year: int | None, ranks: LineRanks | None = None
+) -> list[Failure]:
+    """Every failure the log's lines report; ``rank``: the file's own rank, if it has one;
+    ``ranks``: which prefixes name which of the job's ranks (``frtrace.evidence.launchers``)."""
     lines = text.splitlines()
     style = _prefix_style(lines)
+    said = ranks if ranks is not None else LineRanks.of_file(lines, _TEE, None, {})
     streams: dict[int | None, _Stream] = {}
     out: list[Failure] = []
     child: dict[str, str] | None = None  # a ChildFailedError summary entry being read
@@ -103,14 +109,17 @@ def parse_log(text: str, source: str, *, rank: int | None, year: int | None) -> 
     for lineno, raw in enumerate(lines, start=1):
         line = raw.rstrip()
         who = rank
+        tagged, named, line = said.prefix(line)  # Ray's and Open MPI's prefixes
+        if tagged:
+            who = named
         # torchrun's --tee prefix is unmistakable wherever it is; srun's "3: " only where most
         # lines of the file carry one
-        if (m := _TEE.match(line)) is not None or (
-            style == "srun" and (m := _SRUN.match(line)) is not None
-        ):
-            who, line = int(m["n"]), line[m.end() :]
+        if (m := _TEE.match(line)) is not None:
+            who, line = said.tee(int(m["n"])), line[m.end() :]
+        elif style == "srun" and (m := _SRUN.match(line)) is not None:
+            who, line = inside(int(m["n"]), said.world), line[m.end() :]
         if (m := re.match(r"^\[rank(\d+)\]:\s?", line)) is not None:
-            who, line = int(m[1]), line[m.end() :]
+            who, line = inside(int(m[1]), said.world), line[m.end() :]
         where = f"{source}:{lineno}"
         # torchelastic's failure summary, one block per failed rank
         if (m := _CHILD_RANK.match(line)) is not None and child is not None:
@@ -120,7 +129,7 @@ def parse_log(text: str, source: str, *, rank: int | None, year: int | None) -> 
             if line.startswith("  ") and not line.strip().startswith("="):
                 child["traceback"] += "\n" + line[2:]
                 continue
-            out.extend(_child_failure(child, child_at))
+            out.extend(_child_failure(child, child_at, said.world))
             child = None
         if (m := _CHILD_FIELD.match(line)) is not None and child is not None:
             child[m[1]] = m[2]
@@ -137,7 +146,8 @@ def parse_log(text: str, source: str, *, rank: int | None, year: int | None) -> 
             code = int(m[1])
             kind, role = _exit_kind(code)
             # the agent's time is when it noticed, not when the rank died: unknown
-            out.append(_failure(int(m[2]), kind, role, line, where, None, signal_of=code))
+            # (the agent's local rank: the job's where its file shows the whole job)
+            out.append(_failure(said.tee(int(m[2])), kind, role, line, where, None, signal_of=code))
             continue
         if line.lstrip().startswith("Traceback (most recent call last)"):
             stream.in_traceback, stream.traceback = True, []
@@ -173,7 +183,7 @@ def parse_log(text: str, source: str, *, rank: int | None, year: int | None) -> 
         if found is not None:
             out.append(found.failure(rank=who, message=line, source=where, at_ns=at))
     if child is not None and "traceback" in child:
-        out.extend(_child_failure(child, child_at))
+        out.extend(_child_failure(child, child_at, said.world))
     return out
 
 
@@ -202,11 +212,11 @@ def _failure(
     )
 
 
-def _child_failure(child: dict[str, str], where: str) -> list[Failure]:
-    """One entry of torchelastic's summary: its rank, time, exit code and message."""
+def _child_failure(child: dict[str, str], where: str, world: int | None) -> list[Failure]:
+    """One entry of torchelastic's summary: its rank (global), time, exit code and message."""
     if "rank" not in child:
         return []
-    rank = int(child["rank"])
+    rank = inside(int(child["rank"]), world)
     # with no error file the summary's time is when torchelastic noticed the exit: unknown
     noticed = child.get("error_file", "").strip() in ("", "<N/A>")
     at = None if noticed else _time_of(child.get("time", ""), None)
