@@ -69,8 +69,7 @@ def analyze_loaded(dumps: DumpSet) -> Report:
     where = dumps.directory
     stacks = stack_files.load_stacks(where, dumps.side_files)
     collected = read_collected(where, dumps.side_files)
-    world = dumps.world.size if dumps.world.certain else None  # (names no rank outside it)
-    evidence = load_evidence(where, stacks, dumps.side_files, world)
+    evidence = load_evidence(where, stacks, dumps.side_files, dumps.world.size)
     if collected.files or collected.problems:
         evidence = replace(
             evidence,

@@ -182,7 +182,8 @@ class LineRanks:
     ) -> LineRanks:
         """The conventions for one file: its ``--tee`` prefixes name the job's ranks where
         the file shows as many local ranks as the job has (or the job's size is unknown)."""
-        local = {m["n"] for ln in lines[:20000] if (m := tee.match(ln)) is not None}
+        found = (tee.match(ln) for ln in lines[:20000])
+        local = {m["n"] for m in found if m is not None and m["who"] != "rank"}
         whole = world is None or not local or len(local) == world
         return cls(world=world, ray=ray, local_is_global=whole)
 

@@ -114,7 +114,7 @@ def parse_log(
             who = named
         # torchrun's --tee prefix is unmistakable wherever it is; srun's "3: " only where most
         # lines of the file carry one
-        if (m := _TEE.match(line)) is not None:
+        if (m := _TEE.match(line)) is not None and m["who"] != "rank":  # ([rank3]: is c10d's)
             who, line = said.tee(int(m["n"])), line[m.end() :]
         elif style == "srun" and (m := _SRUN.match(line)) is not None:
             who, line = inside(int(m["n"]), said.world), line[m.end() :]

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from frtrace.errors import NoSuchAttempt
 from frtrace.layout import SideFile
 from frtrace.load.problems import LoadProblem
+from frtrace.ranges import format_ranks
 
 if TYPE_CHECKING:
     from frtrace.load.discover import Candidate
@@ -139,14 +140,15 @@ def _digest(cand: Candidate) -> bytes | None:
 def drop_copies(
     candidates: Sequence[Candidate],
 ) -> tuple[list[Candidate], tuple[LoadProblem, ...]]:
-    """One file per set of byte-identical files of one rank (the first in path order kept),
-    a warning per rank that had copies. Only files of one rank and one size are read."""
+    """One file per set of byte-identical files of one rank (the first in path order kept);
+    one warning per folder of copies and the folder of their originals (a single copy is
+    named with its original). Only files of one rank and one size are read."""
     by_key: dict[tuple[int, int], list[Candidate]] = defaultdict(list)
     for cand in candidates:
         by_key[(cand.rank, cand.size_bytes)].append(cand)
     dropped: set[int] = set()
-    problems: list[LoadProblem] = []
-    for (rank, _), same in by_key.items():
+    pairs: dict[tuple[str, str], list[tuple[Candidate, Candidate]]] = defaultdict(list)
+    for same in by_key.values():
         if len(same) < 2:
             continue
         first_of: dict[bytes, Candidate] = {}
@@ -156,17 +158,22 @@ def drop_copies(
                 continue
             if digest in first_of:
                 dropped.add(id(cand))
-                problems.append(
-                    LoadProblem(
-                        rank=rank,
-                        path=str(cand.path),
-                        message=f"{cand.relative}: the same bytes as "
-                        f"{first_of[digest].relative} (a copy): read once",
-                        fatal=False,
-                    )
-                )
+                original = first_of[digest]
+                pairs[(_folder(cand.relative), _folder(original.relative))].append((cand, original))
             else:
                 first_of[digest] = cand
+    problems = []
+    for (copies, originals), found in pairs.items():
+        copy, original = found[0]
+        if len(found) == 1:
+            said = f"{copy.relative}: the same bytes as {original.relative} (a copy): read once"
+        else:
+            ranks = format_ranks(sorted({c.rank for c, _ in found}))
+            said = (
+                f"{copies or '.'}/: {len(found)} dumps (ranks {ranks}) have the same bytes as "
+                f"those in {originals or '.'}/ (copies): each read once"
+            )
+        problems.append(LoadProblem(rank=copy.rank, path=str(copy.path), message=said, fatal=False))
     return [c for c in candidates if id(c) not in dropped], tuple(problems)
 
 
