@@ -139,16 +139,20 @@ def file_ranks(
             continue
         if (fam := _family(path.name)) is not None:
             families[(folder, fam[0])].append((rel, fam[1]))
-    for rel in relatives:  # torchrun: a local rank, the job's where the attempt is the job
+    # torchrun: local ranks, the job's where the run's attempt folders (one per host where the
+    # folder was gathered per host) hold each of the job's ranks once
+    runs: dict[str, list[set[str]]] = defaultdict(list)
+    for key, numbers in attempt_size.items():
+        runs[key_of(key)].append(numbers)
+    for rel in relatives:
         parts = PurePosixPath(rel).parts
         key = "/".join(parts[:-2])
         if key in attempt_size:
-            whole = world is None or len(attempt_size[key]) == world
-            out[rel] = inside(int(parts[-2]), world) if whole else None
+            out[rel] = inside(int(parts[-2]), world) if _whole(runs[key_of(key)], world) else None
     for members in families.values():  # SLURM %t and alike: exactly 0..n-1, the job's n
-        numbers = sorted({n for _, n in members})
-        dense = len(members) == len(numbers) >= 2 and numbers == list(range(len(numbers)))
-        if dense and (world is None or len(numbers) == world):
+        task_ids = sorted({n for _, n in members})
+        dense = len(members) == len(task_ids) >= 2 and task_ids == list(range(len(task_ids)))
+        if dense and (world is None or len(task_ids) == world):
             out.update({rel: inside(n, world) for rel, n in members})
     for members3 in pods.values():  # PyTorchJob: master-0 is 0, worker-i is i + 1
         master = any(role == "master" for _, role, _ in members3)
@@ -160,6 +164,17 @@ def file_ranks(
         if _one_rank_each(list(ranks.values()), world):
             out.update({rel: inside(r, world) for rel, r in ranks.items()})
     return out
+
+
+def key_of(attempt_folder: str) -> str:
+    """``<run>/attempt_<N>``: the same attempt of one run, whichever host's folder holds it."""
+    return "/".join(attempt_folder.split("/")[-2:])
+
+
+def _whole(folders: list[set[str]], world: int | None) -> bool:
+    """Whether one run's attempt folders number the job's ranks: each rank once over them."""
+    numbers = [int(n) for f in folders for n in f]
+    return world is None or sorted(numbers) == list(range(world))
 
 
 def _one_rank_each(ranks: list[int], world: int | None) -> bool:

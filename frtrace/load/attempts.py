@@ -139,10 +139,11 @@ def _digest(cand: Candidate) -> bytes | None:
 
 def drop_copies(
     candidates: Sequence[Candidate],
-) -> tuple[list[Candidate], tuple[LoadProblem, ...]]:
+) -> tuple[list[Candidate], tuple[LoadProblem, ...], list[tuple[Candidate, Candidate]]]:
     """One file per set of byte-identical files of one rank (the first in path order kept);
     one warning per folder of copies and the folder of their originals (a single copy is
-    named with its original). Only files of one rank and one size are read."""
+    named with its original); the (copy, original) pairs. Only files of one rank and one size
+    are read."""
     by_key: dict[tuple[int, int], list[Candidate]] = defaultdict(list)
     for cand in candidates:
         by_key[(cand.rank, cand.size_bytes)].append(cand)
@@ -174,7 +175,8 @@ def drop_copies(
                 f"those in {originals or '.'}/ (copies): each read once"
             )
         problems.append(LoadProblem(rank=copy.rank, path=str(copy.path), message=said, fatal=False))
-    return [c for c in candidates if id(c) not in dropped], tuple(problems)
+    kept = [c for c in candidates if id(c) not in dropped]
+    return kept, tuple(problems), [pair for found in pairs.values() for pair in found]
 
 
 def drop_side_copies(side_files: Sequence[SideFile]) -> tuple[SideFile, ...]:
@@ -263,18 +265,29 @@ def _newest_mtime(files: Iterable[Candidate]) -> float | None:
 
 
 def newest_snapshot(
-    sets: Sequence[tuple[str, str, Sequence[Candidate]]], side_files: Sequence[SideFile]
-) -> tuple[int, tuple[LoadProblem, ...]] | None:
+    sets: Sequence[tuple[str, str, Sequence[Candidate]]],
+    side_files: Sequence[SideFile],
+    copies: Sequence[tuple[Candidate, Candidate]] = (),
+) -> tuple[int, tuple[LoadProblem, ...], list[Candidate]] | None:
     """Of several dump sets ``(name, folder, files)`` holding the same ranks, the index of the
-    newest where all are snapshots of one job (see the module docstring), with a line per set
-    left out; None where that is not shown (then they are several jobs)."""
+    newest where all are snapshots of one job (see the module docstring), a line per set left
+    out, and the files to add to it: a rank whose file in its folders was read once as a copy
+    of another set's (``copies``: (copy, original)) has that original. None where that is not
+    shown (then they are several jobs)."""
     if len(sets) < 2:
         return None
-    ranks = {frozenset(c.rank for c in files) for _, _, files in sets}
-    if len(ranks) != 1:
+    folders = [{folder} | {_folder(c.relative) for c in files} for _, folder, files in sets]
+    gone = [[(c, o) for c, o in copies if _folder(c.relative) in f] for f in folders]
+    ranks = [
+        frozenset(c.rank for c in files) | {c.rank for c, _ in g}
+        for (_, _, files), g in zip(sets, gone, strict=True)
+    ]
+    if len(set(ranks)) != 1:
         return None
-    pids = [_pids_in(folder, side_files) for _, folder, _ in sets]
-    common = next(iter(ranks))
+    pids = [
+        {k: v for f in sorted(fs) for k, v in _pids_in(f, side_files).items()} for fs in folders
+    ]
+    common = ranks[0]
     for rank in common:
         seen = {p.get(rank) for p in pids}
         if None in seen or len(seen) != 1:
@@ -295,4 +308,5 @@ def newest_snapshot(
         for i, (name, _, _) in enumerate(sets)
         if i != newest
     )
-    return newest, problems
+    have = {c.rank for c in sets[newest][2]}
+    return newest, problems, [o for c, o in gone[newest] if c.rank not in have]

@@ -132,7 +132,7 @@ def discover(directory: Path, *, only: str | None = None, attempt: int | None = 
     one attempt (``attempt``, else the newest) are read (``frtrace.load.attempts``).
     """
     listing = list_files(directory)
-    candidates, copies = drop_copies(listing.candidates)
+    candidates, copies, pairs = drop_copies(listing.candidates)
     chosen = candidates if only is None else _select(candidates, only)
     if not chosen:
         skipped = len(listing.skipped) + len(listing.side_files)
@@ -151,10 +151,12 @@ def discover(directory: Path, *, only: str | None = None, attempt: int | None = 
     sets = _form_sets(chosen)
     snapshots: tuple[LoadProblem, ...] = ()
     if len(sets) > 1:
-        newest = newest_snapshot([(s.name, s.root, s.members) for s in sets], listing.side_files)
+        parts = [(s.name, s.root, s.members) for s in sets]
+        newest = newest_snapshot(parts, listing.side_files, pairs)
         if newest is None:
             raise _several_sets(directory, sets)
         sets, snapshots = [sets[newest[0]]], newest[1]
+        sets[0].members.extend(newest[2])  # (a rank read once from another snapshot's copy)
     kept, problems = _one_per_rank(directory, sets[0])
     side_files = drop_side_copies(listing.side_files)
     if len(sets[0].members) < len(candidates):  # (--only, snapshots: their folders' files out)

@@ -30,6 +30,12 @@ def test_torchrun_log_dir_folders_are_local_ranks_the_jobs_only_for_a_whole_job(
     assert file_ranks(four, 4) == {p: int(p.split("/")[3]) for p in four}
     assert file_ranks(four, 8) == dict.fromkeys(four)  # one of two nodes: local ranks only
     assert file_ranks(four, None) == {p: int(p.split("/")[3]) for p in four}
+    # gathered per host: the same run's attempt folders numbering each rank once are the job's
+    split = [f"host-{'ab'[r // 2]}/logs/run/attempt_0/{r}/stderr.log" for r in range(4)]
+    assert file_ranks(split, 4) == {p: int(p.split("/")[4]) for p in split}
+    # two nodes' local ranks 0-1 each: nobody (which node is which is not said)
+    nodes = [f"host-{h}/logs/run/attempt_0/{r}/stderr.log" for h in "ab" for r in range(2)]
+    assert file_ranks(nodes, 4) == dict.fromkeys(nodes)
 
 
 def test_slurm_per_task_files_are_ranks_when_they_are_the_whole_job() -> None:
