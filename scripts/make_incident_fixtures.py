@@ -408,6 +408,16 @@ def make_ray_logs(folder: Path) -> dict[str, Any]:
     }
 
 
+def file_times(folder: Path) -> dict[str, float]:
+    """Each file's modification time as the jobs left it (git does not keep them; the tests
+    put them back: a stale dump is told by its file time too)."""
+    return {
+        p.relative_to(folder).as_posix(): p.stat().st_mtime
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not p.name.startswith(".")
+    }
+
+
 FIXTURES: dict[str, Callable[[Path], dict[str, Any]]] = {
     "restart": make_restart,
     "rerun": make_rerun,
@@ -444,6 +454,7 @@ def main() -> None:
         shutil.rmtree(folder / ".state", ignore_errors=True)
         for junk in folder.rglob("*.tmp"):
             junk.unlink()
+        truth["mtimes"] = file_times(folder)
         manifest[name] = truth
         print(f"{name}: {time.monotonic() - started:.0f} s", flush=True)
         manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
