@@ -6,7 +6,8 @@ rank's entries span a time interval (its oldest entry's creation to the newest t
 records). Ranks whose intervals chain together (gaps of at most ``GAP_NS``) are one lifetime;
 a rank whose whole file lies before the newest lifetime's first entry by more than ``GAP_NS``,
 *and* whose file was written before that first entry (its modification time: a copy's new
-time, or an archive member's unknown one, keeps it in), is from an earlier attempt or run. It
+time, or an archive member's unknown one, keeps it in) or the logs' ``attempt_<N>`` folders
+say the job restarted, is from an earlier attempt or run. It
 is a rank **without a dump of this attempt**: its file (and the recorder's stack sidecar
 written with it) is set aside with a warning, never evidence; its rank stays in the job.
 ``--attempt N`` keeps an older lifetime instead, numbered from the newest, which is the
@@ -119,6 +120,7 @@ def one_attempt(dumps: DumpSet, discovery: Discovery) -> DumpSet:
     ranks left in the job without a dump. Lifetimes are numbered as the launcher numbered its
     attempts where the logs' ``attempt_<N>`` folders say (the newest is the newest folder's)."""
     attempt, known_attempt = discovery.wanted, discovery.attempt
+    restarted = known_attempt is not None and known_attempt >= 1
     spans = _spans(dumps)
     chains = lifetimes(spans)
     mtimes = _mtimes(dumps)
@@ -126,10 +128,10 @@ def one_attempt(dumps: DumpSet, discovery: Discovery) -> DumpSet:
     # or an archive member, whose own time is new or unknown, stays in).
     while len(chains) > 1:
         newest = chains[-1]
-        proven = all(
-            r in mtimes and mtimes[r] * 1e9 < newest.first_ns - GAP_NS
-            for c in chains[:-1]
-            for r in c.ranks
+        # (where the logs' attempt_<N> folders say the job restarted, the entries' gap is
+        # proof enough: a copied folder's new file times do not hide a restart)
+        proven = restarted or all(
+            r in mtimes and mtimes[r] * 1e9 < newest.first_ns for c in chains[:-1] for r in c.ranks
         )
         if proven:
             break
