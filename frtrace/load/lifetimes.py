@@ -123,7 +123,7 @@ def one_attempt(dumps: DumpSet, discovery: Discovery) -> DumpSet:
     restarted = known_attempt is not None and known_attempt >= 1
     spans = _spans(dumps)
     chains = lifetimes(spans)
-    mtimes = _mtimes(dumps)
+    mtimes = _mtimes(dumps) if len(chains) > 1 and not restarted else {}  # (one stat a file)
     # Only a file written before the newest lifetime began is taken for an older one (a copy
     # or an archive member, whose own time is new or unknown, stays in).
     while len(chains) > 1:
@@ -165,10 +165,8 @@ def one_attempt(dumps: DumpSet, discovery: Discovery) -> DumpSet:
             rank=r,
             path=path,
             message=f"{path}: rank {r}'s dump is of "
-            + ("an earlier" if c.number < chosen.number else "a later")
-            + f" attempt or run (its entries end {_seconds(chosen.first_ns - spans[r][1])} "
-            f"before attempt {chosen.number}'s first, and the file was written before it): "
-            f"set aside; rank {r} has no dump of attempt {chosen.number}",
+            + _why(c.number < chosen.number, spans[r], chosen, restarted)
+            + f": set aside; rank {r} has no dump of attempt {chosen.number}",
             fatal=False,
         )
         for c in numbered
@@ -177,6 +175,19 @@ def one_attempt(dumps: DumpSet, discovery: Discovery) -> DumpSet:
         for path in _paths_of(dumps, r)
     ]
     return _keep_ranks(dumps, keep, tuple(problems))
+
+
+def _why(earlier: bool, span: tuple[int, int], chosen: Lifetime, restarted: bool) -> str:
+    """Why a rank's dump is of another attempt: its entries against the chosen attempt's."""
+    if not earlier:
+        gap = _seconds(span[0] - chosen.last_ns)
+        return f"a later attempt or run (its entries begin {gap} after attempt {chosen.number}'s)"
+    proof = "the logs show a restart" if restarted else "the file was written before it"
+    gap = _seconds(chosen.first_ns - span[1])
+    return (
+        f"an earlier attempt or run (its entries end {gap} before attempt {chosen.number}'s "
+        f"first, and {proof})"
+    )
 
 
 def _seconds(ns: int) -> str:
