@@ -89,24 +89,27 @@ def code_digest(package: Path = PACKAGE) -> str:
 class DiagnosisCache:
     """The cached diagnosis of one dump directory: ``load`` it if current, ``save`` it."""
 
-    def __init__(self, directory: Path, discovery: Discovery) -> None:
+    def __init__(self, directory: Path, discovery: Discovery, attempt: int | None = None) -> None:
         self.directory = directory
+        self.attempt = attempt  # --attempt: another report of the same files
         self.discovery = discovery  # (a miss loads these files: not discovered again)
         self.tables = DirectoryCache(cache_root(), directory, discovery.candidates)
         self.identity: dict[str, Any] | None = None  # worked out on first use
         self.usable = True  # False once a file could not be fingerprinted: nothing is saved
 
     @classmethod
-    def open(cls, source: Path, *, only: str | None = None) -> DiagnosisCache | None:
+    def open(
+        cls, source: Path, *, only: str | None = None, attempt: int | None = None
+    ) -> DiagnosisCache | None:
         """The cache of ``source``; None for an archive, with the cache off, or when the
         directory cannot be listed (the load then says why)."""
         if cache_disabled() or not source.is_dir():
             return None
         try:
-            discovery = discover(source, only=only)
+            discovery = discover(source, only=only, attempt=attempt)
         except (FrtraceError, OSError):
             return None
-        return cls(source, discovery)
+        return cls(source, discovery, attempt)
 
     def _identity(self) -> dict[str, Any]:
         if self.identity is None:
@@ -118,6 +121,7 @@ class DiagnosisCache:
                 "stacks": [path_fingerprint(f.path) for f in side if f.kind == "stacks"],
                 "evidence": [path_fingerprint(f.path) for f in side if f.kind != "stacks"],
                 "set": [p.message for p in self.discovery.problems],  # (a rank found twice)
+                "attempt": self.attempt,
             }
         return self.identity
 

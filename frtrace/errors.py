@@ -8,6 +8,7 @@ FrtraceError
 │   ├── NoReadableDumps     dumps were found but none of them could be read
 │   ├── DuplicateRank       two files claim the same rank
 │   │   └── SeveralDumpSets the directory holds several incidents' dumps of the same ranks
+│   ├── NoSuchAttempt       --attempt N: the folder holds nothing of that attempt
 │   └── SchedulerUnavailable  --scheduler: dask is not installed or the scheduler is unreachable
 ├── DumpFormatError         one file is not a Flight Recorder dump we can read; the other
 │   │                       files are still analysed (recorded as a problem, never raised
@@ -61,6 +62,10 @@ class DuplicateRank(InputError):
 
 class SeveralDumpSets(DuplicateRank):
     """Ranks appear once per incident (subfolders, prefixes): one set must be chosen."""
+
+
+class NoSuchAttempt(InputError):
+    """--attempt N names an attempt (of a restarted job) the folder holds nothing of."""
 
 
 class SchedulerUnavailable(InputError):

@@ -16,7 +16,7 @@ from frtrace.evidence.discover import load_evidence
 from frtrace.evidence.injob import dump_files, within_job, world_named
 from frtrace.evidence.model import JobEvidence
 from frtrace.load import tables
-from frtrace.load.discover import SideFile, list_files
+from frtrace.load.discover import Discovery, SideFile, discover, list_files
 from frtrace.load.empty import empty_dump_set
 from frtrace.load.tables import DumpSet
 from frtrace.model import Report
@@ -60,9 +60,10 @@ def read_side_files(
 ) -> SideFiles:
     """The side files of a folder or archive (``files``: those its discovery listed; None:
     list them); with the ``dumps`` loaded, only what lies within the job (``evidence.injob``)."""
+    world = None if dumps is None else dumps.world.size
     stacks = stack_files.load_stacks(where, files)
     collected = read_collected(where, files)
-    evidence = load_evidence(where, stacks, files)
+    evidence = load_evidence(where, stacks, files, world)
     if dumps is not None:
         evidence, stacks, collected = within_job(
             dumps.world.size, evidence, stacks, collected, dump_files(dumps)
@@ -126,13 +127,20 @@ def diagnose_source(
     scheduler: str | None = None,
     cache: bool = True,
     progress: bool | Progress = False,
+    attempt: int | None = None,
 ) -> Diagnosis:
     """The report and load problems of a dump directory or archive: from the cache of an
     earlier run on the same, unchanged files (no dump or table is read then), else loaded,
     diagnosed and stored (not with ``cache=False``; archives are not cached). ``progress``:
-    the phases shown (``frtrace.progress``): discover, load, analyse."""
+    the phases shown (``frtrace.progress``): discover, load, analyse. ``attempt``: of a
+    restarted job, the attempt analysed (default the newest; ``frtrace.load.attempts``)."""
     with owned(progress) as shown:
-        return _diagnose_source(source, jobs, only, scheduler, cache, shown)
+        return _diagnose_source(source, jobs, only, scheduler, cache, shown, attempt)
+
+
+def _listed(source: Path, only: str | None, attempt: int | None) -> Discovery | None:
+    """The listing ``--attempt`` needs where there is no cache entry to carry it."""
+    return None if attempt is None else discover(source, only=only, attempt=attempt)
 
 
 def _diagnose_source(
@@ -142,11 +150,12 @@ def _diagnose_source(
     scheduler: str | None,
     cache: bool,
     shown: Progress,
+    attempt: int | None = None,
 ) -> Diagnosis:
     started = time.monotonic()
     side: SideFiles | None
     try:
-        store = DiagnosisCache.open(source, only=only) if cache else None
+        store = DiagnosisCache.open(source, only=only, attempt=attempt) if cache else None
     except NoDumpsFound as exc:
         dumps, side = _without_dumps(source, exc)  # (nothing to cache: no dump to key it on)
         return Diagnosis(report=_analysed(dumps, side), problems=dumps.problems)
@@ -165,7 +174,7 @@ def _diagnose_source(
             only=only,
             scheduler=scheduler,
             cache=cache,
-            discovery=None if store is None else store.discovery,
+            discovery=store.discovery if store else _listed(source, only, attempt),
             store=None if store is None else store.tables,
         )
     except NoDumpsFound as exc:

@@ -201,7 +201,17 @@ def _module_graph() -> dict[str, set[str]]:
     for name, path in names.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         found: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        typing_only = {  # (``if TYPE_CHECKING:`` imports: annotations, never run)
+            id(n)
+            for block in ast.walk(tree)
+            if isinstance(block, ast.If) and ast.unparse(block.test).endswith("TYPE_CHECKING")
+            for stmt in block.body
+            for n in ast.walk(stmt)
+        }
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
             targets: list[str] = []
             if isinstance(node, ast.ImportFrom):
                 base = node.module or ""
@@ -218,7 +228,7 @@ def _module_graph() -> dict[str, set[str]]:
 
 def test_no_import_circle_in_the_package() -> None:
     """No two modules of frtrace import each other, directly or through others (lazy imports
-    count: they are arrows all the same)."""
+    count: they are arrows all the same; imports for annotations only do not run)."""
     import networkx as nx
 
     graph = nx.DiGraph([(a, b) for a, targets in _module_graph().items() for b in targets])

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from frtrace.cli.params import (
+    AttemptOption,
     DirArgument,
     DirOption,
     EnvFormat,
@@ -142,6 +143,7 @@ def _diagnose(
     scheduler: str | None = None,
     no_cache: bool = False,
     progress: Progress | bool = True,
+    attempt: int | None = None,
 ) -> Diagnosis:
     """The report and load problems of DIR or -d DIR: from the cache of an earlier run on the
     same, unchanged files (no dump or table is read then), else loaded, diagnosed and stored
@@ -159,6 +161,7 @@ def _diagnose(
                 scheduler=scheduler,
                 cache=not no_cache,
                 progress=progress,
+                attempt=attempt,
             )
         except FrtraceError as exc:
             raise _fail(exc) from None
@@ -228,6 +231,7 @@ def analyze(
     only: OnlyOption = None,
     scheduler: SchedulerOption = None,
     no_cache: NoCacheOption = False,
+    attempt: AttemptOption = None,
 ) -> None:
     """Name the rank(s) that hung or desynchronised the job, and why.
 
@@ -250,8 +254,8 @@ def analyze(
 
     selection = Selection(pg=pg, ranks=_parse_ranks(ranks, "--ranks"))
     with progress_display(not quiet) as progress:  # (-q: none)
-        diagnosis = _diagnose(dump_path, dump_dir, jobs, only, scheduler, no_cache, progress)
-        report = diagnosis.report
+        got = _diagnose(dump_path, dump_dir, jobs, only, scheduler, no_cache, progress, attempt)
+        report = got.report
         try:
             shown = select(report, selection)
         except InputError as exc:
@@ -260,7 +264,7 @@ def analyze(
             phase.describe(f"the {fmt.value} report")
             text = _renderer(fmt)(shown, selection)
     if not quiet:
-        _print_load_problems(diagnosis.problems)
+        _print_load_problems(got.problems)
         for problem in report.stacks.problems if report.stacks else ():
             _echo(f"warning: {problem}", err=True)
     if output == Path("-"):
@@ -416,10 +420,8 @@ def env(
         version = parse_version(torch_version) if torch_version else None
     except ValueError as exc:
         raise _fail(f"--torch: {exc}") from None
-    _echo(
-        render_env(dump_dir, torch_version=version, buffer_size=buffer_size, fmt=str(fmt)),
-        nl=False,
-    )
+    text = render_env(dump_dir, torch_version=version, buffer_size=buffer_size, fmt=str(fmt))
+    _echo(text, nl=False)
 
 
 @app.command()

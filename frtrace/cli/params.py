@@ -30,6 +30,7 @@ from frtrace.progress import Progress
 _click: Any = getattr(typer.core, "_click", None) or importlib.import_module("click")
 
 __all__ = [
+    "AttemptOption",
     "DirArgument",
     "DirOption",
     "EnvFormat",
@@ -110,6 +111,15 @@ PgOption = Annotated[
 RanksOption = Annotated[
     str | None,
     typer.Option("--ranks", help="Show only these ranks, e.g. 0-7,12."),
+]
+AttemptOption = Annotated[
+    int | None,
+    typer.Option(
+        "--attempt",
+        min=0,
+        help="Of a restarted job (torchrun --max-restarts, a requeue), analyse this attempt "
+        "(0 the first; default the newest): its dumps and its attempt_N logs only.",
+    ),
 ]
 OnlyOption = Annotated[
     str | None,

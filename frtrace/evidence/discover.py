@@ -4,10 +4,11 @@ Which files they are is the one discovery's (``frtrace.layout``, the same for ``
 ``analyze``, a folder's or an archive's): taken by name, never by following a
 link (regular files only): ``*.log``, ``*.out``, ``*.err``, names that say stdout, stderr, log,
 slurm or torchrun, and torchelastic's ``error*.json``. Dumps and stack files are left to their
-readers. A log's rank is the number ending its name (``rank_3.log``) or its folder (torchrun's
-``attempt_0/3/stderr.log``), unless its lines carry their own. Only the last ``MAX_LOG_BYTES``
-of a log are read (a failure is at its end). A file that cannot be read is one line in
-``JobEvidence.problems``.
+readers. A log's rank is read from its name or folder only by a launcher's convention
+(``frtrace.evidence.launchers``: torchrun's ``attempt_0/3/stderr.log``, ``rank_3.log``, SLURM
+``%t`` files, pod names, Ray's pid table), unless its lines carry their own. Only the last
+``MAX_LOG_BYTES`` of a log are read (a failure is at its end). A file that cannot be read is
+one line in ``JobEvidence.problems``.
 """
 
 from __future__ import annotations
@@ -17,14 +18,15 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
-from frtrace.budget import LOG_SECONDS, Deadline, rank_number
+from frtrace.budget import LOG_SECONDS, Deadline
 from frtrace.evidence.errorfile import ErrorFileError, parse_error_file
-from frtrace.evidence.logs import parse_log
+from frtrace.evidence.launchers import LineRanks, file_ranks, ray_ranks, ray_worker_pid
+from frtrace.evidence.logs import TEE, parse_log
 from frtrace.evidence.messages import classify
 from frtrace.evidence.model import Failure, FailureKind, JobEvidence, Role
-from frtrace.layout import LOG_NAME, MAX_LOG_BYTES, SideFile, read_regular, side_files
+from frtrace.layout import MAX_LOG_BYTES, SideFile, read_regular, side_files
 from frtrace.pystack.discover import StackSet
 from frtrace.pystack.where import frame_label, where
 
@@ -43,17 +45,6 @@ def find_evidence_files(directory: Path) -> list[tuple[Path, str]]:
     return [(f.path, f.kind) for f in side_files(directory) if f.kind in _READ_HERE]
 
 
-def _rank_of(relative: str) -> int | None:
-    path = PurePosixPath(relative)
-    stem = path.name.split(".", 1)[0]
-    if (m := _TRAILING.search(stem)) is not None and not LOG_NAME.fullmatch(stem):
-        return rank_number(m[1])
-    parent = path.parent.name
-    if parent.isdigit() and len(parent) <= 7:
-        return rank_number(parent)  # torchrun --log-dir: attempt_0/<local rank>/stderr.log
-    return None
-
-
 def _read_tail(path: Path) -> str:
     data = read_regular(path, MAX_LOG_BYTES, follow=False, tail=True)
     return data.decode("utf-8", errors="replace")
@@ -64,6 +55,21 @@ def _text(file: SideFile) -> str:
     if file.data is not None:
         return file.data[-MAX_LOG_BYTES:].decode("utf-8", errors="replace")
     return _read_tail(file.path)
+
+
+def _ray_table(files: Sequence[SideFile]) -> tuple[dict[int, int], dict[str, str]]:
+    """Where the folder is a Ray session's (a worker log named by its pid): pid -> rank from
+    Ray's table of its workers in any log, and the logs' texts read for it (read once)."""
+    if not any(ray_worker_pid(f.relative) is not None for f in files):
+        return {}, {}
+    texts: dict[str, str] = {}
+    for f in files:
+        if f.kind == "log" and f.refused is None:
+            try:
+                texts[f.relative] = _text(f)
+            except OSError:
+                continue  # (said when it is read again)
+    return ray_ranks(texts.values()), texts
 
 
 def _year(mtime: float | None) -> int | None:
@@ -130,34 +136,43 @@ def _settle(failures: Iterable[Failure]) -> tuple[Failure, ...]:
 
 
 def load_evidence(
-    directory: Path, stacks: StackSet | None = None, files: Sequence[SideFile] | None = None
+    directory: Path,
+    stacks: StackSet | None = None,
+    files: Sequence[SideFile] | None = None,
+    world: int | None = None,
 ) -> JobEvidence:
     """Every failure the directory's logs, error files and recorder sidecars report:
     ``files``, the side files its discovery found (``Discovery.side_files``; the stack files
-    among them are not read here), else the directory is listed."""
+    among them are not read here), else the directory is listed. ``world``: the job's ranks,
+    where known: a file or line names a rank only by a launcher's convention and inside the
+    job (``frtrace.evidence.launchers``)."""
     failures = _from_stacks(stacks)
     found: list[str] = []
     problems: list[str] = []
-    for file in side_files(directory) if files is None else files:
-        if file.kind not in _READ_HERE:  # (stacks, collect's manifests: their readers')
-            continue
+    listed = [
+        f for f in (side_files(directory) if files is None else files) if f.kind in _READ_HERE
+    ]
+    ray, texts = _ray_table(listed)
+    ranks = file_ranks([f.relative for f in listed], world, ray)
+    for file in listed:
         rel = file.relative
         if file.refused is not None:
             problems.append(f"{rel}: {file.refused}; skipped")
             continue
         try:
-            text = _text(file)
+            text = texts.pop(rel) if rel in texts else _text(file)
         except OSError as exc:
             problems.append(f"{rel}: cannot read ({exc.strerror or exc}); skipped")
             continue
-        rank = _rank_of(rel)
+        rank = ranks.get(rel)
         deadline = Deadline(LOG_SECONDS)
         try:
             if file.kind == "error_file":
                 failures += parse_error_file(text, rel, rank=rank)
             else:
+                said = LineRanks.of_file(text.splitlines(), TEE, world, ray)
                 failures += parse_log(
-                    text, rel, rank=rank, year=_year(file.mtime), deadline=deadline
+                    text, rel, rank=rank, year=_year(file.mtime), ranks=said, deadline=deadline
                 )
         except ErrorFileError as exc:
             problems.append(f"{rel}: {exc}; skipped")

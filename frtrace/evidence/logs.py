@@ -19,12 +19,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from frtrace.budget import LOG_SECONDS, MAX_LINE_CHARS, Deadline, number, rank_number
+from frtrace.evidence.launchers import LineRanks, inside
 from frtrace.evidence.messages import classify, exception_line, short
 from frtrace.evidence.model import Failure, FailureKind, Role
 
-__all__ = ["frames_of", "parse_log", "user_frame"]
+__all__ = ["TEE", "frames_of", "parse_log", "user_frame"]
 
 _TEE = re.compile(r"^\[(?P<who>[A-Za-z_]+?)(?P<n>\d{1,7})\]:\s?")
+TEE = _TEE  # (the launchers' conventions read a file's local ranks with it)
 _SRUN = re.compile(r"^\s{0,6}(?P<n>\d{1,7}): ")
 _GLOG = re.compile(r"\[?[IWEF](?P<mo>\d\d)(?P<d>\d\d) (?P<t>\d\d:\d\d:\d\d)(?:\.(?P<f>\d{1,9}))?")
 _ISO = re.compile(r"(?P<date>\d{4}-\d\d-\d\d)[ T_](?P<t>\d\d:\d\d:\d\d)(?:[,.](?P<f>\d{1,9}))?")
@@ -100,14 +102,17 @@ def parse_log(
     *,
     rank: int | None,
     year: int | None,
+    ranks: LineRanks | None = None,
     deadline: Deadline | None = None,
 ) -> list[Failure]:
-    """Every failure the log's lines report; ``rank``: the file's own rank, if it has one.
+    """Every failure the log's lines report; ``rank``: the file's own rank, if it has one;
+    ``ranks``: which prefixes name which of the job's ranks (``frtrace.evidence.launchers``).
     Lines are read until ``deadline`` (``LOG_SECONDS`` by default) expires; each line's first
     ``MAX_LINE_CHARS``; a rank a line names outside ``[0, MAX_WORLD_SIZE)`` is no rank."""
     deadline = Deadline(LOG_SECONDS) if deadline is None else deadline
     lines = text.splitlines()
     style = _prefix_style(lines)
+    said = ranks if ranks is not None else LineRanks.of_file(lines, _TEE, None, {})
     streams: dict[int | None, _Stream] = {}
     out: list[Failure] = []
     child: dict[str, str] | None = None  # a ChildFailedError summary entry being read
@@ -117,14 +122,18 @@ def parse_log(
             break
         line = raw[:MAX_LINE_CHARS].rstrip()
         who = rank
+        tagged, named, line = said.prefix(line)  # Ray's and Open MPI's prefixes
+        if tagged:
+            who = named
         # torchrun's --tee prefix is unmistakable wherever it is; srun's "3: " only where most
         # lines of the file carry one
-        if (m := _TEE.match(line)) is not None or (
-            style == "srun" and (m := _SRUN.match(line)) is not None
-        ):
-            who, line = rank_number(m["n"]), line[m.end() :]
+        if (m := _TEE.match(line)) is not None and m["who"] != "rank":  # ([rank3]: is c10d's)
+            n = rank_number(m["n"])
+            who, line = (None if n is None else said.tee(n)), line[m.end() :]
+        elif style == "srun" and (m := _SRUN.match(line)) is not None:
+            who, line = inside(rank_number(m["n"]), said.world), line[m.end() :]
         if (m := _C10D_RANK.match(line)) is not None:
-            who, line = rank_number(m[1]), line[m.end() :]
+            who, line = inside(rank_number(m[1]), said.world), line[m.end() :]
         where = f"{source}:{lineno}"
         # torchelastic's failure summary, one block per failed rank
         if (m := _CHILD_RANK.match(line)) is not None and child is not None:
@@ -134,7 +143,7 @@ def parse_log(
             if line.startswith("  ") and not line.strip().startswith("="):
                 child["traceback"] += "\n" + line[2:]
                 continue
-            out.extend(_child_failure(child, child_at))
+            out.extend(_child_failure(child, child_at, said.world))
             child = None
         if (m := _CHILD_FIELD.match(line)) is not None and child is not None:
             child[m[1]] = m[2]
@@ -150,8 +159,10 @@ def parse_log(
         if (m := _AGENT_EXIT.search(line)) is not None and (code := number(m[1])) is not None:
             kind, role = _exit_kind(code)
             # the agent's time is when it noticed, not when the rank died: unknown
+            # (the agent's local rank: the job's where its file shows the whole job)
             local = rank_number(m[2])
-            out.append(_failure(local, kind, role, line, where, None, signal_of=code))
+            agent = None if local is None else said.tee(local)
+            out.append(_failure(agent, kind, role, line, where, None, signal_of=code))
             continue
         if line.lstrip().startswith("Traceback (most recent call last)"):
             stream.in_traceback, stream.traceback = True, []
@@ -187,7 +198,7 @@ def parse_log(
         if found is not None:
             out.append(found.failure(rank=who, message=line, source=where, at_ns=at))
     if child is not None and "traceback" in child:
-        out.extend(_child_failure(child, child_at))
+        out.extend(_child_failure(child, child_at, said.world))
     return out
 
 
@@ -216,11 +227,12 @@ def _failure(
     )
 
 
-def _child_failure(child: dict[str, str], where: str) -> list[Failure]:
-    """One entry of torchelastic's summary: its rank, time, exit code and message."""
-    rank = rank_number(child.get("rank"))
-    if rank is None:
+def _child_failure(child: dict[str, str], where: str, world: int | None) -> list[Failure]:
+    """One entry of torchelastic's summary: its rank (global), time, exit code and message."""
+    named = rank_number(child.get("rank"))
+    if named is None:
         return []
+    rank = inside(named, world)
     # with no error file the summary's time is when torchelastic noticed the exit: unknown
     noticed = child.get("error_file", "").strip() in ("", "<N/A>")
     at = None if noticed else _time_of(child.get("time", ""), None)

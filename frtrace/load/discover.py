@@ -37,6 +37,12 @@ from pathlib import Path, PurePosixPath
 
 from frtrace.errors import DumpDirNotFound, DuplicateRank, NoDumpsFound, SeveralDumpSets
 from frtrace.layout import SideFile, SkippedFile, parse_dump_name, walk, walk_key
+from frtrace.load.attempts import (
+    drop_copies,
+    drop_side_copies,
+    newest_snapshot,
+    side_files_of_attempt,
+)
 from frtrace.load.listing import MAX_WORLD_SIZE, Candidate, Listing
 from frtrace.load.problems import LoadProblem
 from frtrace.ranges import format_ranks
@@ -65,6 +71,8 @@ class Discovery:
     skipped: tuple[SkippedFile, ...]
     side_files: tuple[SideFile, ...] = ()
     problems: tuple[LoadProblem, ...] = ()
+    attempt: int | None = None  # the attempt its logs' attempt_<N> folders are of, if any
+    wanted: int | None = None  # --attempt: the attempt asked for (None: the newest)
 
     def describe(self) -> str:
         """What was found, for the progress line: ``1,024 dump files (421.0 MB)``."""
@@ -84,15 +92,17 @@ def list_files(directory: Path) -> Listing:
     return _walk(directory)
 
 
-def discover(directory: Path, *, only: str | None = None) -> Discovery:
+def discover(directory: Path, *, only: str | None = None, attempt: int | None = None) -> Discovery:
     """List ``directory`` (or the archive) recursively and form its one dump set; raise if
     nothing can be a dump, or where it holds several sets and ``only`` picks none.
 
     ``only``: keep the files of one set: a set name as the several-sets error prints it
     (``incident1/rank_*``), else a glob over the path under the directory (``*.json``).
+    Copies are read once, the newest of several snapshots of one job is kept, and the logs of
+    one attempt (``attempt``, else the newest) are read (``frtrace.load.attempts``).
     """
     listing = list_files(directory)
-    candidates = list(listing.candidates)
+    candidates, copies, pairs = drop_copies(listing.candidates)
     chosen = candidates if only is None else _select(candidates, only)
     if not chosen:
         skipped = len(listing.skipped) + len(listing.side_files)
@@ -109,18 +119,27 @@ def discover(directory: Path, *, only: str | None = None) -> Discovery:
             "job, or run `frtrace env` to see how to make a job write them."
         )
     sets = _form_sets(chosen)
+    snapshots: tuple[LoadProblem, ...] = ()
     if len(sets) > 1:
-        raise _several_sets(directory, sets)
+        parts = [(s.name, s.root, s.members) for s in sets]
+        newest = newest_snapshot(parts, listing.side_files, pairs)
+        if newest is None:
+            raise _several_sets(directory, sets)
+        sets, snapshots = [sets[newest[0]]], newest[1]
+        sets[0].members.extend(newest[2])  # (a rank read once from another snapshot's copy)
     kept, problems = _one_per_rank(directory, sets[0])
-    side_files = listing.side_files
-    if len(chosen) < len(candidates):  # (--only left some out: so are their folders' files)
+    side_files = drop_side_copies(listing.side_files)
+    if len(sets[0].members) < len(candidates):  # (--only, snapshots: their folders' files out)
         side_files = _side_files_of(sets[0], candidates, side_files)
+    side_files, attempts, newest_attempt = side_files_of_attempt(side_files, attempt)
     return Discovery(
         directory=directory,
         candidates=tuple(sorted(kept, key=lambda c: c.rank)),
         skipped=listing.skipped,
         side_files=side_files,
-        problems=problems,
+        problems=(*copies, *snapshots, *attempts, *problems),
+        attempt=newest_attempt,
+        wanted=attempt,
     )
 
 

@@ -24,6 +24,7 @@ from frtrace.load.cache import TABLES, DirectoryCache, cache_disabled, cache_roo
 from frtrace.load.discover import Candidate, Discovery, SideFile, SkippedFile, discover
 from frtrace.load.executors import FileExecutor, open_executor
 from frtrace.load.filerows import failed_file_row, storable_rows
+from frtrace.load.lifetimes import one_attempt  # (loaded dump sets: one attempt's ranks)
 from frtrace.load.members import MemberLists, groups_table, recorded_groups
 from frtrace.load.parse import ParsedDump
 from frtrace.load.problems import LoadProblem
@@ -137,7 +138,7 @@ def load_dumps(
             if cached is not None:
                 said = f"the tables of {len(discovery.candidates):,} files from the cache"
                 shown.record("load", said, started)
-                return _from_tables(directory, cached, discovery)
+                return one_attempt(_from_tables(directory, cached, discovery), discovery)
         # (the executor counts the files in this phase; the tables are assembled and stored)
         with shown.phase("load", total=len(discovery.candidates)):
             assembler = _Assembler(directory, discovery.candidates)
@@ -147,7 +148,7 @@ def load_dumps(
             give_back_memory()
             if store is not None:
                 store.save({name: getattr(dumps, name) for name in TABLES})
-        return dumps
+        return one_attempt(dumps, discovery)
 
 
 def _from_tables(directory: Path, tables: dict[str, pa.Table], discovery: Discovery) -> DumpSet:

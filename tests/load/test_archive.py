@@ -124,9 +124,10 @@ def test_a_damaged_archive_is_one_input_error(tmp_path: Path) -> None:
 
 
 def test_several_incidents_are_named_with_how_to_pick_one(tmp_path: Path) -> None:
-    """incident1/ and incident2/ with the same ranks: both named, with --only and the folder."""
-    for name in ("incident1", "incident2"):
-        shutil.copytree(HANG, tmp_path / name)
+    """incident1/ and incident2/ with the same ranks (two jobs): both named, with --only and
+    the folder."""
+    shutil.copytree(HANG, tmp_path / "incident1")
+    shutil.copytree(GLOO / "late_rank", tmp_path / "incident2")
     with pytest.raises(SeveralDumpSets) as err:
         discover(tmp_path)
     message = str(err.value)
@@ -141,14 +142,33 @@ def test_several_incidents_are_named_with_how_to_pick_one(tmp_path: Path) -> Non
 
 
 def test_several_prefixes_in_one_folder(tmp_path: Path) -> None:
-    """nccl_trace_rank_N next to comm_lib_trace_rank_N: named by prefix; --only picks one."""
+    """nccl_trace_rank_N next to comm_lib_trace_rank_N (two jobs): named by prefix; --only
+    picks one."""
+    for src in HANG.iterdir():
+        rank = src.name.removeprefix("rank_")
+        shutil.copy(src, tmp_path / f"nccl_trace_rank_{rank}")
+        shutil.copy(GLOO / "late_rank" / src.name, tmp_path / f"comm_lib_trace_rank_{rank}")
+    with pytest.raises(SeveralDumpSets, match=r"comm_lib_trace_rank_\* \(ranks 0-3\)"):
+        discover(tmp_path)
+    assert len(discover(tmp_path, only="nccl_trace_rank_*").candidates) == 4
+
+
+def test_byte_identical_copies_are_one_file(tmp_path: Path) -> None:
+    """The same dumps under two prefixes and again in a subfolder (a copy beside the
+    original): each rank read once, a warning per copy naming both files."""
     for src in HANG.iterdir():
         rank = src.name.removeprefix("rank_")
         shutil.copy(src, tmp_path / f"nccl_trace_rank_{rank}")
         shutil.copy(src, tmp_path / f"comm_lib_trace_rank_{rank}")
-    with pytest.raises(SeveralDumpSets, match=r"comm_lib_trace_rank_\* \(ranks 0-3\)"):
-        discover(tmp_path)
-    assert len(discover(tmp_path, only="nccl_trace_rank_*").candidates) == 4
+        (tmp_path / "copy").mkdir(exist_ok=True)
+        shutil.copy(src, tmp_path / "copy" / src.name)
+    found = discover(tmp_path)
+    assert [c.relative for c in found.candidates] == [f"comm_lib_trace_rank_{r}" for r in range(4)]
+    assert sorted(p.message for p in found.problems) == [
+        "./: 4 dumps (ranks 0-3) have the same bytes as those in ./ (copies): each read once",
+        "copy/: 4 dumps (ranks 0-3) have the same bytes as those in ./ (copies): each read once",
+    ]
+    assert not any(p.fatal for p in found.problems)
 
 
 def test_disjoint_ranks_in_subfolders_are_one_set(tmp_path: Path) -> None:

@@ -172,11 +172,12 @@ def test_an_archive_reads_what_its_folder_reads(tmp_path: Path, suffix: str) -> 
 def test_a_rank_in_two_host_folders_is_one_warning_and_the_first_is_read(
     tmp_path: Path, flat: dict[str, Any], suffix: str
 ) -> None:
-    """Rank 1's dump and stacks also in host-b/ (left from an earlier collect): one warning
-    line naming both files and the one read (host-a's, first in path order); same answer."""
+    """Rank 1's dump and stacks also in host-b/ (other bytes, left from an earlier collect):
+    one warning line naming both files and the one read (host-a's, first in path order); same
+    answer."""
     folder = per_host(JOB, tmp_path / "incident")
-    for name in ("comm_lib_trace_rank_1", "stacks_rank_1.json"):
-        shutil.copy2(folder / "host-a" / name, folder / "host-b" / name)
+    shutil.copy2(OTHER_JOB / "comm_lib_trace_rank_1", folder / "host-b" / "comm_lib_trace_rank_1")
+    shutil.copy2(folder / "host-a" / "stacks_rank_1.json", folder / "host-b")
     source = packed(folder, suffix) if suffix else folder
     doc, result = analyze(source)
     (line,) = [ln for ln in result.stderr.splitlines() if "rank 1 has a dump in" in ln]
@@ -277,3 +278,24 @@ def test_a_long_logs_tail_is_read_from_an_archive_as_from_its_folder(
     assert read.data is not None and len(read.data) == keep and read.data.endswith(text)
     here, there = analyze(folder)[0], analyze(source)[0]
     assert there["timeline"] == here["timeline"] and here["timeline"]
+
+
+@pytest.mark.parametrize("suffix", ["", ".tgz"])
+def test_a_copy_of_a_rank_in_another_host_folder_is_read_once(
+    tmp_path: Path, flat: dict[str, Any], suffix: str
+) -> None:
+    """Rank 1's dump and stacks copied byte for byte into host-b/ too: one file, one warning
+    line naming the copy and its original; the same answer."""
+    folder = per_host(JOB, tmp_path / "incident")
+    for name in ("comm_lib_trace_rank_1", "stacks_rank_1.json"):
+        shutil.copy2(folder / "host-a" / name, folder / "host-b" / name)
+    source = packed(folder, suffix) if suffix else folder
+    doc, result = analyze(source)
+    (line,) = [ln for ln in result.stderr.splitlines() if "(a copy)" in ln]
+    assert line == (
+        "warning: host-b/comm_lib_trace_rank_1: the same bytes as "
+        "host-a/comm_lib_trace_rank_1 (a copy): read once"
+    )
+    for key in ("verdict", "culprit_ranks", "ranks_loaded", "stacks"):
+        assert doc[key] == flat[key], key
+    assert stack_evidence(doc) == stack_evidence(flat)

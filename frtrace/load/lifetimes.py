@@ -1,0 +1,260 @@
+"""The ranks of one process lifetime among a loaded dump set: stale dumps set aside.
+
+A rerun into the same folder, or ``torchrun --max-restarts`` writing every attempt's dumps to
+one fixed folder, leaves files of several process lifetimes side by side. After loading, each
+rank's entries span a time interval (its oldest entry's creation to the newest time its file
+records). Ranks whose intervals chain together (gaps of at most ``GAP_NS``) are one lifetime;
+a rank whose whole file lies before the newest lifetime's first entry by more than ``GAP_NS``,
+*and* whose file was written before that first entry (its modification time: a copy's new
+time, or an archive member's unknown one, keeps it in) or the logs' ``attempt_<N>`` folders
+say the job restarted, is from an earlier attempt or run. It
+is a rank **without a dump of this attempt**: its file (and the recorder's stack sidecar
+written with it) is set aside with a warning, never evidence; its rank stays in the job.
+``--attempt N`` keeps an older lifetime instead, numbered from the newest, which is the
+attempt the logs' newest ``attempt_<N>`` folder names (``frtrace.load.attempts``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+from frtrace.errors import NoSuchAttempt
+from frtrace.layout import SideFile
+from frtrace.load.problems import LoadProblem
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from frtrace.load.discover import Discovery
+    from frtrace.load.tables import DumpSet
+
+__all__ = ["GAP_NS", "Lifetime", "lifetimes", "one_attempt"]
+
+# Two process lifetimes of one job are told apart only across a gap this long between the
+# older one's newest entry and the newer one's first: more than clocks of one cluster differ
+# (NTP keeps them within milliseconds), less than any restart takes (a hang is noticed after
+# the collective timeout, minutes by default).
+GAP_NS = 5_000_000_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Lifetime:
+    """One process lifetime of the job among the loaded dumps: its number (0 the oldest), its
+    ranks, and the times its entries span (ns)."""
+
+    number: int
+    ranks: tuple[int, ...]
+    first_ns: int
+    last_ns: int
+
+
+def _spans(dumps: DumpSet) -> dict[int, tuple[int, int]]:
+    """Each loaded rank's (first entry's creation, newest time recorded), ns."""
+    import pyarrow.compute as pc
+
+    table = dumps.entries.select(
+        ["rank", "time_created_ns", "time_discovered_started_ns", "time_discovered_completed_ns"]
+    )
+    if table.num_rows == 0:
+        return {}
+    newest = pc.max_element_wise(
+        table.column("time_created_ns"),
+        table.column("time_discovered_started_ns"),
+        table.column("time_discovered_completed_ns"),
+        skip_nulls=True,
+    )
+    grouped = (
+        table.append_column("newest", newest)
+        .group_by("rank")
+        .aggregate([("time_created_ns", "min"), ("newest", "max")])
+    )
+    out = {}
+    for rank, first, last in zip(
+        grouped.column("rank").to_pylist(),
+        grouped.column("time_created_ns_min").to_pylist(),
+        grouped.column("newest_max").to_pylist(),
+        strict=True,
+    ):
+        if first is not None and last is not None and first > 0:
+            out[int(rank)] = (int(first), int(last))
+    return out
+
+
+def lifetimes(spans: dict[int, tuple[int, int]], gap_ns: int = GAP_NS) -> list[Lifetime]:
+    """The ranks' intervals chained where they overlap or lie within ``gap_ns`` of each
+    other, oldest first: one ``Lifetime`` per chain."""
+    chains: list[tuple[int, int, list[int]]] = []
+    for rank, (first, last) in sorted(spans.items(), key=lambda kv: (kv[1][0], kv[0])):
+        if chains and first <= chains[-1][1] + gap_ns:
+            start, end, ranks = chains[-1]
+            chains[-1] = (start, max(end, last), [*ranks, rank])
+        else:
+            chains.append((first, last, [rank]))
+    return [
+        Lifetime(number=i, ranks=tuple(sorted(ranks)), first_ns=start, last_ns=end)
+        for i, (start, end, ranks) in enumerate(chains)
+    ]
+
+
+def _mtimes(dumps: DumpSet) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for rank, path in zip(
+        dumps.files.column("rank").to_pylist(),
+        dumps.files.column("path").to_pylist(),
+        strict=True,
+    ):
+        try:
+            out[int(rank)] = Path(path).stat().st_mtime
+        except (OSError, ValueError):
+            continue  # an archive member, a file gone: its time is unknown
+    return out
+
+
+def one_attempt(dumps: DumpSet, discovery: Discovery) -> DumpSet:
+    """The dump set of one process lifetime (the newest, or the discovery's ``--attempt``;
+    see the module docstring): the other lifetimes' files set aside with a warning each, their
+    ranks left in the job without a dump. Lifetimes are numbered as the launcher numbered its
+    attempts where the logs' ``attempt_<N>`` folders say (the newest is the newest folder's)."""
+    attempt, known_attempt = discovery.wanted, discovery.attempt
+    restarted = known_attempt is not None and known_attempt >= 1
+    spans = _spans(dumps)
+    chains = lifetimes(spans)
+    mtimes = _mtimes(dumps) if len(chains) > 1 and not restarted else {}  # (one stat a file)
+    # Only a file written before the newest lifetime began is taken for an older one (a copy
+    # or an archive member, whose own time is new or unknown, stays in).
+    while len(chains) > 1:
+        newest = chains[-1]
+        # (where the logs' attempt_<N> folders say the job restarted, the entries' gap is
+        # proof enough: a copied folder's new file times do not hide a restart)
+        proven = restarted or all(
+            r in mtimes and mtimes[r] * 1e9 < newest.first_ns for c in chains[:-1] for r in c.ranks
+        )
+        if proven:
+            break
+        merged = chains[-2]
+        chains[-2:] = [
+            Lifetime(
+                number=merged.number,
+                ranks=tuple(sorted((*merged.ranks, *newest.ranks))),
+                first_ns=merged.first_ns,
+                last_ns=max(merged.last_ns, newest.last_ns),
+            )
+        ]
+    offset = 0 if known_attempt is None else max(0, known_attempt - (len(chains) - 1))
+    numbered = [replace(c, number=c.number + offset) for c in chains]
+    if attempt is None:
+        chosen = numbered[-1] if numbered else None
+    else:
+        chosen = next((c for c in numbered if c.number == attempt), None)
+        if chosen is None:
+            said = ", ".join(f"attempt {c.number} (ranks {_ranks(c.ranks)})" for c in numbered)
+            raise NoSuchAttempt(
+                f"{dumps.directory}: --attempt {attempt}: no dump of that attempt is left "
+                f"(the dumps are of {said or 'no attempt that can be told'}); its logs, if "
+                "any, are in its attempt folder."
+            )
+    if chosen is None or len(numbered) == 1:
+        return dumps
+    keep = set(chosen.ranks) | (set(dumps.loaded_ranks) - set(spans))
+    problems = [
+        LoadProblem(
+            rank=r,
+            path=path,
+            message=f"{path}: rank {r}'s dump is of "
+            + _why(c.number < chosen.number, spans[r], chosen, restarted)
+            + f": set aside; rank {r} has no dump of attempt {chosen.number}",
+            fatal=False,
+        )
+        for c in numbered
+        if c is not chosen
+        for r in c.ranks
+        for path in _paths_of(dumps, r)
+    ]
+    return _keep_ranks(dumps, keep, tuple(problems))
+
+
+def _why(earlier: bool, span: tuple[int, int], chosen: Lifetime, restarted: bool) -> str:
+    """Why a rank's dump is of another attempt: its entries against the chosen attempt's."""
+    if not earlier:
+        gap = _seconds(span[0] - chosen.last_ns)
+        return f"a later attempt or run (its entries begin {gap} after attempt {chosen.number}'s)"
+    proof = "the logs show a restart" if restarted else "the file was written before it"
+    gap = _seconds(chosen.first_ns - span[1])
+    return (
+        f"an earlier attempt or run (its entries end {gap} before attempt {chosen.number}'s "
+        f"first, and {proof})"
+    )
+
+
+def _seconds(ns: int) -> str:
+    s = abs(ns) / 1e9
+    return f"{s:,.0f} s" if s >= 10 else f"{s:.1f} s"
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    from frtrace.ranges import format_ranks
+
+    return format_ranks(list(ranks))
+
+
+def _paths_of(dumps: DumpSet, rank: int) -> list[str]:
+    """The rank's files, as paths under the directory where they are below it."""
+    return [
+        _shown(dumps.directory, p)
+        for r, p in zip(
+            dumps.files.column("rank").to_pylist(),
+            dumps.files.column("path").to_pylist(),
+            strict=True,
+        )
+        if r == rank
+    ]
+
+
+def _shown(directory: Path, path: str) -> str:
+    try:
+        return Path(path).relative_to(directory).as_posix()
+    except ValueError:
+        return path
+
+
+def _keep_ranks(dumps: DumpSet, keep: set[int], problems: tuple[LoadProblem, ...]) -> DumpSet:
+    """The dump set with only ``keep``'s rows (its world, stacks and other files kept)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    wanted = pa.array(sorted(keep), type=pa.int32())
+
+    def only(table: pa.Table) -> pa.Table:
+        mask = pc.is_in(pc.cast(table.column("rank"), pa.int32()), value_set=wanted)
+        return table.filter(mask)
+
+    aside = {r for r in dumps.loaded_ranks if r not in keep}
+    side = dumps.side_files
+    if side is not None:
+        side = tuple(f for f in side if not _stacks_of(f, aside))
+    return replace(
+        dumps,
+        entries=only(dumps.entries),
+        groups=only(dumps.groups),
+        pg_status=only(dumps.pg_status),
+        files=only(dumps.files),
+        problems=(*dumps.problems, *problems),
+        side_files=side,
+    )
+
+
+_STACK_RANK = re.compile(r"(\d{1,7})(?:\.\w+)?$")
+
+
+def _stacks_of(f: SideFile, ranks: set[int]) -> bool:
+    """Whether ``f`` is the recorder's stack sidecar of one of ``ranks`` (written with the
+    dump set aside: ``stacks_rank_3.json``, in the same lifetime)."""
+    name = PurePosixPath(f.relative).name
+    if f.kind != "stacks" or not name.startswith("stacks_rank_"):
+        return False
+    m = _STACK_RANK.search(name)
+    return m is not None and int(m[1]) in ranks

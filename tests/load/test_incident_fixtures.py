@@ -1,0 +1,126 @@
+"""Real folders real jobs left (scripts/make_incident_fixtures.py): a torchrun restart, a
+rerun into the same folder, collect into the recorder's folder, two snapshots, pod logs and a
+Ray session's logs. Each gives its truth, or says it cannot tell: never an innocent rank."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from frtrace.cli.app import app
+
+TREE = Path(__file__).resolve().parents[1] / "fixtures" / "incidents"
+TRUTH = json.loads((TREE / "MANIFEST.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def incidents(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fixtures with their files' times as the jobs left them (a checkout's are new)."""
+    root = tmp_path_factory.mktemp("incidents")
+    for name, truth in TRUTH.items():
+        shutil.copytree(TREE / name, root / name)
+        for relative, mtime in truth["mtimes"].items():
+            os.utime(root / name / relative, (mtime, mtime))
+    return root
+
+
+def analyze(root: Path, name: str, *args: str) -> tuple[int, dict[str, Any], list[str]]:
+    result = CliRunner().invoke(
+        app, ["analyze", str(root / name), "-f", "json", "--no-cache", *args]
+    )
+    assert result.exit_code in (0, 1), result.output
+    doc = json.loads(result.stdout[result.stdout.index("{") :])
+    warnings = [ln for ln in result.stderr.splitlines() if ln.startswith("warning: ")]
+    return result.exit_code, doc, warnings
+
+
+def named(doc: dict[str, Any]) -> set[int]:
+    return set(doc["culprit_ranks"]) | set(doc.get("suspected_ranks") or ())
+
+
+@pytest.mark.parametrize("name", sorted(TRUTH))
+def test_no_fixture_names_an_innocent_rank_or_one_outside_the_job(
+    incidents: Path, name: str
+) -> None:
+    _, doc, _ = analyze(incidents, name)
+    truth = TRUTH[name]
+    assert not named(doc) & set(truth["innocent_ranks"]), doc["headline"]
+    assert named(doc) <= set(truth["culprit_ranks"])
+    ranks = [e["rank"] for e in doc.get("timeline") or () if e["rank"] is not None]
+    assert all(0 <= r < truth["world_size"] for r in ranks)
+
+
+def test_restart_analyses_the_last_attempt_and_sets_the_stale_dump_aside(incidents: Path) -> None:
+    """rank 3's file is attempt 0's (it never dumped in attempt 1, where it hung): a rank
+    without a dump of attempt 1, never the op the others 'never joined'; attempt 0's logs set
+    aside. (Before: 'culprit ranks 0-2', the three innocent ranks.)"""
+    _, doc, warnings = analyze(incidents, "restart")
+    assert doc["ranks_loaded"] == [0, 1, 2]
+    assert any(
+        "comm_lib_trace_rank_3: rank 3's dump is of an earlier attempt or run" in w
+        and "rank 3 has no dump of attempt 1" in w
+        for w in warnings
+    ), warnings
+    assert any("/attempt_0/: 7 logs and error files of an earlier attempt" in w for w in warnings)
+    assert not {0, 1, 2} & named(doc)
+    sources = {e["source"].split(":")[0] for e in doc.get("timeline") or ()}
+    assert not any("/attempt_0/" in s for s in sources), sources
+
+
+def test_attempt_0_is_analysed_on_request_and_an_unknown_attempt_is_one_line(
+    incidents: Path,
+) -> None:
+    _, doc, warnings = analyze(incidents, "restart", "--attempt", "0")
+    assert any("/attempt_1/: " in w and "a later attempt" in w for w in warnings), warnings
+    assert 3 not in doc["culprit_ranks"]  # rank 3 waited in attempt 0 (rank 1 never joined)
+    sources = {e["source"].split(":")[0] for e in doc.get("timeline") or ()}
+    assert not any("/attempt_1/" in s for s in sources), sources
+    result = CliRunner().invoke(app, ["analyze", str(incidents / "restart"), "--attempt", "7"])
+    assert result.exit_code == 2
+    (line,) = result.stderr.strip().splitlines()[-1:]
+    assert line.startswith("error: --attempt 7: ") and "attempt_0, attempt_1" in line
+
+
+def test_rerun_into_the_same_folder(incidents: Path) -> None:
+    code, doc, warnings = analyze(incidents, "rerun")
+    assert (code, doc["verdict"], doc["culprit_ranks"]) == (1, "hang", [3])
+    assert any("rank 3 has no dump of attempt" in w for w in warnings), warnings
+
+
+def test_collect_into_the_recorders_folder_gives_the_verdict(incidents: Path) -> None:
+    """frtrace.recorder.enable(DIR), then frtrace collect DIR, then analyze DIR: exit 1 with
+    the culprit (it was 'holds 2 dump sets for the same ranks', exit 2)."""
+    code, doc, warnings = analyze(incidents, "recorder_collect")
+    assert (code, doc["verdict"], doc["culprit_ranks"]) == (1, "hang", [2])
+    assert any("(copies): each read once" in w for w in warnings), warnings
+
+
+def test_snapshots_of_one_job_the_newest_is_the_incident(incidents: Path) -> None:
+    code, doc, warnings = analyze(incidents, "snapshots")
+    assert (code, doc["verdict"], doc["culprit_ranks"]) == (1, "hang", [2])
+    assert any(
+        w.startswith("warning: snap1/") and "an earlier snapshot of the same ranks" in w
+        for w in warnings
+    ), warnings
+
+
+def test_pod_logs_are_their_pytorchjob_ranks(incidents: Path) -> None:
+    """train-master-0 is rank 0, train-worker-<i> rank i + 1: never the pod's index."""
+    _, doc, _ = analyze(incidents, "pod_logs")
+    pods = {"train-master-0.log": 0, "train-worker-0.log": 1, "train-worker-2.log": 3}
+    seen = [(e["source"].split(":")[0], e["rank"]) for e in doc.get("timeline") or ()]
+    assert seen and all(pods.get(src, rank) == rank for src, rank in seen), seen
+    assert {src for src, _ in seen} & set(pods)
+
+
+def test_ray_logs_take_ranks_from_rays_table_never_from_a_pid(incidents: Path) -> None:
+    _, doc, _ = analyze(incidents, "ray_logs")
+    seen = {e["rank"] for e in doc.get("timeline") or ()}
+    assert seen and seen <= {0, 2, 3, None}, seen  # (rank 1 hung: it never failed)
+    assert {0, 2, 3} <= seen  # the driver's (RayTrainWorker pid=...) lines, by Ray's table
