@@ -98,17 +98,7 @@ class ColumnWriter:
     def put(self, batch: pa.RecordBatch) -> ShippedColumns:
         if self.fd is None:
             raise OSError("this column file failed before")
-        parts: list[Any] = []
-        valid: list[Validity] = []
-        dictionaries: list[list[Any] | None] = []
-        for column in batch.columns:
-            values, ok, dictionary = _plain(column)
-            data = values.data.cast("B") if values.nbytes else b""
-            parts.append(data)
-            if pad := _padded(values.nbytes) - values.nbytes:
-                parts.append(bytes(pad))
-            valid.append(ok)
-            dictionaries.append(dictionary)
+        parts, valid, dictionaries = encode(batch)
         total = sum(len(p) for p in parts)
         try:
             done = os.writev(self.fd, parts) if parts else 0
@@ -123,15 +113,32 @@ class ColumnWriter:
             self.close()
             raise
         offset, self.at = self.at, self.at + total
-        return ShippedColumns(
-            str(self.path), offset, batch.num_rows, tuple(valid), tuple(dictionaries)
-        )
+        rows = batch.num_rows
+        return ShippedColumns(str(self.path), offset, rows, valid, dictionaries)
 
     def close(self) -> None:
         if self.fd is not None:
             with contextlib.suppress(OSError):
                 os.close(self.fd)
         self.fd = None
+
+
+def encode(
+    batch: pa.RecordBatch,
+) -> tuple[list[Any], tuple[Validity, ...], tuple[list[Any] | None, ...]]:
+    """A batch as a writer's file holds it: its parts (bytes-like), each column's validity
+    and each dictionary column's values."""
+    parts: list[Any] = []
+    valid: list[Validity] = []
+    dictionaries: list[list[Any] | None] = []
+    for column in batch.columns:
+        values, ok, dictionary = _plain(column)
+        parts.append(values.data.cast("B") if values.nbytes else b"")
+        if pad := _padded(values.nbytes) - values.nbytes:
+            parts.append(bytes(pad))
+        valid.append(ok)
+        dictionaries.append(dictionary)
+    return parts, tuple(valid), tuple(dictionaries)
 
 
 def _plain(column: pa.Array) -> tuple[np.ndarray, Validity, list[Any] | None]:
@@ -166,7 +173,7 @@ class Gather:
         self.chunks: list[ShippedColumns] = []
         self.remaps: dict[int, list[np.ndarray | None]] = {}  # column -> per dump
         self.rows = 0
-        self.maps: dict[str, mmap.mmap] = {}
+        self.maps: dict[str, Any] = {}  # a writer's file, mapped (or a part kept in memory)
 
     def add(self, columns: ShippedColumns, remaps: dict[int, np.ndarray]) -> None:
         """A dump's columns, and for the columns whose values change on the way, the new
@@ -178,6 +185,14 @@ class Gather:
             if len(listed) < len(self.chunks):
                 listed.append(None)
         self.rows += columns.rows
+
+    def keep(self, batch: pa.RecordBatch, remaps: dict[int, np.ndarray]) -> None:
+        """A dump's columns kept in memory, laid out as in a writer's file (where no file
+        can be written here)."""
+        parts, valid, dictionaries = encode(batch)
+        name = f"(in memory {len(self.chunks)})"
+        self.maps[name] = b"".join(bytes(p) for p in parts)
+        self.add(ShippedColumns(name, 0, batch.num_rows, valid, dictionaries), remaps)
 
     def column(self, i: int) -> pa.Array:
         """Column ``i`` of the table, every dump's part in order (a dictionary column: its
@@ -219,11 +234,12 @@ class Gather:
     def close(self) -> None:
         """Unmap the writers' files (the columns built from them are copies)."""
         for mapped in self.maps.values():
-            with contextlib.suppress(BufferError, ValueError):
-                mapped.close()
+            if isinstance(mapped, mmap.mmap):
+                with contextlib.suppress(BufferError, ValueError):
+                    mapped.close()
         self.maps = {}
 
-    def _map(self, path: str) -> mmap.mmap:
+    def _map(self, path: str) -> Any:
         mapped = self.maps.get(path)
         if mapped is None:
             with open(path, "rb") as f:

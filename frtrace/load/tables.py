@@ -298,20 +298,28 @@ class _Assembler:
     def _gather(self, gather: Gather, result: ParsedDump | ShippedDump) -> None:
         """Note where a dump's columns are (written here first where a worker did not) and
         how its dictionary codes and stack ids map to the shared ones."""
+        kept = None
         if isinstance(result, ParsedDump):
             assert self.spill_dir is not None
-            if self.writer is None:
-                self.writer = ColumnWriter(self.spill_dir, "parent.columns")
-            result = self.writer.ship(result)
-        columns = result.columns
-        remaps = {i: merged.remap(columns.dictionaries[i]) for i, merged in self.coded.items()}
+            parsed = result
+            try:
+                if self.writer is None:
+                    self.writer = ColumnWriter(self.spill_dir, "parent.columns")
+                result = self.writer.ship(parsed)
+            except OSError:  # (disk full, say): kept in memory, in the same layout
+                kept = parsed.entries
+        remaps = {i: merged.remap(_dictionary(kept, i, result)) for i, merged in self.coded.items()}
         if result.stacks:
             remaps[self.stack_column] = np.fromiter(
                 (self.interned.setdefault(s, len(self.interned)) for s in result.stacks),
                 dtype=np.int32,
                 count=len(result.stacks),
             )
-        gather.add(columns, remaps)
+        if kept is not None:
+            gather.keep(kept, remaps)
+        else:
+            assert isinstance(result, ShippedDump)
+            gather.add(result.columns, remaps)
 
     def finish(self, skipped: Iterable[SkippedFile] = (), of: Discovery | None = None) -> DumpSet:
         if not self.loaded:
@@ -435,6 +443,19 @@ def _remap_stacks(parsed: ParsedDump, interned: dict[Stack, int]) -> pa.RecordBa
         remapped = pa.array(mapping[local.to_numpy()], type=pa.int32())
     idx = batch.schema.get_field_index("stack_id")
     return batch.set_column(idx, "stack_id", remapped)
+
+
+def _dictionary(
+    kept: pa.RecordBatch | None, i: int, result: ParsedDump | ShippedDump
+) -> list[Any] | None:
+    """Column ``i``'s local dictionary values: of the batch kept, else as shipped."""
+    if kept is not None:
+        column = kept.column(i)
+        assert isinstance(column, pa.DictionaryArray)
+        values: list[Any] = column.dictionary.to_pylist()
+        return values
+    assert isinstance(result, ShippedDump)
+    return result.columns.dictionaries[i]
 
 
 def _failed_file_row(cand: Candidate, error: str) -> dict[str, Any]:
