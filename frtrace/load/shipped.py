@@ -222,6 +222,7 @@ class Gather:
                 if zero_nulls and ok is not True:  # (a null's value is 0, as elsewhere)
                     target[~np.asarray(ok, dtype=bool)] = 0
             at += count
+        self._release()
         bitmap, nulls = _bitmap([(c.rows, c.valid[i]) for c in self.chunks], self.rows)
         if pa.types.is_boolean(type_):
             packed = pa.py_buffer(np.packbits(out.view(np.bool_), bitorder="little"))
@@ -238,6 +239,15 @@ class Gather:
                 with contextlib.suppress(BufferError, ValueError):
                     mapped.close()
         self.maps = {}
+
+    def _release(self) -> None:
+        """Drop the pages of the writers' files read so far from this process (clean pages of
+        files: read again from the page cache for the next column)."""
+        advice = getattr(mmap, "MADV_DONTNEED", None)
+        for mapped in self.maps.values():
+            if advice is not None and isinstance(mapped, mmap.mmap):
+                with contextlib.suppress(OSError, ValueError):
+                    mapped.madvise(advice)
 
     def _map(self, path: str) -> Any:
         mapped = self.maps.get(path)
