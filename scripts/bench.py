@@ -39,6 +39,7 @@ import contextlib
 import json
 import os
 import platform
+import resource
 import shutil
 import signal
 import statistics
@@ -76,6 +77,7 @@ class Measure:
     returncode: int
     output: str
     peak_anon_mb: float = 0.0
+    cpu_s: float = 0.0  # user + sys of the process and the children it waited for (workers)
 
 
 def _group_rss_bytes(pgid: int) -> tuple[int, int]:
@@ -103,6 +105,7 @@ def _group_rss_bytes(pgid: int) -> tuple[int, int]:
 def measure(argv: list[str], timeout_s: float, env: dict[str, str] | None = None) -> Measure:
     """Run ``argv`` in its own process group; sample the group's memory until it exits."""
     start = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.Popen(
         argv,
         stdout=subprocess.PIPE,
@@ -129,10 +132,12 @@ def measure(argv: list[str], timeout_s: float, env: dict[str, str] | None = None
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
     wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     done.set()
     sampler.join()
     return Measure(
-        wall, peak / 2**20, proc.returncode, out.decode(errors="replace"), peak_anon / 2**20
+        wall, peak / 2**20, proc.returncode, out.decode(errors="replace"), peak_anon / 2**20, cpu
     )
 
 
@@ -190,6 +195,10 @@ class Row:
     dask_correct: bool | None = None
     # with --repeat: frtrace / floor of each pair measured back to back
     pair_ratios: list[float] = field(default_factory=list)
+    # the same pairs in CPU time (user + sys, workers included): steadier on a busy machine
+    cpu_pair_ratios: list[float] = field(default_factory=list)
+    # with --repeat and --cache: a first run that writes the cache / the floor, per pair
+    cache_pair_ratios: list[float] = field(default_factory=list)
 
     @property
     def vs_floor(self) -> float:
@@ -215,8 +224,22 @@ def _verdict_ok(measured: Measure, truth: dict[str, object]) -> bool:
         return False
 
 
+def _report(measured: Measure) -> str:
+    """The JSON report a run printed (after any progress lines)."""
+    at = measured.output.find("{")
+    return measured.output[at:] if at >= 0 else measured.output
+
+
 def _analyze(dumps: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "frtrace", "analyze", "-d", str(dumps), "-f", "json", *extra]
+
+
+def _fresh_cache(cache_dir: Path) -> dict[str, str]:
+    """The environment of a run whose cache is ``cache_dir``, emptied first."""
+    shutil.rmtree(cache_dir, ignore_errors=True)
+    env = os.environ | {"XDG_CACHE_HOME": str(cache_dir)}
+    env.pop("FRTRACE_NO_CACHE", None)
+    return env
 
 
 def _median_run(runs: list[Measure]) -> Measure:
@@ -233,10 +256,14 @@ def bench_one(args: argparse.Namespace, ranks: int) -> Row:
     load_avg = os.getloadavg()[0]
     # A shared machine's speed drifts by 20-30% from one minute to the next: with --repeat, the
     # floor and frtrace are measured in turn, and each pair's ratio is kept
-    floors, runs = [], []
-    for _ in range(max(1, args.repeat)):
+    floors, runs, firsts = [], [], []
+    for turn in range(max(1, args.repeat)):
         floors.append(measure([sys.executable, "-c", FLOOR, str(dumps)], args.timeout))
         runs.append(measure(_analyze(dumps, "--no-cache"), args.timeout))
+        if args.cache and args.repeat > 1:  # a user's first run, in the same pair
+            cache_env = _fresh_cache(args.workdir / f"xdg-cache-pair{turn}")
+            firsts.append(measure(_analyze(dumps), args.timeout, cache_env))
+            shutil.rmtree(args.workdir / f"xdg-cache-pair{turn}", ignore_errors=True)
     floor = _median_run(floors)
     ours = _median_run(runs)
     correct = all(_verdict_ok(run, truth) for run in runs)
@@ -274,17 +301,23 @@ def bench_one(args: argparse.Namespace, ranks: int) -> Row:
     )
     if args.repeat > 1:
         row.pair_ratios = [o.wall_s / f.wall_s for f, o in zip(floors, runs, strict=True)]
+        row.cpu_pair_ratios = [
+            o.cpu_s / f.cpu_s for f, o in zip(floors, runs, strict=True) if f.cpu_s > 0
+        ]
+        row.cache_pair_ratios = [
+            c.wall_s / f.wall_s for f, c in zip(floors[: len(firsts)], firsts, strict=True)
+        ]
+        row.frtrace_correct = correct and all(_verdict_ok(c, truth) for c in firsts)
     if args.cache:
-        cache_dir = args.workdir / "xdg-cache"
-        shutil.rmtree(cache_dir, ignore_errors=True)
-        env = os.environ | {"XDG_CACHE_HOME": str(cache_dir)}
-        env.pop("FRTRACE_NO_CACHE", None)
+        env = _fresh_cache(args.workdir / "xdg-cache")
         first = measure(_analyze(dumps), args.timeout, env)
         second = measure(_analyze(dumps), args.timeout, env)
         alone = measure([sys.executable, "-c", CACHED_LOAD, str(dumps)], args.timeout, env)
         row.cache_first_s, row.cache_second_s = first.wall_s, second.wall_s
         row.cache_load_s = alone.wall_s
-        same = second.output == first.output  # the cached diagnosis prints the same bytes
+        # the cached diagnosis prints the same report (the progress lines on stderr, shown
+        # where a phase passes a second, as on a busy machine, are not the report's)
+        same = _report(second) == _report(first)
         row.cache_correct = _verdict_ok(first, truth) and _verdict_ok(second, truth) and same
     if args.scheduler_address:
         remote = measure(
@@ -319,6 +352,25 @@ def render(rows: list[Row]) -> str:
         lines.append(
             f"{r.ranks:5d}  {n:14,d}  {r.floor_s / n * 1e6:14.2f}  {r.frtrace_s / n * 1e6:16.2f}"
             f"  {r.frtrace_mb * 2**20 / n:24.0f}  {r.frtrace_anon_mb * 2**20 / n:16.0f}"
+        )
+    paired = [r for r in rows if r.pair_ratios]
+    if paired:  # the medians of the pairs, and each pair's ratio
+        lines.append(
+            "ranks  x floor (wall)  x floor (CPU)  cache 1st x floor (wall)  pairs, wall"
+            "  pairs, CPU  pairs, cache 1st"
+        )
+
+    def pairs(ratios: list[float]) -> str:
+        return ",".join(f"{x:.2f}" for x in ratios) or "-"
+
+    def median(ratios: list[float], width: int) -> str:
+        return f"{statistics.median(ratios):{width}.2f}" if ratios else f"{'-':>{width}}"
+
+    for r in paired:
+        lines.append(
+            f"{r.ranks:5d}  {median(r.pair_ratios, 14)}  {median(r.cpu_pair_ratios, 13)}  "
+            f"{median(r.cache_pair_ratios, 24)}  {pairs(r.pair_ratios)}  "
+            f"{pairs(r.cpu_pair_ratios)}  {pairs(r.cache_pair_ratios)}"
         )
     extra = [r for r in rows if r.cache_second_s is not None or r.dask_s is not None]
     if extra:

@@ -18,11 +18,11 @@ HAS_DASK = importlib.util.find_spec("distributed") is not None
 @pytest.mark.parametrize("mesh", ["2d", "3d"])
 def test_bench_runs_and_gets_the_verdict_right(tmp_path: Path, mesh: str) -> None:
     """8 and 16 ranks x 120 entries: floor, frtrace and (with torch) torchfrtrace all measured;
-    2d: with the cache twice; 3d: floor and frtrace twice in turn (--repeat), and (with dask)
-    on a local 2-worker Dask cluster."""
+    2d: with the cache twice, and a first run with the cache in each of two pairs; 3d: floor
+    and frtrace twice in turn (--repeat), and (with dask) on a local 2-worker Dask cluster."""
     out = tmp_path / "bench.json"
     limit = "16" if HAS_TORCH and mesh == "2d" else "0"
-    extra = ["--cache"] if mesh == "2d" else ["--repeat", "2"]
+    extra = ["--cache", "--repeat", "2"] if mesh == "2d" else ["--repeat", "2"]
     if mesh == "3d" and HAS_DASK:
         extra.append("--scheduler")
     proc = subprocess.run(
@@ -57,7 +57,7 @@ def test_bench_runs_and_gets_the_verdict_right(tmp_path: Path, mesh: str) -> Non
         assert row["frtrace_correct"] is True
         assert row["floor_s"] > 0 and row["frtrace_s"] > 0 and row["frtrace_mb"] > 0
         if "--repeat" in extra:  # (the median of two: their mean)
-            assert len(row["pair_ratios"]) == 2
+            assert len(row["pair_ratios"]) == len(row["cpu_pair_ratios"]) == 2
             assert row["vs_floor"] == pytest.approx(sum(row["pair_ratios"]) / 2)
         else:
             assert row["vs_floor"] == pytest.approx(row["frtrace_s"] / row["floor_s"])
@@ -65,6 +65,7 @@ def test_bench_runs_and_gets_the_verdict_right(tmp_path: Path, mesh: str) -> Non
             assert row["torchfrtrace_s"] is not None and row["speedup"] is not None
         if "--cache" in extra:
             assert row["cache_correct"] is True and row["cache_second_s"] > 0
+            assert len(row["cache_pair_ratios"]) == 2
         if "--scheduler" in extra:
             assert row["dask_correct"] is True and row["dask_s"] > 0
     assert "x floor" in proc.stdout and "torchfrtrace" in proc.stdout

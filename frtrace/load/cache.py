@@ -164,6 +164,31 @@ def _crc(path: Path) -> int:
     return crc
 
 
+class _Checksummed:
+    """A file being written, its adler32 (``_crc``'s) taken on the way: a table's checksum
+    without reading it back (a tenth of the parent's time in a first run at 1,024 ranks)."""
+
+    def __init__(self, out: Any) -> None:
+        self.out = out
+        self.crc = 1
+        self.written = 0
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        self.crc = zlib.adler32(data, self.crc)
+        self.written += memoryview(data).nbytes
+        return int(self.out.write(data))
+
+    def tell(self) -> int:
+        return self.written
+
+    def flush(self) -> None:
+        self.out.flush()
+
+    def close(self) -> None:  # (the file is closed by its owner)
+        self.closed = True
+
+
 class DirectoryCache:
     """The cache entry of one dump directory: ``load`` its tables if current, ``save`` them."""
 
@@ -248,14 +273,13 @@ class DirectoryCache:
             described = {}
             for name in TABLES:
                 path = folder / f"{name}.arrow"
-                with (
-                    open(_private_file(path), "wb") as sink,
-                    ipc.new_file(sink, tables[name].schema) as writer,
-                ):
-                    writer.write_table(tables[name])
+                with open(_private_file(path), "wb") as raw:
+                    sink = _Checksummed(raw)
+                    with ipc.new_file(sink, tables[name].schema) as writer:
+                        writer.write_table(tables[name])
                 described[name] = {
                     "bytes": path.stat().st_size,
-                    "crc": _crc(path),
+                    "crc": sink.crc,
                     "rows": tables[name].num_rows,
                 }
             size = sum(d["bytes"] for d in described.values())

@@ -30,10 +30,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
-from frtrace.errors import DumpFormatError, ReaderFailedError, SchedulerUnavailable
+from frtrace.errors import ReaderFailedError, SchedulerUnavailable
 from frtrace.load.discover import Candidate
-from frtrace.load.parallel import file_timeout_s, parse_candidates
+from frtrace.load.parallel import Result, file_timeout_s, parse_candidates
 from frtrace.load.parse import ParsedDump
+from frtrace.load.shipped import ShippedDump
 from frtrace.progress import Phase, Progress, owned
 
 __all__ = [
@@ -46,7 +47,6 @@ __all__ = [
     "parse_files",
 ]
 
-Result = ParsedDump | DumpFormatError
 Consumer = Callable[[int, Result], None]
 Task = Callable[[Sequence[Candidate]], list[Result]]
 
@@ -73,9 +73,16 @@ class LocalProcesses:
 
     jobs: int | None = None
     progress: bool | Progress = False
+    ship_to: Path | None = None  # where the workers write the entry columns (large sets)
 
     def parse(self, candidates: Sequence[Candidate], consume: Consumer) -> None:
-        parse_candidates(candidates, jobs=self.jobs, progress=self.progress, consume=consume)
+        parse_candidates(
+            candidates,
+            jobs=self.jobs,
+            progress=self.progress,
+            consume=consume,
+            ship_to=self.ship_to,
+        )
 
 
 def parse_files(candidates: Sequence[Candidate]) -> list[Result]:
@@ -218,7 +225,7 @@ def _relocate(result: Result, remote: Candidate, local: Candidate) -> Result:
     """The result as if the file had been read at the path spelled here (maybe relative)."""
     if remote.path == local.path:
         return result
-    if isinstance(result, ParsedDump):
+    if isinstance(result, ParsedDump | ShippedDump):
         meta = dataclasses.replace(result.meta, path=str(local.path))
         return dataclasses.replace(result, meta=meta)
     return type(result)(str(result).replace(str(remote.path), str(local.path)))

@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -38,9 +39,10 @@ from frtrace.load import native
 from frtrace.load.discover import Candidate
 from frtrace.load.memory import address_space, file_allowance
 from frtrace.load.parse import ParsedDump, try_parse
+from frtrace.load.shipped import ColumnWriter, ShippedDump
 from frtrace.progress import Phase, Progress, owned
 
-__all__ = ["default_jobs", "parse_candidates"]
+__all__ = ["Result", "default_jobs", "parse_candidates"]
 
 # Below this many bytes in total, one worker reads every file: starting more costs more than
 # it saves (a fork and the transfer of results is a few ms per worker; parsing 8 MB ~50 ms).
@@ -60,7 +62,8 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-Consumer = Callable[[int, "ParsedDump | DumpFormatError"], None]
+Result = ParsedDump | ShippedDump | DumpFormatError
+Consumer = Callable[[int, Result], None]
 
 
 def parse_candidates(
@@ -69,7 +72,8 @@ def parse_candidates(
     jobs: int | None = None,
     progress: bool | Progress = False,
     consume: Consumer | None = None,
-) -> list[ParsedDump | DumpFormatError]:
+    ship_to: Path | None = None,
+) -> list[Result]:
     """Parse each candidate; failures come back as DumpFormatError.
 
     Without ``consume``: the results, in the candidates' order. With it: each result is handed
@@ -77,6 +81,8 @@ def parse_candidates(
     are in, and not kept (the list returned is empty), so a caller can merge and drop them.
     ``progress``: the run's phases (``frtrace.progress``; True: shown on stderr), where this is
     the load phase, and where the C reader is not used, the notice that says so.
+    ``ship_to``: a directory where the workers write the entry columns, each to a file of its
+    own, and send the parent where they are (``ShippedDump``, ``frtrace.load.shipped``).
     """
     jobs = default_jobs() if jobs is None else max(1, jobs)
     total_bytes = sum(c.size_bytes for c in candidates)
@@ -87,7 +93,7 @@ def parse_candidates(
         if (reason := native.inactive_reason()) is not None:
             shown.notice(native.notice(reason))
         with shown.phase("load", total=len(candidates), unit="files") as phase:
-            return _WatchedPool(candidates, workers, phase, consume).run()
+            return _WatchedPool(candidates, workers, phase, consume, ship_to).run()
 
 
 def file_timeout_s(cand: Candidate) -> float:
@@ -99,9 +105,16 @@ def file_timeout_s(cand: Candidate) -> float:
 # The worker side
 
 
-def _serve(conn: Connection, candidates: Sequence[Candidate], workers: int = 1) -> None:
+def _serve(
+    conn: Connection,
+    candidates: Sequence[Candidate],
+    workers: int = 1,
+    ship_to: Path | None = None,
+) -> None:
     """Worker loop: read the file whose index the parent sends, send back the result.
-    ``workers``: how many read at once (each may take its share of the machine's memory)."""
+    ``workers``: how many read at once (each may take its share of the machine's memory).
+    ``ship_to``: the entry columns go to a file of this worker's there (a file that cannot be
+    written: they go in the message, as without it)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     # Everything a worker has to say comes back as its result, in one line; a crash is
     # reported by the parent. So nothing reaches the terminal from here: no fault handler
@@ -117,6 +130,7 @@ def _serve(conn: Connection, candidates: Sequence[Candidate], workers: int = 1) 
         # Python-level writes (unraisable-exception messages) go through sys.stderr, which a
         # caller may have pointed elsewhere than descriptor 2 (pytest's capture does)
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (lives as long as the worker)
+    writer: ColumnWriter | None = None
     while True:
         try:
             index = conn.recv()
@@ -126,7 +140,14 @@ def _serve(conn: Connection, candidates: Sequence[Candidate], workers: int = 1) 
             return
         cand = candidates[index]
         _limit_memory(file_allowance(cand.size_bytes, workers))
-        result = try_parse(cand)
+        result: Result = try_parse(cand)
+        if isinstance(result, ParsedDump) and ship_to is not None:
+            try:
+                if writer is None:
+                    writer = ColumnWriter(ship_to, f"worker-{os.getpid()}.columns")
+                result = writer.ship(result)
+            except OSError:
+                ship_to = None
         try:
             conn.send(result)
         except (OSError, ValueError):  # the parent is gone
@@ -211,13 +232,15 @@ class _WatchedPool:
         workers: int,
         phase: Phase,
         consume: Consumer | None = None,
+        ship_to: Path | None = None,
     ) -> None:
         self.candidates = candidates
+        self.ship_to = ship_to
         self.size = max(1, workers)
         self.phase = phase
         self.todo = deque(range(len(candidates)))
         self.consume = consume
-        self.results: dict[int, ParsedDump | DumpFormatError] = {}  # not yet handed over
+        self.results: dict[int, Result] = {}  # not yet handed over
         self.handed = 0  # results [0, handed) went to consume
         self.done = 0
         # Arrow's allocator reserves its address space (1 GiB) on first use: done here, before
@@ -232,7 +255,7 @@ class _WatchedPool:
         # fork: workers inherit the imported modules and the candidates, starting in ms
         self.ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
 
-    def run(self) -> list[ParsedDump | DumpFormatError]:
+    def run(self) -> list[Result]:
         busy: dict[Connection, _Worker] = {}
         try:
             for _ in range(min(self.size, len(self.todo))):
@@ -266,7 +289,7 @@ class _WatchedPool:
         assert self.done == len(self.candidates)
         return [self.results.pop(i) for i in range(len(self.candidates)) if i in self.results]
 
-    def in_process(self) -> list[ParsedDump | DumpFormatError]:
+    def in_process(self) -> list[Result]:
         for index, cand in enumerate(self.candidates):
             self.finish(index, try_parse(cand))
         return [self.results.pop(i) for i in range(len(self.candidates)) if i in self.results]
@@ -275,7 +298,7 @@ class _WatchedPool:
         recv, send = self.ctx.Pipe(duplex=True)
         _widen(recv, send)
         process = self.ctx.Process(  # type: ignore[attr-defined]
-            target=_serve, args=(send, self.candidates, self.size), daemon=True
+            target=_serve, args=(send, self.candidates, self.size, self.ship_to), daemon=True
         )
         # Frozen, the parent's objects are never scanned by the child's garbage collector,
         # which would otherwise write to (and so copy) the pages that hold them.
@@ -323,7 +346,7 @@ class _WatchedPool:
         worker.index = None
         following = self.todo.popleft() if self.todo else None
         sent = following is not None and self.send(worker, following)
-        result: ParsedDump | DumpFormatError | None
+        result: Result | None
         try:
             result = worker.conn.recv()
         except Exception:  # EOF: it died (a half-sent result fails to unpickle the same way)
@@ -348,7 +371,7 @@ class _WatchedPool:
             return False
         return True
 
-    def finish(self, index: int, result: ParsedDump | DumpFormatError) -> None:
+    def finish(self, index: int, result: Result) -> None:
         self.results[index] = result
         self.done += 1
         self.phase.update(self.done)

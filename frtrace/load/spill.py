@@ -52,6 +52,7 @@ __all__ = [
     "remove_spill_directory",
     "spill_directory",
     "spill_min_bytes",
+    "track",
 ]
 
 # Bytes of a column gathered in memory before they are written: one write per MiB, not one per
@@ -82,6 +83,12 @@ def release_pages() -> None:
     for mapped in list(_MAPPED):
         with contextlib.suppress(OSError, ValueError):
             mapped.madvise(advice)
+
+
+def track(mapped: mmap.mmap) -> None:
+    """Have ``release_pages`` drop the pages of a column mapped elsewhere
+    (``frtrace.load.shipped``)."""
+    _MAPPED.add(mapped)
 
 
 def spill_min_bytes() -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -22,13 +23,14 @@ from frtrace.errors import DumpFormatError, NoReadableDumps
 from frtrace.load import schema, spill
 from frtrace.load.cache import TABLES, DirectoryCache, cache_disabled, cache_root
 from frtrace.load.discover import Candidate, Discovery, SideFile, SkippedFile, discover
-from frtrace.load.executors import FileExecutor, open_executor
+from frtrace.load.executors import FileExecutor, LocalProcesses, open_executor
 from frtrace.load.filerows import failed_file_row, storable_rows
 from frtrace.load.lifetimes import one_attempt  # (loaded dump sets: one attempt's ranks)
 from frtrace.load.members import MemberLists, groups_table, recorded_groups
 from frtrace.load.parse import ParsedDump
 from frtrace.load.problems import LoadProblem
-from frtrace.load.spill import SpilledColumn, spill_directory
+from frtrace.load.shipped import ColumnWriter, Gather, ShippedDump
+from frtrace.load.spill import spill_directory
 from frtrace.load.stacks import Stack
 from frtrace.progress import Progress, owned
 
@@ -143,6 +145,8 @@ def load_dumps(
         with shown.phase("load", total=len(discovery.candidates)):
             assembler = _Assembler(directory, discovery.candidates)
             with open_executor(scheduler, jobs=jobs, progress=shown) as executor:
+                if isinstance(executor, LocalProcesses) and assembler.spill_dir is not None:
+                    executor = dataclasses.replace(executor, ship_to=assembler.spill_dir)
                 executor.parse(discovery.candidates, assembler.add)
             dumps = assembler.finish(discovery.skipped, discovery)
             give_back_memory()
@@ -231,27 +235,22 @@ class _Assembler:
         self.members = MemberLists()
         self.loaded = 0
         fields = list(schema.ENTRIES)
-        # A large set's columns go to disk as they arrive (frtrace.load.spill); booleans stay
+        # A large set's columns are gathered, at the end, from the files the workers wrote
+        # them to (frtrace.load.shipped), into files of their own (frtrace.load.spill)
         total = sum(c.size_bytes for c in candidates)
         where = spill_directory(cache_root()) if total >= spill.spill_min_bytes() else None
         self.spill_dir = where
-
-        def spilled(f: pa.Field) -> SpilledColumn | None:
-            if where is None or pa.types.is_boolean(f.type):
-                return None
-            type_ = f.type.index_type if pa.types.is_dictionary(f.type) else f.type
-            return SpilledColumn(where, f.name, np.dtype(type_.to_pandas_dtype()))
-
-        self.plain: dict[int, list[pa.Array] | SpilledColumn] = {
-            i: spilled(f) or [] for i, f in enumerate(fields) if not pa.types.is_dictionary(f.type)
+        self.gather = Gather(schema.ENTRIES, where) if where is not None else None
+        self.writer: ColumnWriter | None = None  # for the results read here, in gather mode
+        self.plain: dict[int, list[pa.Array]] = {
+            i: [] for i, f in enumerate(fields) if not pa.types.is_dictionary(f.type)
         }
         self.coded: dict[int, _Dictionary] = {
-            i: _Dictionary(spilled(f))
-            for i, f in enumerate(fields)
-            if pa.types.is_dictionary(f.type)
+            i: _Dictionary() for i, f in enumerate(fields) if pa.types.is_dictionary(f.type)
         }
+        self.stack_column = schema.ENTRIES.get_field_index("stack_id")
 
-    def add(self, index: int, result: ParsedDump | DumpFormatError) -> None:
+    def add(self, index: int, result: ParsedDump | ShippedDump | DumpFormatError) -> None:
         """Merge the result of ``candidates[index]``; call in index order."""
         cand = self.candidates[index]
         if isinstance(result, DumpFormatError):
@@ -265,14 +264,15 @@ class _Assembler:
             LoadProblem(rank=meta.rank, path=meta.path, message=f"{meta.path}: {p}", fatal=False)
             for p in meta.problems
         )
-        batch = _remap_stacks(result, self.interned)
-        for i, chunks in self.plain.items():
-            if isinstance(chunks, SpilledColumn):
-                chunks.append(*_values_and_validity(batch.column(i)))
-            else:
+        if self.gather is not None:
+            self._gather(self.gather, result)
+        else:
+            assert isinstance(result, ParsedDump)  # (shipped only where gathered)
+            batch = _remap_stacks(result, self.interned)
+            for i, chunks in self.plain.items():
                 chunks.append(batch.column(i))
-        for i, merged in self.coded.items():
-            merged.add(batch.column(i))
+            for i, merged in self.coded.items():
+                merged.add(batch.column(i))
         self.loaded += 1
         self.group_rows.extend(map(self.members.intern, result.groups))
         self.status_rows.extend(result.pg_status)
@@ -297,6 +297,32 @@ class _Assembler:
             }
         )
 
+    def _gather(self, gather: Gather, result: ParsedDump | ShippedDump) -> None:
+        """Note where a dump's columns are (written here first where a worker did not) and
+        how its dictionary codes and stack ids map to the shared ones."""
+        kept = None
+        if isinstance(result, ParsedDump):
+            assert self.spill_dir is not None
+            parsed = result
+            try:
+                if self.writer is None:
+                    self.writer = ColumnWriter(self.spill_dir, "parent.columns")
+                result = self.writer.ship(parsed)
+            except OSError:  # (disk full, say): kept in memory, in the same layout
+                kept = parsed.entries
+        remaps = {i: merged.remap(_dictionary(kept, i, result)) for i, merged in self.coded.items()}
+        if result.stacks:
+            remaps[self.stack_column] = np.fromiter(
+                (self.interned.setdefault(s, len(self.interned)) for s in result.stacks),
+                dtype=np.int32,
+                count=len(result.stacks),
+            )
+        if kept is not None:
+            gather.keep(kept, remaps)
+        else:
+            assert isinstance(result, ShippedDump)
+            gather.add(result.columns, remaps)
+
     def finish(self, skipped: Iterable[SkippedFile] = (), of: Discovery | None = None) -> DumpSet:
         if not self.loaded:
             if self.spill_dir is not None:
@@ -311,16 +337,21 @@ class _Assembler:
             # Each column's chunks are freed once it is joined. They came from Python's
             # allocator and the joined column from Arrow's, which can reuse that memory only
             # once it is given back to the OS: the peak is then the tables plus one column.
-            if i in self.plain:
-                chunks = self.plain.pop(i)
-                if isinstance(chunks, SpilledColumn):
-                    columns.append(chunks.finish(spec.type))
-                else:
-                    columns.append(pa.concat_arrays(chunks))
-                del chunks
+            if self.gather is not None:
+                column = self.gather.column(i)
+                if i in self.coded:
+                    values = self.coded.pop(i).dictionary(spec.type)
+                    column = pa.DictionaryArray.from_arrays(column, values, safe=False)
+                columns.append(column)
+            elif i in self.plain:
+                columns.append(pa.concat_arrays(self.plain.pop(i)))
             else:
                 columns.append(self.coded.pop(i).finish(spec.type))
             give_back_memory()
+        if self.gather is not None:
+            self.gather.close()
+        if self.writer is not None:
+            self.writer.close()
         if self.spill_dir is not None:  # (its files are unlinked once mapped)
             spill.remove_spill_directory(self.spill_dir)
         entries = pa.Table.from_arrays(columns, schema=schema.ENTRIES)
@@ -353,17 +384,16 @@ class _Assembler:
 
 
 class _Dictionary:
-    """One dictionary column being merged: shared values, and each chunk's codes into them
-    (in memory, or ``spilled`` to disk)."""
+    """One dictionary column being merged: shared values, and each chunk's codes into them."""
 
-    def __init__(self, spilled: SpilledColumn | None = None) -> None:
+    def __init__(self) -> None:
         self.index: dict[Any, int] = {}
         self.values: list[Any] = []
         self.parts: list[np.ndarray] = []
-        self.spilled = spilled
 
-    def add(self, chunk: pa.DictionaryArray) -> None:
-        local = chunk.dictionary.to_pylist()
+    def remap(self, local: list[Any] | None) -> np.ndarray:
+        """The shared code of each of a chunk's values, and -1 (a null) after them."""
+        local = local or []
         remap = np.empty(len(local) + 1, dtype=np.int32)
         for j, value in enumerate(local):
             key = repr(value) if isinstance(value, list) else value
@@ -373,24 +403,24 @@ class _Dictionary:
                 self.values.append(value)
             remap[j] = at
         remap[len(local)] = -1  # null
+        return remap
+
+    def add(self, chunk: pa.DictionaryArray) -> None:
+        local = chunk.dictionary.to_pylist()
+        remap = self.remap(local)
         indices = chunk.indices
         if indices.null_count:
             indices = indices.fill_null(len(local))
-        codes = remap[indices.to_numpy(zero_copy_only=False)]
-        if self.spilled is not None:
-            self.spilled.append(codes, codes >= 0)
-        else:
-            self.parts.append(codes)
+        self.parts.append(remap[indices.to_numpy(zero_copy_only=False)])
+
+    def dictionary(self, type_: pa.DictionaryType) -> pa.Array:
+        return pa.array(self.values, type=type_.value_type)
 
     def finish(self, type_: pa.DictionaryType) -> pa.DictionaryArray:
-        if self.spilled is not None:
-            dictionary = pa.array(self.values, type=type_.value_type)
-            spilled = self.spilled.finish(pa.int32())
-            return pa.DictionaryArray.from_arrays(spilled, dictionary, safe=False)  # (no scan)
         codes = np.concatenate(self.parts) if self.parts else np.zeros(0, dtype=np.int32)
         self.parts = []
         indices = pa.array(codes, type=pa.int32(), mask=codes < 0)
-        return pa.DictionaryArray.from_arrays(indices, pa.array(self.values, type=type_.value_type))
+        return pa.DictionaryArray.from_arrays(indices, self.dictionary(type_))
 
 
 def _remap_stacks(parsed: ParsedDump, interned: dict[Stack, int]) -> pa.RecordBatch:
@@ -417,13 +447,17 @@ def _remap_stacks(parsed: ParsedDump, interned: dict[Stack, int]) -> pa.RecordBa
     return batch.set_column(idx, "stack_id", remapped)
 
 
-def _values_and_validity(chunk: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
-    """A fixed-width chunk's values (any value where null) and validity, without copies
-    where Arrow allows."""
-    if not chunk.null_count:
-        return chunk.to_numpy(zero_copy_only=False), None
-    valid = chunk.is_valid().to_numpy(zero_copy_only=False)
-    return chunk.fill_null(0).to_numpy(zero_copy_only=False), valid
+def _dictionary(
+    kept: pa.RecordBatch | None, i: int, result: ParsedDump | ShippedDump
+) -> list[Any] | None:
+    """Column ``i``'s local dictionary values: of the batch kept, else as shipped."""
+    if kept is not None:
+        column = kept.column(i)
+        assert isinstance(column, pa.DictionaryArray)
+        values: list[Any] = column.dictionary.to_pylist()
+        return values
+    assert isinstance(result, ShippedDump)
+    return result.columns.dictionaries[i]
 
 
 def infer_world_size(files: pa.Table, groups: pa.Table) -> WorldSize:

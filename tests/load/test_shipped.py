@@ -1,0 +1,100 @@
+"""A large set's entry columns through the workers' files (frtrace.load.shipped).
+
+tests/load/test_spill.py loads every fixture set both ways (gathered from the workers' files,
+and in memory) and compares tables and reports; these check the hand-over's edges: a worker
+that cannot write its file, results read in the parent, and what a writer's file holds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from frtrace.load import schema, spill
+from frtrace.load.discover import discover
+from frtrace.load.parse import ParsedDump, try_parse
+from frtrace.load.shipped import ColumnWriter, Gather, ShippedDump
+from frtrace.load.tables import DumpSet, build_dump_set, load_dumps
+from tests.conftest import fixture_sets
+
+NCCL = next(d for d in fixture_sets() if "nccl" in str(d))
+
+
+def _load(directory: Path, monkeypatch: pytest.MonkeyPatch, *, gathered: bool) -> DumpSet:
+    monkeypatch.delenv("FRTRACE_SPILL_MIN_BYTES", raising=False)
+    monkeypatch.setattr(spill, "SPILL_MIN_BYTES", 0 if gathered else 1 << 62)
+    return load_dumps(directory, jobs=2)
+
+
+def _same(a: DumpSet, b: DumpSet) -> None:
+    for name in schema.ENTRIES.names:
+        assert a.entries.column(name).equals(b.entries.column(name)), name
+    assert a.stacks.equals(b.stacks)
+
+
+def test_a_worker_that_cannot_write_its_file_sends_the_columns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    kept = _load(NCCL, monkeypatch, gathered=False)
+
+    def full(self: ColumnWriter, batch: pa.RecordBatch) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ColumnWriter, "put", full)  # (the forked workers inherit it)
+    _same(_load(NCCL, monkeypatch, gathered=True), kept)
+
+
+def test_results_read_here_and_shipped_ones_gather_in_file_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every other file shipped by a writer, the rest handed over as batches (as when a worker
+    cannot write, or files are read in this process): the tables are the in-memory ones."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    candidates = discover(NCCL).candidates
+    results = [try_parse(c) for c in candidates]
+    monkeypatch.setattr(spill, "SPILL_MIN_BYTES", 1 << 62)
+    kept = build_dump_set(NCCL, candidates, results)
+    writer = ColumnWriter(tmp_path, "worker.columns")
+    mixed = [
+        writer.ship(r) if i % 2 and isinstance(r, ParsedDump) else r for i, r in enumerate(results)
+    ]
+    assert any(isinstance(r, ShippedDump) for r in mixed)
+    monkeypatch.setattr(spill, "SPILL_MIN_BYTES", 0)
+    _same(build_dump_set(NCCL, candidates, mixed), kept)
+
+
+def test_a_writers_file_holds_each_column_padded_and_nulls_filled(tmp_path: Path) -> None:
+    fields = [
+        pa.field("a", pa.int64()),
+        pa.field("b", pa.dictionary(pa.int32(), pa.string())),
+        pa.field("c", pa.bool_()),
+        pa.field("d", pa.int32()),
+    ]
+    table_schema = pa.schema(fields)
+    batch = pa.RecordBatch.from_arrays(
+        [
+            pa.array([1, None, 3], pa.int64()),
+            pa.array(["x", None, "y"]).dictionary_encode(),
+            pa.array([True, False, None]),
+            pa.array([None, None, None], pa.int32()),
+        ],
+        schema=table_schema,
+    )
+    writer = ColumnWriter(tmp_path, "w.columns")
+    first = writer.put(batch)
+    second = writer.put(batch.slice(1, 2))
+    assert (first.offset, second.offset) == (0, 24 + 16 + 8 + 16)
+    assert first.dictionaries[1] == ["x", "y"] and first.dictionaries[0] is None
+    assert first.valid[0].tolist() == [True, False, True] and first.valid[3] is False
+    gather = Gather(table_schema, None)
+    for part in (first, second):
+        gather.add(part, {1: np.array([5, 7, -1], dtype=np.int32)})  # (x, y, null)
+    assert gather.column(0).to_pylist() == [1, None, 3, None, 3]
+    assert gather.column(1).to_pylist() == [5, None, 7, None, 7]
+    assert gather.column(2).to_pylist() == [True, False, None, False, None]
+    assert gather.column(3).to_pylist() == [None] * 5
+    gather.close()
