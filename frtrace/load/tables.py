@@ -27,6 +27,7 @@ from frtrace.load.executors import FileExecutor, LocalProcesses, open_executor
 from frtrace.load.filerows import failed_file_row, storable_rows
 from frtrace.load.lifetimes import one_attempt  # (loaded dump sets: one attempt's ranks)
 from frtrace.load.members import MemberLists, groups_table, recorded_groups
+from frtrace.load.merging import Dictionary, local_dictionary, remap_stacks
 from frtrace.load.parse import ParsedDump
 from frtrace.load.problems import LoadProblem
 from frtrace.load.shipped import ColumnWriter, Gather, ShippedDump
@@ -245,8 +246,8 @@ class _Assembler:
         self.plain: dict[int, list[pa.Array]] = {
             i: [] for i, f in enumerate(fields) if not pa.types.is_dictionary(f.type)
         }
-        self.coded: dict[int, _Dictionary] = {
-            i: _Dictionary() for i, f in enumerate(fields) if pa.types.is_dictionary(f.type)
+        self.coded: dict[int, Dictionary] = {
+            i: Dictionary() for i, f in enumerate(fields) if pa.types.is_dictionary(f.type)
         }
         self.stack_column = schema.ENTRIES.get_field_index("stack_id")
 
@@ -268,7 +269,7 @@ class _Assembler:
             self._gather(self.gather, result)
         else:
             assert isinstance(result, ParsedDump)  # (shipped only where gathered)
-            batch = _remap_stacks(result, self.interned)
+            batch = remap_stacks(result, self.interned)
             for i, chunks in self.plain.items():
                 chunks.append(batch.column(i))
             for i, merged in self.coded.items():
@@ -310,7 +311,9 @@ class _Assembler:
                 result = self.writer.ship(parsed)
             except OSError:  # (disk full, say): kept in memory, in the same layout
                 kept = parsed.entries
-        remaps = {i: merged.remap(_dictionary(kept, i, result)) for i, merged in self.coded.items()}
+        remaps = {
+            i: merged.remap(local_dictionary(kept, i, result)) for i, merged in self.coded.items()
+        }
         if result.stacks:
             remaps[self.stack_column] = np.fromiter(
                 (self.interned.setdefault(s, len(self.interned)) for s in result.stacks),
@@ -381,83 +384,6 @@ class _Assembler:
             side_files=of.side_files if of else None,
             _frames=frames,
         )
-
-
-class _Dictionary:
-    """One dictionary column being merged: shared values, and each chunk's codes into them."""
-
-    def __init__(self) -> None:
-        self.index: dict[Any, int] = {}
-        self.values: list[Any] = []
-        self.parts: list[np.ndarray] = []
-
-    def remap(self, local: list[Any] | None) -> np.ndarray:
-        """The shared code of each of a chunk's values, and -1 (a null) after them."""
-        local = local or []
-        remap = np.empty(len(local) + 1, dtype=np.int32)
-        for j, value in enumerate(local):
-            key = repr(value) if isinstance(value, list) else value
-            at = self.index.get(key)
-            if at is None:
-                at = self.index[key] = len(self.values)
-                self.values.append(value)
-            remap[j] = at
-        remap[len(local)] = -1  # null
-        return remap
-
-    def add(self, chunk: pa.DictionaryArray) -> None:
-        local = chunk.dictionary.to_pylist()
-        remap = self.remap(local)
-        indices = chunk.indices
-        if indices.null_count:
-            indices = indices.fill_null(len(local))
-        self.parts.append(remap[indices.to_numpy(zero_copy_only=False)])
-
-    def dictionary(self, type_: pa.DictionaryType) -> pa.Array:
-        return pa.array(self.values, type=type_.value_type)
-
-    def finish(self, type_: pa.DictionaryType) -> pa.DictionaryArray:
-        codes = np.concatenate(self.parts) if self.parts else np.zeros(0, dtype=np.int32)
-        self.parts = []
-        indices = pa.array(codes, type=pa.int32(), mask=codes < 0)
-        return pa.DictionaryArray.from_arrays(indices, self.dictionary(type_))
-
-
-def _remap_stacks(parsed: ParsedDump, interned: dict[Stack, int]) -> pa.RecordBatch:
-    """Replace the file's local stack ids by ids shared across all ranks."""
-    batch = parsed.entries
-    if not parsed.stacks:
-        return batch
-    mapping = np.fromiter(
-        (interned.setdefault(s, len(interned)) for s in parsed.stacks),
-        dtype=np.int32,
-        count=len(parsed.stacks),
-    )
-    local = batch.column("stack_id")
-    if local.null_count:
-        valid = local.is_valid().to_numpy(zero_copy_only=False)
-        remapped = pa.array(
-            mapping[local.fill_null(0).to_numpy(zero_copy_only=False)],
-            type=pa.int32(),
-            mask=~valid,
-        )
-    else:
-        remapped = pa.array(mapping[local.to_numpy()], type=pa.int32())
-    idx = batch.schema.get_field_index("stack_id")
-    return batch.set_column(idx, "stack_id", remapped)
-
-
-def _dictionary(
-    kept: pa.RecordBatch | None, i: int, result: ParsedDump | ShippedDump
-) -> list[Any] | None:
-    """Column ``i``'s local dictionary values: of the batch kept, else as shipped."""
-    if kept is not None:
-        column = kept.column(i)
-        assert isinstance(column, pa.DictionaryArray)
-        values: list[Any] = column.dictionary.to_pylist()
-        return values
-    assert isinstance(result, ShippedDump)
-    return result.columns.dictionaries[i]
 
 
 def infer_world_size(files: pa.Table, groups: pa.Table) -> WorldSize:

@@ -1,0 +1,93 @@
+"""What merging every file's batch into one table takes, column by column: each dictionary
+column's shared values (every file's local codes remapped into them) and each file's stack
+ids remapped to ids shared across all ranks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from frtrace.load.parse import ParsedDump
+from frtrace.load.shipped import ShippedDump
+from frtrace.load.stacks import Stack
+
+__all__ = ["Dictionary", "local_dictionary", "remap_stacks"]
+
+
+class Dictionary:
+    """One dictionary column being merged: shared values, and each chunk's codes into them."""
+
+    def __init__(self) -> None:
+        self.index: dict[Any, int] = {}
+        self.values: list[Any] = []
+        self.parts: list[np.ndarray] = []
+
+    def remap(self, local: list[Any] | None) -> np.ndarray:
+        """The shared code of each of a chunk's values, and -1 (a null) after them."""
+        local = local or []
+        remap = np.empty(len(local) + 1, dtype=np.int32)
+        for j, value in enumerate(local):
+            key = repr(value) if isinstance(value, list) else value
+            at = self.index.get(key)
+            if at is None:
+                at = self.index[key] = len(self.values)
+                self.values.append(value)
+            remap[j] = at
+        remap[len(local)] = -1  # null
+        return remap
+
+    def add(self, chunk: pa.DictionaryArray) -> None:
+        local = chunk.dictionary.to_pylist()
+        remap = self.remap(local)
+        indices = chunk.indices
+        if indices.null_count:
+            indices = indices.fill_null(len(local))
+        self.parts.append(remap[indices.to_numpy(zero_copy_only=False)])
+
+    def dictionary(self, type_: pa.DictionaryType) -> pa.Array:
+        return pa.array(self.values, type=type_.value_type)
+
+    def finish(self, type_: pa.DictionaryType) -> pa.DictionaryArray:
+        codes = np.concatenate(self.parts) if self.parts else np.zeros(0, dtype=np.int32)
+        self.parts = []
+        indices = pa.array(codes, type=pa.int32(), mask=codes < 0)
+        return pa.DictionaryArray.from_arrays(indices, self.dictionary(type_))
+
+
+def remap_stacks(parsed: ParsedDump, interned: dict[Stack, int]) -> pa.RecordBatch:
+    """Replace the file's local stack ids by ids shared across all ranks."""
+    batch = parsed.entries
+    if not parsed.stacks:
+        return batch
+    mapping = np.fromiter(
+        (interned.setdefault(s, len(interned)) for s in parsed.stacks),
+        dtype=np.int32,
+        count=len(parsed.stacks),
+    )
+    local = batch.column("stack_id")
+    if local.null_count:
+        valid = local.is_valid().to_numpy(zero_copy_only=False)
+        remapped = pa.array(
+            mapping[local.fill_null(0).to_numpy(zero_copy_only=False)],
+            type=pa.int32(),
+            mask=~valid,
+        )
+    else:
+        remapped = pa.array(mapping[local.to_numpy()], type=pa.int32())
+    idx = batch.schema.get_field_index("stack_id")
+    return batch.set_column(idx, "stack_id", remapped)
+
+
+def local_dictionary(
+    kept: pa.RecordBatch | None, i: int, result: ParsedDump | ShippedDump
+) -> list[Any] | None:
+    """Column ``i``'s local dictionary values: of the batch kept, else as shipped."""
+    if kept is not None:
+        column = kept.column(i)
+        assert isinstance(column, pa.DictionaryArray)
+        values: list[Any] = column.dictionary.to_pylist()
+        return values
+    assert isinstance(result, ShippedDump)
+    return result.columns.dictionaries[i]
