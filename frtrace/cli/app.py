@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -32,6 +32,7 @@ from frtrace.cli.params import (
     dump_source,
     end_progress,
     progress_display,
+    renderer,
     unexpected,
 )
 from frtrace.errors import FrtraceError, InputError
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
     from frtrace.load.tables import DumpSet
     from frtrace.model import Report
     from frtrace.progress import Progress
-    from frtrace.report.select import Selection
 
 __all__ = ["app", "main"]
 
@@ -167,24 +167,6 @@ def _diagnose(
             raise _fail(exc) from None
 
 
-def _renderer(fmt: Format) -> Callable[[Report, Selection | None], str]:
-    if fmt == Format.JSON:
-        from frtrace.report.json import render_json
-
-        return render_json
-    if fmt == Format.MARKDOWN:
-        from frtrace.report.markdown import render_markdown
-
-        return render_markdown
-    if fmt == Format.HTML:
-        from frtrace.report.html import render_html
-
-        return render_html
-    from frtrace.report.text import render_text
-
-    return render_text
-
-
 def _write(path: Path, text: str) -> None:  # (never through another user's link: outpaths)
     try:
         write_out_file(path, printable(text).encode("utf-8"), "the report")
@@ -262,7 +244,7 @@ def analyze(
             raise _fail(exc) from None
         with progress.phase("render") as phase:
             phase.describe(f"the {fmt.value} report")
-            text = _renderer(fmt)(shown, selection)
+            text = renderer(fmt)(shown, selection)
     if not quiet:
         _print_load_problems(got.problems)
         for problem in report.stacks.problems if report.stacks else ():

@@ -12,10 +12,10 @@ import importlib
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 import typer.core
@@ -25,6 +25,10 @@ from frtrace.errors import InputError
 from frtrace.gate.exitcodes import EXIT_INPUT
 from frtrace.printable import printable
 from frtrace.progress import Progress
+
+if TYPE_CHECKING:
+    from frtrace.model import Report
+    from frtrace.report.select import Selection
 
 # The click that typer runs on: its own copy since typer 0.2x, the click package before.
 _click: Any = getattr(typer.core, "_click", None) or importlib.import_module("click")
@@ -63,6 +67,25 @@ class Format(StrEnum):
     JSON = "json"
     MARKDOWN = "markdown"
     HTML = "html"
+
+
+def renderer(fmt: Format) -> Callable[[Report, Selection | None], str]:
+    """The renderer of an output format (imported when asked for)."""
+    if fmt == Format.JSON:
+        from frtrace.report.json import render_json
+
+        return render_json
+    if fmt == Format.MARKDOWN:
+        from frtrace.report.markdown import render_markdown
+
+        return render_markdown
+    if fmt == Format.HTML:
+        from frtrace.report.html import render_html
+
+        return render_html
+    from frtrace.report.text import render_text
+
+    return render_text
 
 
 class EnvFormat(StrEnum):
