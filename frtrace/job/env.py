@@ -36,8 +36,8 @@ class Setting:
     name: str
     value: str
     since: tuple[int, int]  # first torch version that reads it
-    until: tuple[int, int] | None  # last one that needs it; None: still read
     why: str  # one line
+    until: tuple[int, int] | None = None  # last one that needs it; None: still read
     optional: bool = False  # printed commented out, an informed choice
 
 
@@ -58,75 +58,76 @@ def recipe(dump_dir: str | PurePath, *, buffer_size: int = DEFAULT_BUFFER_SIZE) 
     """Every setting, oldest variable first within each purpose."""
     prefix = f"{PurePath(dump_dir) / DUMP_PREFIX}"
     size = str(buffer_size)
+    return [*_recording(size), *_dumping(prefix, dump_dir)]
+
+
+def _recording(size: str) -> list[Setting]:
+    """What makes every rank record: the buffer, under each name torch reads."""
     return [
         Setting(
             name="TORCH_NCCL_TRACE_BUFFER_SIZE",
             value=size,
             since=(2, 2),
-            until=None,
             why="entries each process keeps; 0 (recording off) is the default up to torch 2.10",
         ),
         Setting(
             name="TORCH_FR_BUFFER_SIZE",
             value=size,
             since=(2, 8),
-            until=None,
             why="the same, newer name (read first); a larger buffer keeps more history",
         ),
+    ]
+
+
+def _dumping(prefix: str, dump_dir: str | PurePath) -> list[Setting]:
+    """When and where each rank dumps, what a dump holds, and what helps read it."""
+    return [
         Setting(
             name="TORCH_NCCL_DUMP_ON_TIMEOUT",
             value="1",
             since=(2, 2),
-            until=None,
             why="NCCL: every rank dumps when a collective times out (on by default in newer torch)",
         ),
         Setting(
             name="TORCH_FR_DUMP_ON_TIMEOUT",
             value="1",
             since=(2, 15),
-            until=None,
             why="the same for hook-recorded backends; older Gloo never dumps: use frtrace.recorder",
         ),
         Setting(
             name="TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
             value=prefix,
             since=(2, 2),
-            until=None,
             why="dump file prefix, the rank is appended: one file per rank in one directory",
         ),
         Setting(
             name="TORCH_FR_DUMP_TEMP_FILE",
             value=prefix,
             since=(2, 8),
-            until=None,
             why="the same, newer name (read first); without it dumps go to ~/.cache/torch",
         ),
         Setting(
             name="TORCH_INCLUDE_STACK_TRACE",
             value="1",
             since=(2, 13),
-            until=None,
             why="Python stacks in automatic dumps: frtrace shows each side's call site",
         ),
         Setting(
             name="TORCH_INCLUDE_ONLY_ACTIVE",
             value="0",
             since=(2, 13),
-            until=None,
             why="keep finished ops too: frtrace needs the history to see who fell behind",
         ),
         Setting(
             name="TORCH_NCCL_ASYNC_ERROR_HANDLING",
             value="3",
             since=(2, 2),
-            until=None,
             why="3 skips cleanup: mode 1 aborts the work before it is dumped (pytorch#121055)",
         ),
         Setting(
             name="TORCH_NCCL_ENABLE_TIMING",
             value="1",
             since=(2, 2),
-            until=None,
             why="start times and durations: tells a GPU that never started an op, confirms "
             "stragglers; costs CUDA events per op",
             optional=True,
@@ -135,7 +136,6 @@ def recipe(dump_dir: str | PurePath, *, buffer_size: int = DEFAULT_BUFFER_SIZE) 
             name="TORCH_NCCL_DEBUG_INFO_PIPE_FILE",
             value=f"{PurePath(dump_dir) / 'pipe_rank_'}",
             since=(2, 2),
-            until=None,
             why="NCCL: `echo 1 > <prefix><rank>.pipe` dumps that rank while the job runs",
             optional=True,
         ),
@@ -143,7 +143,6 @@ def recipe(dump_dir: str | PurePath, *, buffer_size: int = DEFAULT_BUFFER_SIZE) 
             name="FRTRACE_WATCH",
             value="300",
             since=(2, 8),
-            until=None,
             why="frtrace's own, read by frtrace.recorder.enable(): an op pending this many "
             "seconds is a stall: every rank dumps, DIR/frtrace-report.html is written",
             optional=True,
