@@ -120,20 +120,7 @@ def parse_log(
     for lineno, raw in enumerate(lines, start=1):
         if deadline.expired(lineno):
             break
-        line = raw[:MAX_LINE_CHARS].rstrip()
-        who = rank
-        tagged, named, line = said.prefix(line)  # Ray's and Open MPI's prefixes
-        if tagged:
-            who = named
-        # torchrun's --tee prefix is unmistakable wherever it is; srun's "3: " only where most
-        # lines of the file carry one
-        if (m := _TEE.match(line)) is not None and m["who"] != "rank":  # ([rank3]: is c10d's)
-            n = rank_number(m["n"])
-            who, line = (None if n is None else said.tee(n)), line[m.end() :]
-        elif style == "srun" and (m := _SRUN.match(line)) is not None:
-            who, line = inside(rank_number(m["n"]), said.world), line[m.end() :]
-        if (m := _C10D_RANK.match(line)) is not None:
-            who, line = inside(rank_number(m[1]), said.world), line[m.end() :]
+        who, line = _who(raw[:MAX_LINE_CHARS].rstrip(), rank, said, style)
         where = f"{source}:{lineno}"
         # torchelastic's failure summary, one block per failed rank
         if (m := _CHILD_RANK.match(line)) is not None and child is not None:
@@ -168,24 +155,7 @@ def parse_log(
             stream.in_traceback, stream.traceback = True, []
             continue
         if stream.in_traceback:
-            if (f := _FRAME.match(line)) is not None:
-                stream.traceback.append((f["file"], int(f["line"]), f["fn"].strip()))
-                continue
-            if line.startswith((" ", "\t")) or not line.strip():
-                continue  # the source line under a frame, a caret line
-            stream.in_traceback = False
-            exc = exception_line(line)
-            found = classify(line, exception=exc is not None)
-            if found is not None:
-                out.append(
-                    found.failure(
-                        rank=who,
-                        message=line,
-                        source=where,
-                        at_ns=at if at is not None else stream.last_at_ns,
-                        where=user_frame(stream.traceback),
-                    )
-                )
+            out.extend(_in_traceback(stream, line, who, where, at))
             continue
         if "terminate called after throwing" in line and lineno < len(lines):
             nxt = lines[lineno][:MAX_LINE_CHARS].strip()
@@ -225,6 +195,46 @@ def _failure(
         at_ns=at,
         signal=sig,
     )
+
+
+def _who(line: str, rank: int | None, said: LineRanks, style: str) -> tuple[int | None, str]:
+    """The rank a line's prefix names (``rank``, the file's own, where none does), and the
+    line without it: Ray's and Open MPI's prefixes, torchrun's --tee prefix (unmistakable
+    wherever it is), srun's "3: " (only where most lines of the file carry one), c10d's."""
+    who = rank
+    tagged, named, line = said.prefix(line)
+    if tagged:
+        who = named
+    if (m := _TEE.match(line)) is not None and m["who"] != "rank":  # ([rank3]: is c10d's)
+        n = rank_number(m["n"])
+        who, line = (None if n is None else said.tee(n)), line[m.end() :]
+    elif style == "srun" and (m := _SRUN.match(line)) is not None:
+        who, line = inside(rank_number(m["n"]), said.world), line[m.end() :]
+    if (m := _C10D_RANK.match(line)) is not None:
+        who, line = inside(rank_number(m[1]), said.world), line[m.end() :]
+    return who, line
+
+
+def _in_traceback(
+    stream: _Stream, line: str, who: int | None, where: str, at: int | None
+) -> list[Failure]:
+    """A line of a traceback being read: a frame kept, or the exception line that ends it
+    (its failure, where it says one)."""
+    if (f := _FRAME.match(line)) is not None:
+        stream.traceback.append((f["file"], int(f["line"]), f["fn"].strip()))
+        return []
+    if line.startswith((" ", "\t")) or not line.strip():
+        return []  # the source line under a frame, a caret line
+    stream.in_traceback = False
+    found = classify(line, exception=exception_line(line) is not None)
+    if found is None:
+        return []
+    at_ns = at if at is not None else stream.last_at_ns
+    return [
+        found.failure(
+            rank=who, message=line, source=where, at_ns=at_ns, where=user_frame(stream.traceback)
+        )
+    ]
 
 
 def _child_failure(child: dict[str, str], where: str, world: int | None) -> list[Failure]:
