@@ -24,6 +24,7 @@ from frtrace.model import Verdict
 from frtrace.pipeline import analyze
 from frtrace.pystack.discover import load_stacks
 from frtrace.report.json import render_json
+from frtrace.report.words_notes import note
 from tests.conftest import FIXTURES
 
 NEVER_JOINS = FIXTURES / "gloo" / "never_joins"  # HANG: culprit rank 2, four ranks
@@ -303,7 +304,8 @@ def test_the_report_names_the_manifest_as_the_source_of_dump_times(tmp_path: Pat
     here = _copy(tmp_path)
     _manifest(here, {r: f"rank_{r}" for r in range(4)})
     report = analyze(here)
-    assert any("frtrace-collect.json" in n and "dump time" in n for n in report.data_notes)
+    said = [note(n) for n in report.data_notes]
+    assert any("frtrace-collect.json" in n and "dump time" in n for n in said)
 
 
 def test_a_log_over_its_time_budget_is_cut_and_says_so(
@@ -327,4 +329,6 @@ def test_a_manifest_in_an_archive_is_checked_against_its_members(tmp_path: Path)
         tar.add(here, arcname="job")
     report = analyze(tmp_path / "job.tgz")
     assert not report.evidence_problems, report.evidence_problems
-    assert any("frtrace-collect.json" in n and "dump time" in n for n in report.data_notes)
+    assert any(
+        "frtrace-collect.json" in n and "dump time" in n for n in map(note, report.data_notes)
+    )
