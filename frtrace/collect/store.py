@@ -373,12 +373,9 @@ def fetch_rank(
                 try:
                     keep = (lambda: answer.has_entries) if nccl else None
                     written = save(worker, name, answer, keep)
-                except UnsafePathError as exc:
-                    detail = f"{name}: not written ({exc})"
-                    outcomes.append(Outcome(mechanism=mech, kind=kind, ok=False, detail=detail))
-                    return None
-                except OSError as exc:
-                    detail = f"{name}: not written ({exc.strerror or exc})"
+                except (UnsafePathError, OSError) as exc:
+                    err = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                    detail = f"{name}: not written ({err})"
                     outcomes.append(Outcome(mechanism=mech, kind=kind, ok=False, detail=detail))
                     return None
         except AnswerFailed as exc:
