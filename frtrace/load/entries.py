@@ -68,18 +68,7 @@ def entries_batch(
     cols.scan(_SPECS, _PREFETCH)
     n = len(entries)
 
-    scanned_names = cols.scanned.get("profiling_name")
-    if scanned_names is not None:  # (every one a str, or None)
-        name_codes, name_values = scanned_names
-    else:
-        names = cols.values("profiling_name")
-        if not _ONLY_STR.issuperset(map(type, names)):
-            names = [x if isinstance(x, str) else None for x in names]
-        name_codes, name_values = _encode(names)
-    bad_names = int((name_codes < 0).sum())
-    if bad_names:
-        cols.problems.append(f"{bad_names} entries have no profiling_name; their op is unknown")
-    parts = [split_profiling_name(v) for v in name_values]  # once per distinct name
+    name_codes, name_values, parts = _names(cols)
     backend = _decoded(name_codes, [p[0] for p in parts])
     op_arr = _decoded(name_codes, [p[1] for p in parts])
     src = _gather_ints(name_codes, [p[2] for p in parts])
@@ -97,14 +86,7 @@ def entries_batch(
     else:
         created = cols.take("time_created_ns", pa.int64())
 
-    scanned_frames = cols.scanned.get("frames")
-    if scanned_frames is not None:
-        frame_codes, frame_lists = scanned_frames
-        sids, stacks = intern_coded_stacks(frame_codes, frame_lists, cols.problems)
-        stack_ids = pa.array(sids, type=pa.int32(), mask=sids < 0)
-    else:
-        ids, stacks = intern_stacks(cols.values("frames"), cols.problems)
-        stack_ids = pa.array(ids, type=pa.int32())
+    stack_ids, stacks = _stack_ids(cols)
     shapes = cols.shape_columns()
     (in_sizes, in_sig), (out_sizes, out_sig) = shapes[0], shapes[1]
     (in_dtypes, in_dt_sig), (out_dtypes, out_dt_sig) = shapes[2], shapes[3]
@@ -148,6 +130,34 @@ def entries_batch(
     ]
     batch = pa.RecordBatch.from_arrays(arrays, schema=schema.ENTRIES)
     return batch, stacks, cols.problems
+
+
+def _names(cols: Columns) -> tuple[np.ndarray, list[Any], list[Any]]:
+    """Each entry's profiling name as codes into its distinct values, and each distinct
+    name split once into (backend, op, src, dst); a missing name is one problem line."""
+    scanned = cols.scanned.get("profiling_name")
+    if scanned is not None:  # (every one a str, or None)
+        codes, values = scanned
+    else:
+        names = cols.values("profiling_name")
+        if not _ONLY_STR.issuperset(map(type, names)):
+            names = [x if isinstance(x, str) else None for x in names]
+        codes, values = _encode(names)
+    bad = int((codes < 0).sum())
+    if bad:
+        cols.problems.append(f"{bad} entries have no profiling_name; their op is unknown")
+    return codes, values, [split_profiling_name(v) for v in values]  # once per distinct name
+
+
+def _stack_ids(cols: Columns) -> tuple[pa.Array, tuple[Stack, ...]]:
+    """Each entry's stack id into the file's distinct stacks, and those stacks."""
+    scanned = cols.scanned.get("frames")
+    if scanned is not None:
+        frame_codes, frame_lists = scanned
+        sids, stacks = intern_coded_stacks(frame_codes, frame_lists, cols.problems)
+        return pa.array(sids, type=pa.int32(), mask=sids < 0), stacks
+    ids, stacks = intern_stacks(cols.values("frames"), cols.problems)
+    return pa.array(ids, type=pa.int32()), stacks
 
 
 # More peers than any group has: damage (a group has at most MAX_WORLD_SIZE members).
