@@ -22,6 +22,7 @@ import gc
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -112,6 +113,59 @@ def parse_payload(payload: Any, encoding: str, cand: Candidate) -> ParsedDump:
     """Turn a decoded dump (list or dict) into a ParsedDump."""
     path, rank = cand.path, cand.rank
     problems: list[str] = []
+    top, layout, entries = _entries_of(payload, path, problems)
+
+    version = parse_version(top.get("version"), problems)
+    if layout == "2.x":
+        first = entries[0] if entries else {}
+        old = "seq_id" in first and "collective_seq_id" not in first
+        pg_config = top.get("pg_config")
+        old_config = isinstance(pg_config, dict) and any(
+            isinstance(v, list) for v in pg_config.values()
+        )
+        if old or old_config or (version or "").startswith("1."):
+            layout = "1.x"
+
+    batch, stacks, entry_problems = entries_batch(path, rank, entries, encoding == "json")
+    problems.extend(entry_problems)
+    groups = group_rows(rank, top.get("pg_config"), problems)
+    pg_status = pg_status_rows(rank, top.get("pg_status"), problems)
+
+    span = pc.min_max(batch.column("record_id"))
+    lowest, highest = span["min"].as_py(), span["max"].as_py()
+    lib = top.get("comm_lib_version", top.get("nccl_version"))
+    backend = _backend(batch, lib)
+    meta = DumpMeta(
+        rank=rank,
+        path=str(path),
+        size_bytes=cand.size_bytes,
+        encoding=encoding,
+        format_version=version,
+        layout=layout,
+        backend=backend,
+        comm_lib_version=label(lib),
+        entry_count=len(entries),
+        record_id_min=lowest,
+        record_id_max=highest,
+        wrapped=(lowest > 0) if lowest is not None else None,
+        has_stacks=bool(stacks),
+        problems=tuple(problems),
+    )
+    return ParsedDump(
+        meta=meta,
+        entries=batch,
+        stacks=stacks,
+        groups=tuple(groups),
+        pg_status=tuple(pg_status),
+    )
+
+
+def _entries_of(
+    payload: Any, path: Path, problems: list[str]
+) -> tuple[dict[str, Any], str, Sequence[dict[str, Any]]]:
+    """The dump's top-level mapping, its layout ("list": torch 2.2's bare entries; "2.x")
+    and its entries that are mappings (the others one problem line); a payload that is no
+    dump is a ``DumpFormatError``."""
     top: dict[str, Any]
     if native.is_entry_list(payload):  # torch 2.2: the entries themselves
         top = {"entries": payload}
@@ -152,26 +206,12 @@ def parse_payload(payload: Any, encoding: str, cand: Candidate) -> ParsedDump:
         problems.append(f"{len(raw_entries) - len(entries)} entries are not mappings; skipped")
     if layout == "list" and raw_entries and not entries:
         raise DumpFormatError(f"{path}: a list, but not of Flight Recorder entries.")
+    return top, layout, entries
 
-    version = parse_version(top.get("version"), problems)
-    if layout == "2.x":
-        first = entries[0] if entries else {}
-        old = "seq_id" in first and "collective_seq_id" not in first
-        pg_config = top.get("pg_config")
-        old_config = isinstance(pg_config, dict) and any(
-            isinstance(v, list) for v in pg_config.values()
-        )
-        if old or old_config or (version or "").startswith("1."):
-            layout = "1.x"
 
-    batch, stacks, entry_problems = entries_batch(path, rank, entries, encoding == "json")
-    problems.extend(entry_problems)
-    groups = group_rows(rank, top.get("pg_config"), problems)
-    pg_status = pg_status_rows(rank, top.get("pg_status"), problems)
-
-    span = pc.min_max(batch.column("record_id"))
-    lowest, highest = span["min"].as_py(), span["max"].as_py()
-    lib = top.get("comm_lib_version", top.get("nccl_version"))
+def _backend(batch: pa.RecordBatch, lib: Any) -> str | None:
+    """The backend most of the entries name (Gloo where none does and the library version
+    is "", as the generic recorder writes it)."""
     counts = pc.value_counts(batch.column("backend").dictionary_decode().drop_null())
     backends = Counter(
         {
@@ -185,29 +225,7 @@ def parse_payload(payload: Any, encoding: str, cand: Candidate) -> ParsedDump:
     backend = backends.most_common(1)[0][0] if backends else None
     if backend is None and lib == "":
         backend = "gloo"  # the generic recorder writes "" as Gloo's library version
-    meta = DumpMeta(
-        rank=rank,
-        path=str(path),
-        size_bytes=cand.size_bytes,
-        encoding=encoding,
-        format_version=version,
-        layout=layout,
-        backend=backend,
-        comm_lib_version=label(lib),
-        entry_count=len(entries),
-        record_id_min=lowest,
-        record_id_max=highest,
-        wrapped=(lowest > 0) if lowest is not None else None,
-        has_stacks=bool(stacks),
-        problems=tuple(problems),
-    )
-    return ParsedDump(
-        meta=meta,
-        entries=batch,
-        stacks=stacks,
-        groups=tuple(groups),
-        pg_status=tuple(pg_status),
-    )
+    return backend
 
 
 def load_all(
