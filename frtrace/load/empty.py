@@ -6,7 +6,7 @@ from pathlib import Path
 
 from frtrace.load import schema
 from frtrace.load.discover import SideFile
-from frtrace.load.tables import DumpSet, WorldSize
+from frtrace.load.dumpset import DumpSet, WorldSize
 
 __all__ = ["empty_dump_set"]
 

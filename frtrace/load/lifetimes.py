@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from frtrace.load.discover import Discovery
-    from frtrace.load.tables import DumpSet
+    from frtrace.load.dumpset import DumpSet
 
 __all__ = ["GAP_NS", "Lifetime", "lifetimes", "one_attempt"]
 

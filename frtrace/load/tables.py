@@ -12,7 +12,6 @@ import ctypes
 import dataclasses
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,8 @@ import pyarrow as pa
 from frtrace.errors import DumpFormatError, NoReadableDumps
 from frtrace.load import schema, spill
 from frtrace.load.cache import TABLES, DirectoryCache, cache_disabled, cache_root
-from frtrace.load.discover import Candidate, Discovery, SideFile, SkippedFile, discover
+from frtrace.load.discover import Candidate, Discovery, SkippedFile, discover
+from frtrace.load.dumpset import DumpSet, WorldSize
 from frtrace.load.executors import FileExecutor, LocalProcesses, open_executor
 from frtrace.load.filerows import failed_file_row, storable_rows
 from frtrace.load.lifetimes import one_attempt  # (loaded dump sets: one attempt's ranks)
@@ -43,63 +43,6 @@ __all__ = [
     "load_dumps",
     "recorded_groups",
 ]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WorldSize:
-    """How many ranks the job had, and how that was worked out."""
-
-    size: int
-    source: str  # e.g. "pg_config of the default group", "highest rank in the file names"
-    certain: bool  # False when a missing highest rank could go unnoticed
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DumpSet:
-    """Every dump of one job, as tables (see ``frtrace.load.schema`` for the columns)."""
-
-    directory: Path
-    entries: pa.Table
-    stacks: pa.Table
-    groups: pa.Table
-    pg_status: pa.Table
-    files: pa.Table
-    world: WorldSize
-    problems: tuple[LoadProblem, ...] = ()
-    skipped: tuple[SkippedFile, ...] = ()
-    side_files: tuple[SideFile, ...] | None = None  # the discovery's (None: not listed)
-    _frames: dict[int, Stack] = field(default_factory=dict, repr=False)
-    # Worked out once (the analysis asks per rank, and a job can have 10^5 ranks).
-    _loaded: tuple[int, ...] = field(init=False, repr=False, compare=False)
-    _missing: tuple[int, ...] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        loaded = self.files.filter(self.files.column("loaded")).column("rank").to_pylist()
-        object.__setattr__(self, "_loaded", tuple(sorted(loaded)))
-        present = set(self.files.column("rank").to_pylist())
-        missing = tuple(r for r in range(self.world.size) if r not in present)
-        object.__setattr__(self, "_missing", missing)
-
-    @property
-    def loaded_ranks(self) -> tuple[int, ...]:
-        """Ranks whose dump was read."""
-        return self._loaded
-
-    @property
-    def unreadable_ranks(self) -> tuple[int, ...]:
-        """Ranks that have a file which could not be read."""
-        return tuple(sorted({p.rank for p in self.problems if p.fatal}))
-
-    @property
-    def missing_ranks(self) -> tuple[int, ...]:
-        """Ranks of the job with no file at all."""
-        return self._missing
-
-    def stack(self, stack_id: int | None) -> Stack:
-        """The frames of an interned stack (innermost first); () for None."""
-        if stack_id is None:
-            return ()
-        return self._frames.get(stack_id, ())
 
 
 def load_dumps(
