@@ -13,11 +13,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from frtrace.cli.app import app
+from tests.conftest import DERANDOMIZE
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 GLOO = FIXTURES / "gloo"
@@ -112,6 +114,7 @@ def _all_ranks(value: Any) -> list[int]:
 @settings(
     max_examples=8,
     deadline=None,
+    derandomize=DERANDOMIZE,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
@@ -134,6 +137,30 @@ def test_a_generated_incident_never_names_an_innocent_or_a_rank_outside_the_job(
     far_rank: int,
 ) -> None:
     root = tmp_path_factory.mktemp("incident")
+    _check(root, base, stale, other, copies, blamed, restart, far_rank)
+
+
+@pytest.mark.xfail(
+    reason="known: two of a 4-rank group's members set aside as stale, the two left disagree "
+    "at one seq (a tie): the desync rule names both (DESYNC 2-3), where rank 2 is innocent "
+    "and only 'cannot tell which' is honest",
+    strict=True,
+)
+def test_a_tie_left_by_stale_ranks_set_aside_names_no_innocent(tmp_path: Path) -> None:
+    """size_mismatch with ranks 0 and 1's files an earlier run's: 2 and 3 are left."""
+    _check(tmp_path, "size_mismatch", {0, 1}, "broadcast_root", set(), 0, False, 4)
+
+
+def _check(
+    root: Path,
+    base: str,
+    stale: set[int],
+    other: str,
+    copies: set[int],
+    blamed: int,
+    restart: bool,
+    far_rank: int,
+) -> None:
     job = root / "job"
     shutil.copytree(GLOO / base, job)
     without = set()
