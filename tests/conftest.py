@@ -32,6 +32,9 @@ def _private_cache(
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
     monkeypatch.delenv("FRTRACE_NO_CACHE", raising=False)
     monkeypatch.delenv("FRTRACE_CACHE_MAX_BYTES", raising=False)
+    # Progress lines appear once a run has taken 1 s: on a busy machine a test's output would
+    # depend on the load. The tests of the progress display set their own.
+    monkeypatch.setenv("FRTRACE_PROGRESS_AFTER_S", "600")
     return cache
 
 
