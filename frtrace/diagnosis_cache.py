@@ -49,6 +49,7 @@ PACKAGE = Path(__file__).resolve().parent
 CODE = (
     "__init__.py",
     "analysis",
+    "budget.py",
     "diagnosis_cache.py",
     "errors.py",
     "evidence",
