@@ -226,15 +226,21 @@ def test_hostile_workers_cost_one_timeout_in_bounded_memory(tmp_path: Path) -> N
 
 def test_a_registry_too_slow_to_read_is_one_line(tmp_path: Path) -> None:
     """100,000 registered ranks take torch's client seconds to read: with --timeout 0.5 that
-    is a one-line error (was an unexpected DistStoreError), and nothing is made."""
+    is a one-line error (was an unexpected DistStoreError), and nothing is made; where the
+    machine reads them in time, every silent rank is a row and still nothing is made."""
     values = {f"debug_server/rank{r}": "http://127.0.0.1:9" for r in range(100_000)}
     with registry(values) as port:
         code, output, took, _kib = _collect(tmp_path / "out", f"127.0.0.1:{port}", 0.5)
-    assert code == 2, output
+    assert "unexpected" not in output and "Traceback" not in output, output[-2000:]
+    out = tmp_path / "out"  # (a host's folder only for a rank that answered)
+    assert not out.exists() or not any(out.iterdir())
+    if code == 0:  # a quiet machine read the registry in time: every rank's row says so
+        assert output.count("did not answer") == 100_000, output[-2000:]
+        return
+    assert code == 2, output[-2000:]
     (line,) = [ln for ln in output.splitlines() if ln.startswith("error:")]
-    assert line.startswith("error: --store 127.0.0.1:") and "unexpected" not in line, output
+    assert line.startswith("error: --store 127.0.0.1:"), output
     assert took < 0.5 + START_S
-    assert not (tmp_path / "out").exists()
 
 
 def test_a_link_at_a_host_folder_is_never_written_through(tmp_path: Path) -> None:
