@@ -87,8 +87,9 @@ def _build(root: Path) -> dict[str, Path]:
         for p in sorted((GLOO_JSON / "never_joins").iterdir()):
             zf.write(p, f"never_joins/{p.name}")
     paths["archive.zip"] = root / "archive.zip"
-    for name in ("incident1", "incident2"):
-        shutil.copytree(GLOO / "never_joins", root / "incidents" / name)
+    # (two different jobs' dumps of the same ranks: byte-identical copies would be one file)
+    for name, job in (("incident1", "never_joins"), ("incident2", "late_rank")):
+        shutil.copytree(GLOO / job, root / "incidents" / name)
     paths["incidents"] = root / "incidents"
     (root / "empty").mkdir()
     paths["empty"] = root / "empty"
