@@ -16,9 +16,13 @@ child, read when we reap it. The alternatives are worse here:
 - Polling ``/proc/<pid>/status`` samples ``VmRSS`` at intervals, misses short peaks, burns CPU
   while the child runs, and ``VmHWM`` is gone the moment the child exits.
 
-``wait4`` is exact, needs no extra process and costs nothing while the child runs. We wait with
-``waitid(WNOWAIT)`` first so the timeout thread can never signal a reused process group: the
-child stays a zombie (its pid and pgid reserved) until we have marked it finished.
+``wait4`` needs no extra process and costs nothing while the child runs. It is not exact: Linux
+starts a child's high-water mark at its parent's resident size (carried through fork and exec),
+so the number is at least the caller's size at the spawn; run this from a small process when
+the peak matters (``scripts/bench.py`` measures each process group's resident size instead).
+
+We wait with ``waitid(WNOWAIT)`` first so the timeout thread can never signal a reused process
+group: the child stays a zombie (its pid and pgid reserved) until we have marked it finished.
 
 Not part of the ``frtrace`` package on purpose: it must not import it.
 
