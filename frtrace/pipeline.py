@@ -3,6 +3,7 @@ once), diagnose. Wires the steps, decides nothing."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -28,7 +29,7 @@ __all__ = ["analyze", "analyze_dumps", "analyze_loaded", "diagnose_source"]
 
 
 def analyze(
-    directory: Path, *, jobs: int | None = None, progress: bool | Progress = False
+    directory: str | os.PathLike[str], *, jobs: int | None = None, progress: bool | Progress = False
 ) -> Report:
     """Load every dump (and every collected Python stack, log and error file) under
     ``directory``; diagnose. A directory with no dump but logs that report failures is

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import os
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -46,7 +47,7 @@ __all__ = [
 
 
 def load_dumps(
-    directory: Path,
+    directory: str | os.PathLike[str],
     *,
     jobs: int | None = None,
     progress: bool | Progress = False,
@@ -69,6 +70,7 @@ def load_dumps(
     already (the diagnosis cache on a miss), so they are not listed and fingerprinted again.
     ``progress``: the phases shown (``frtrace.progress``; True: on stderr): discover, load.
     """
+    directory = Path(directory)
     with owned(progress) as shown:
         if discovery is None:
             with shown.phase("discover") as phase:
