@@ -145,10 +145,14 @@ class RunningOps:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StuckInCollective:
-    """FR009: every member entered the op and it did not finish; how many more wait."""
+    """FR009: every member entered the op and it did not finish; how many more wait; where
+    it is on the GPUs, where the dumps say (NCCL with timing on): ``"not_started"`` (no
+    member's GPU started it: earlier work on the stream has not finished), ``"started"``
+    (it runs and does not finish), None (not known: Gloo, or no timing)."""
 
     entered: tuple[int, ...]
     held: int
+    on_gpu: Literal["not_started", "started"] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -126,6 +126,11 @@ def _why(f: Finding) -> str:
             "within the job's own gaps between ops: nobody had waited long"
         )
     if isinstance(d, StuckInCollective):
+        if d.on_gpu == "not_started":
+            return (
+                "all members joined and no member's GPU started it (the recorder times "
+                "starts): earlier work on their streams has not finished"
+            )
         return "all members joined; the cause is below the collective layer"
     if isinstance(d, UnrecordedOps):
         return "Gloo counts send/recv in op_id but writes no entry for them"
@@ -211,9 +216,14 @@ def _summary(f: Finding) -> str:
         )
     if isinstance(d, StuckInCollective):
         label = f.group.label if f.group is not None else "?"
+        where = {
+            "not_started": ", and no member's GPU started it",
+            "started": ": it runs on the GPUs",
+            None: "",
+        }[d.on_gpu]
         return (
             f"every member of {label} entered {op_at(f)} with matching arguments and it did not "
-            "finish" + held_too(d.held) + ": the Flight Recorder cannot name a rank"
+            f"finish{where}" + held_too(d.held) + ": the Flight Recorder cannot name a rank"
         )
     if isinstance(d, NothingRecorded):
         return (
@@ -304,6 +314,13 @@ def _evidence(f: Finding) -> tuple[str, ...]:
             for x in d.dumped
         )
     if isinstance(d, StuckInCollective):
+        if d.on_gpu == "not_started":
+            return (
+                f"the GPUs of {who(d.entered)} never started it: look for a "
+                "kernel that does not end, or a wait on another stream, before it (nvidia-smi "
+                "shows the GPU busy; py-spy dump --native, compute-sanitizer), and GPU health "
+                "(Xid errors in dmesg)",
+            )
         return (
             "check the NCCL/transport logs (NCCL_DEBUG=INFO), the network between "
             f"ranks {format_ranks(d.entered)}, and GPU health (Xid errors in dmesg)",
