@@ -17,6 +17,7 @@ import socket
 import threading
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -69,67 +70,64 @@ def start_helper(
     if wakeup is None and listener is None:
         return None
     stop_r, stop_w = socket.socketpair()
-    wanted = frozenset(int(s) for s in sigs)
-    thread = threading.Thread(
-        target=_helper,
-        args=(stop_r, wakeup, listener, wanted, on_signal, on_request),
-        name="frtrace-recorder",
-        daemon=True,
+    helper = _Helper(
+        stop=stop_r,
+        wakeup=wakeup,
+        listener=listener,
+        wanted=frozenset(int(s) for s in sigs),
+        on_signal=on_signal,
+        on_request=on_request,
     )
+    thread = threading.Thread(target=helper.run, name="frtrace-recorder", daemon=True)
     thread.start()
     return stop_r, stop_w, thread
 
 
-def _helper(
-    stop: socket.socket,
-    wakeup: socket.socket | None,
-    listener: socket.socket | None,
-    wanted: frozenset[int],
-    on_signal: OnSignal,
-    on_request: OnRequest,
-) -> None:
-    # (selectors, not select(): a process with more than 1,024 descriptors open is common)
-    with selectors.DefaultSelector() as sel:
-        for s in (stop, wakeup, listener):
-            if s is not None:
-                sel.register(s, selectors.EVENT_READ)
-        while _one_wait(sel, stop, wakeup, listener, wanted, on_signal, on_request):
-            pass
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Helper:
+    """What the helper thread waits on, and what it does when each is ready."""
 
+    stop: socket.socket
+    wakeup: socket.socket | None
+    listener: socket.socket | None
+    wanted: frozenset[int]
+    on_signal: OnSignal
+    on_request: OnRequest
 
-def _one_wait(
-    sel: selectors.BaseSelector,
-    stop: socket.socket,
-    wakeup: socket.socket | None,
-    listener: socket.socket | None,
-    wanted: frozenset[int],
-    on_signal: OnSignal,
-    on_request: OnRequest,
-) -> bool:
-    """One wait and what it brought; False: the thread ends."""
-    try:
-        ready = {key.fileobj for key, _ in sel.select()}
-    except (OSError, ValueError) as exc:
-        if stop.fileno() != -1:  # (not disable() closing it: say so, never silently)
-            warnings.warn(
-                f"frtrace.recorder: its helper thread stopped ({exc}): no dump on a "
-                "signal or on frtrace collect's request from now on",
-                RuntimeWarning,
-                stacklevel=1,
-            )
-        return False
-    if stop in ready:
-        return False  # disable()
-    if wakeup is not None and wakeup in ready:
+    def run(self) -> None:
+        # (selectors, not select(): a process with more than 1,024 descriptors open is common)
+        with selectors.DefaultSelector() as sel:
+            for s in (self.stop, self.wakeup, self.listener):
+                if s is not None:
+                    sel.register(s, selectors.EVENT_READ)
+            while self._one_wait(sel):
+                pass
+
+    def _one_wait(self, sel: selectors.BaseSelector) -> bool:
+        """One wait and what it brought; False: the thread ends."""
         try:
-            data = wakeup.recv(64)
-        except OSError:
+            ready = {key.fileobj for key, _ in sel.select()}
+        except (OSError, ValueError) as exc:
+            if self.stop.fileno() != -1:  # (not disable() closing it: say so, never silently)
+                warnings.warn(
+                    f"frtrace.recorder: its helper thread stopped ({exc}): no dump on a "
+                    "signal or on frtrace collect's request from now on",
+                    RuntimeWarning,
+                    stacklevel=1,
+                )
             return False
-        for signum in data:
-            if signum in wanted:
-                on_signal(signum, None)
-    if listener is not None and listener in ready:
-        with contextlib.suppress(OSError):  # BlockingIOError: the client gave up
-            conn, _ = listener.accept()
-            reg.answer_request(conn, on_request)
-    return True
+        if self.stop in ready:
+            return False  # disable()
+        if self.wakeup is not None and self.wakeup in ready:
+            try:
+                data = self.wakeup.recv(64)
+            except OSError:
+                return False
+            for signum in data:
+                if signum in self.wanted:
+                    self.on_signal(signum, None)
+        if self.listener is not None and self.listener in ready:
+            with contextlib.suppress(OSError):  # BlockingIOError: the client gave up
+                conn, _ = self.listener.accept()
+                reg.answer_request(conn, self.on_request)
+        return True
