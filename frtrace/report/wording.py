@@ -27,7 +27,7 @@ from frtrace.detail import (
     UnrecordedOps,
     UnseenMembers,
 )
-from frtrace.evidence.model import Failure
+from frtrace.evidence.model import Failure, FailureKind
 from frtrace.model import Finding, Severity
 from frtrace.ranges import format_ranks
 from frtrace.report.words import held_too, op_at, who
@@ -242,6 +242,8 @@ def _summary(f: Finding) -> str:
 
 def _first_what(d: FirstFailure) -> str:
     lead = d.first[0]
+    if lead.kind == FailureKind.RETRYING:
+        return "a step it retried to the end of its log"
     return lead.exc_type or str(lead.kind).replace("_", " ")
 
 

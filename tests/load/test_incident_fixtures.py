@@ -124,3 +124,15 @@ def test_ray_logs_take_ranks_from_rays_table_never_from_a_pid(incidents: Path) -
     seen = {e["rank"] for e in doc.get("timeline") or ()}
     assert seen and seen <= {0, 2, 3, None}, seen  # (rank 1 hung: it never failed)
     assert {0, 2, 3} <= seen  # the driver's (RayTrainWorker pid=...) lines, by Ray's table
+
+
+def test_pod_logs_name_the_pod_that_retried_to_the_end(incidents: Path) -> None:
+    """rank 2 (train-worker-1) left no dump; its pod log retries a refused fetch until the
+    pod is stopped: the first cause, while every other rank failed waiting (it was 'cannot
+    tell', no suspect)."""
+    code, doc, _ = analyze(incidents, "pod_logs")
+    assert (code, doc["verdict"], doc["culprit_ranks"]) == (1, "hang", [2])
+    retrying = [e for e in doc["timeline"] if e["kind"] == "retrying"]
+    assert [(e["rank"], e["role"], e["source"]) for e in retrying] == [
+        (2, "cause", "train-worker-1.log:5")
+    ]
