@@ -54,8 +54,8 @@ def summarise(attempt: int, report: Report, *, later: bool) -> AttemptSummary:
     """One attempt's report in short: its verdict, the ranks it names (only the job's) and
     their hosts where known, and its leading finding."""
     world = report.world_size
-    culprits = tuple(r for r in report.culprit_ranks if 0 <= r < world)
-    suspected = tuple(r for r in report.suspected_ranks if 0 <= r < world and r not in culprits)
+    suspected = tuple(r for r in report.suspected_ranks if 0 <= r < world)
+    culprits = tuple(r for r in report.culprit_ranks if 0 <= r < world and r not in suspected)
     hosts = tuple(
         (r, host)
         for r in sorted({*culprits, *suspected})
