@@ -11,7 +11,10 @@ say the job restarted, is from an earlier attempt or run. It
 is a rank **without a dump of this attempt**: its file (and the recorder's stack sidecar
 written with it) is set aside with a warning, never evidence; its rank stays in the job.
 ``--attempt N`` keeps an older lifetime instead, numbered from the newest, which is the
-attempt the logs' newest ``attempt_<N>`` folder names (``frtrace.load.attempts``).
+attempt the logs' newest ``attempt_<N>`` folder names (``frtrace.load.attempts``), whichever
+attempt is asked for; an attempt of those folders whose dumps were all overwritten is its logs
+alone (every rank set aside). The set kept carries the folder's other attempts
+(``DumpSet.restarts``): the report's history analyses each (``frtrace.load.restarts``).
 """
 
 from __future__ import annotations
