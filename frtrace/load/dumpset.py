@@ -40,7 +40,8 @@ class DumpSet:
     problems: tuple[LoadProblem, ...] = ()
     skipped: tuple[SkippedFile, ...] = ()
     side_files: tuple[SideFile, ...] | None = None  # the discovery's (None: not listed)
-    restarts: Restarts | None = None  # a restarted job's other attempts (None: one attempt)
+    # a restarted job's other attempts (None: one attempt; its whole set is not repeated)
+    restarts: Restarts | None = field(default=None, repr=False)
     _frames: dict[int, Stack] = field(default_factory=dict, repr=False)
     # Worked out once (the analysis asks per rank, and a job can have 10^5 ranks).
     _loaded: tuple[int, ...] = field(init=False, repr=False, compare=False)
