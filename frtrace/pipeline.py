@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from frtrace.analysis.diagnose import diagnose
+from frtrace.analysis.history import with_history
 from frtrace.diagnosis_cache import Diagnosis, DiagnosisCache
 from frtrace.errors import FrtraceError, NoDumpsFound
 from frtrace.evidence.collected import Collected, read_collected
@@ -19,6 +20,7 @@ from frtrace.evidence.model import JobEvidence
 from frtrace.load import tables
 from frtrace.load.discover import Discovery, SideFile, discover, list_files
 from frtrace.load.empty import empty_dump_set
+from frtrace.load.restarts import other_attempt
 from frtrace.load.tables import DumpSet
 from frtrace.model import Report
 from frtrace.progress import Progress, owned
@@ -102,9 +104,22 @@ def analyze_loaded(dumps: DumpSet) -> Report:
 
 
 def _analysed(dumps: DumpSet, side: SideFiles | None = None) -> Report:
-    """The one diagnosis of a dump set and its side files (read here unless already read)."""
+    """The one diagnosis of a dump set and its side files (read here unless already read);
+    of a restarted job's folder, with the other attempts' history."""
     if side is None:
         side = read_side_files(dumps.directory, dumps.side_files, dumps)
+    report = diagnose(dumps, side.stacks, side.evidence, side.collected)
+    restarts = dumps.restarts
+    if restarts is None:
+        return report
+    return with_history(
+        report, restarts.attempt, restarts.others, lambda n: _diagnosed(other_attempt(dumps, n))
+    )
+
+
+def _diagnosed(dumps: DumpSet) -> Report:
+    """The diagnosis of one dump set and its own side files, with no history."""
+    side = read_side_files(dumps.directory, dumps.side_files, dumps)
     return diagnose(dumps, side.stacks, side.evidence, side.collected)
 
 

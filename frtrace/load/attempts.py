@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from frtrace.load.listing import Candidate
 
 __all__ = [
+    "attempt_numbers",
     "attempt_of",
     "drop_copies",
     "drop_side_copies",
@@ -68,13 +69,18 @@ def attempt_of(relative: str) -> int | None:
     return found
 
 
+def attempt_numbers(side_files: Iterable[SideFile]) -> tuple[int, ...]:
+    """The attempts the side files' ``attempt_<N>`` folders number, ascending."""
+    return tuple(sorted({n for f in side_files if (n := attempt_of(f.relative)) is not None}))
+
+
 def side_files_of_attempt(
     side_files: Sequence[SideFile], attempt: int | None
 ) -> tuple[tuple[SideFile, ...], tuple[LoadProblem, ...], int | None]:
     """The side files of one attempt (``attempt``, else the newest in an ``attempt_<N>``
     folder), those in no such folder kept; a warning per attempt set aside; the attempt kept
     (None where no file is in such a folder)."""
-    numbers = sorted({n for f in side_files if (n := attempt_of(f.relative)) is not None})
+    numbers = attempt_numbers(side_files)
     if not numbers:
         return tuple(side_files), (), None
     chosen = numbers[-1] if attempt is None else attempt

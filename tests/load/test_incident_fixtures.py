@@ -1,6 +1,7 @@
 """Real folders real jobs left (scripts/make_incident_fixtures.py): a torchrun restart, a
 rerun into the same folder, collect into the recorder's folder, two snapshots, pod logs and a
-Ray session's logs. Each gives its truth, or says it cannot tell: never an innocent rank."""
+Ray session's logs. Each gives its truth, or says it cannot tell: never an innocent rank; the
+two with an earlier attempt or run give its history, each line from its own files."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ import pytest
 from typer.testing import CliRunner
 
 from frtrace.cli.app import app
+from frtrace.report.json_schema import report_schema
 
 TREE = Path(__file__).resolve().parents[1] / "fixtures" / "incidents"
 TRUTH = json.loads((TREE / "MANIFEST.json").read_text())
+SEVERAL = {"restart", "rerun"}  # the folders that hold an earlier attempt or run
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +39,8 @@ def analyze(root: Path, name: str, *args: str) -> tuple[int, dict[str, Any], lis
     )
     assert result.exit_code in (0, 1), result.output
     doc = json.loads(result.stdout[result.stdout.index("{") :])
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.Draft202012Validator(report_schema()).validate(doc)
     warnings = [ln for ln in result.stderr.splitlines() if ln.startswith("warning: ")]
     return result.exit_code, doc, warnings
 
@@ -54,6 +59,22 @@ def test_no_fixture_names_an_innocent_rank_or_one_outside_the_job(
     assert named(doc) <= set(truth["culprit_ranks"])
     ranks = [e["rank"] for e in doc.get("timeline") or () if e["rank"] is not None]
     assert all(0 <= r < truth["world_size"] for r in ranks)
+    assert ("history" in doc) == (name in SEVERAL)
+    for line in doc["history"]["attempts"] if name in SEVERAL else ():
+        said = truth.get("attempts", {}).get(str(line["attempt"]), truth)
+        if line["this"]:
+            said = truth
+        assert set(line["culprit_ranks"]) <= set(said.get("culprit_ranks") or ()), line
+        ranks = line["culprit_ranks"] + line["suspected_ranks"]
+        assert all(0 <= r < truth["world_size"] for r in ranks), line
+
+
+def history(doc: dict[str, Any]) -> list[tuple[int, bool, str, list[int], list[int]]]:
+    """Each line of the report's history: (attempt, later, verdict, culprits, suspects)."""
+    return [
+        (a["attempt"], a["later"], a["verdict"], a["culprit_ranks"], a["suspected_ranks"])
+        for a in doc["history"]["attempts"]
+    ]
 
 
 def test_restart_analyses_the_last_attempt_and_sets_the_stale_dump_aside(incidents: Path) -> None:
@@ -136,3 +157,33 @@ def test_pod_logs_name_the_pod_that_retried_to_the_end(incidents: Path) -> None:
     assert [(e["rank"], e["role"], e["source"]) for e in retrying] == [
         (2, "cause", "train-worker-1.log:5")
     ]
+
+
+def test_restart_reads_as_history_attempt_1_then_attempt_0(incidents: Path) -> None:
+    """Attempt 0's own files (rank 3's dump, its attempt_0 logs) suspect the ranks without a
+    dump (rank 1 never joined: it is among them) and blame nobody; no rank repeats."""
+    _, doc, _ = analyze(incidents, "restart")
+    assert history(doc) == [
+        (1, False, "cannot_tell", [], []),
+        (0, False, "cannot_tell", [], [0, 1, 2]),
+    ]
+    earlier = doc["history"]["attempts"][1]
+    assert (earlier["code"], earlier["op"], earlier["seq"]) == ("FR008", "all_reduce", 7)
+    assert earlier["summary"].startswith(
+        "attempt 0: cannot tell; suspected (no dump) ranks 0-2: the others stopped in "
+        "all_reduce #7 of pg 1 (from 1 of 4 dumps"
+    )
+    assert doc["history"]["repeat_offenders"] == [] and doc["history"]["left_out"] == []
+    _, doc0, _ = analyze(incidents, "restart", "--attempt", "0")
+    assert [(n, later) for n, later, *_ in history(doc0)] == [(0, False), (1, True)]
+    assert doc0["history"]["attempts"][1]["summary"].startswith("attempt 1 (later): cannot tell")
+
+
+def test_rerun_history_is_the_earlier_runs_own_dump_never_todays_logs(incidents: Path) -> None:
+    """Run a's rank 3 finished: healthy from its own dump. Its folder's logs are two runs'
+    attempt_0 (not numbered as the dumps' lifetimes): never its evidence, so run b's rank 3
+    is not named twice (which would blame its machine)."""
+    _, doc, _ = analyze(incidents, "rerun")
+    assert history(doc) == [(1, False, "hang", [3], []), (0, False, "healthy", [], [])]
+    assert doc["history"]["attempts"][1]["evidence_files"] == 0
+    assert doc["history"]["repeat_offenders"] == []
