@@ -88,7 +88,7 @@ def test_restart_analyses_the_last_attempt_and_sets_the_stale_dump_aside(inciden
         and "rank 3 has no dump of attempt 1" in w
         for w in warnings
     ), warnings
-    assert any("/attempt_0/: 7 logs and error files of an earlier attempt" in w for w in warnings)
+    assert any("/attempt_0/: 11 logs and error files of an earlier attempt" in w for w in warnings)
     assert not {0, 1, 2} & named(doc)
     sources = {e["source"].split(":")[0] for e in doc.get("timeline") or ()}
     assert not any("/attempt_0/" in s for s in sources), sources
