@@ -215,16 +215,7 @@ def _summary(f: Finding) -> str:
             "waiting ranks' newest op"
         )
     if isinstance(d, StuckInCollective):
-        label = f.group.label if f.group is not None else "?"
-        where = {
-            "not_started": ", and no member's GPU started it",
-            "started": ": it runs on the GPUs",
-            None: "",
-        }[d.on_gpu]
-        return (
-            f"every member of {label} entered {op_at(f)} with matching arguments and it did not "
-            f"finish{where}" + held_too(d.held) + ": the Flight Recorder cannot name a rank"
-        )
+        return _stuck_summary(f, d)
     if isinstance(d, NothingRecorded):
         return (
             f"no rank recorded any op (dumps of {who(d.loaded)} are empty): the job is stuck "
@@ -316,17 +307,7 @@ def _evidence(f: Finding) -> tuple[str, ...]:
             for x in d.dumped
         )
     if isinstance(d, StuckInCollective):
-        if d.on_gpu == "not_started":
-            return (
-                f"the GPUs of {who(d.entered)} never started it: look for a "
-                "kernel that does not end, or a wait on another stream, before it (nvidia-smi "
-                "shows the GPU busy; py-spy dump --native, compute-sanitizer), and GPU health "
-                "(Xid errors in dmesg)",
-            )
-        return (
-            "check the NCCL/transport logs (NCCL_DEBUG=INFO), the network between "
-            f"ranks {format_ranks(d.entered)}, and GPU health (Xid errors in dmesg)",
-        )
+        return (_stuck_evidence(d),)
     if isinstance(d, NothingRecorded):
         return (
             "each rank's Python stack (py-spy dump, or frtrace.recorder's sidecar) and its "
@@ -346,3 +327,29 @@ def _evidence(f: Finding) -> tuple[str, ...]:
         )
         return tuple(lines)
     assert_never(d)
+
+
+def _stuck_summary(f: Finding, d: StuckInCollective) -> str:
+    label = f.group.label if f.group is not None else "?"
+    where = {
+        "not_started": ", and no member's GPU started it",
+        "started": ": it runs on the GPUs",
+        None: "",
+    }[d.on_gpu]
+    return (
+        f"every member of {label} entered {op_at(f)} with matching arguments and it did not "
+        f"finish{where}" + held_too(d.held) + ": the Flight Recorder cannot name a rank"
+    )
+
+
+def _stuck_evidence(d: StuckInCollective) -> str:
+    if d.on_gpu == "not_started":
+        return (
+            f"the GPUs of {who(d.entered)} never started it: look for a kernel that does not "
+            "end, or a wait on another stream, before it (nvidia-smi shows the GPU busy; "
+            "py-spy dump --native, compute-sanitizer), and GPU health (Xid errors in dmesg)"
+        )
+    return (
+        "check the NCCL/transport logs (NCCL_DEBUG=INFO), the network between "
+        f"ranks {format_ranks(d.entered)}, and GPU health (Xid errors in dmesg)"
+    )

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import frtrace_torch_plugin
 from frtrace.job import autowatch
 from frtrace.job.env import DUMP_PREFIX
 
@@ -23,7 +24,26 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_torch_finds_the_entry_point() -> None:
     (ep,) = [e for e in entry_points(group="torch.backends") if e.name == "frtrace_watch"]
-    assert ep.load() is autowatch.load
+    assert ep.load() is frtrace_torch_plugin.load
+
+
+def test_another_frtrace_on_the_path_never_breaks_torchs_import(tmp_path: Path) -> None:
+    """A frtrace without frtrace.job.autowatch (an older one ahead on the path): torch still
+    imports, with FRTRACE_WATCH set too; one line says there is no watch (torch raised
+    'Failed to load the backend extension' while the entry point was inside the package)."""
+    code = "import sys; sys.modules['frtrace.job.autowatch'] = None; import torch; print('ok')"
+    for watch in ("", "30"):
+        env = {**os.environ, "FRTRACE_WATCH": watch}
+        env["TORCH_FR_DUMP_TEMP_FILE"] = str(tmp_path / DUMP_PREFIX)
+        run = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=180
+        )
+        assert (run.returncode, run.stdout) == (0, "ok\n"), run.stderr[-2000:]
+        said = [ln for ln in run.stderr.splitlines() if ln.startswith("frtrace:")]
+        if watch:
+            assert len(said) == 1 and "FRTRACE_WATCH: not watching" in said[0], run.stderr
+        else:
+            assert said == [], run.stderr
 
 
 def _threads() -> set[str]:
