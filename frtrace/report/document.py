@@ -216,7 +216,7 @@ def _finding(doc: _Doc, f: Finding, report: Report) -> None:
     if because:
         pairs.append(("because", because))
     doc.add(KeyValues(tuple(pairs)))
-    columns, cut = finding_columns(f, report.processes)
+    columns, cut = finding_columns(f, report.processes, report.stacks)
     if columns:
         headers = ("", *(c.title for c in columns))
         rows = tuple(tuple(r) for r in compare_rows(columns, mark=f.kind in MISMATCH_KINDS))
