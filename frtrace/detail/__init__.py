@@ -49,6 +49,7 @@ from frtrace.detail.kinds import (
     StuckInCollective,
     UnrecordedOps,
     UnseenMembers,
+    WaitedOnTheSilent,
 )
 from frtrace.detail.values import CulpritStack, CulpritWhere, GroupRef, OpSignature
 
@@ -94,6 +95,7 @@ __all__ = [
     "StuckInCollective",
     "UnrecordedOps",
     "UnseenMembers",
+    "WaitedOnTheSilent",
     "Waits",
 ]
 
@@ -103,6 +105,7 @@ Detail = (
     | NamedByError
     | StackOutlier
     | UnseenMembers
+    | WaitedOnTheSilent
     | RunningSnapshot
     | NothingRecorded
     | UnrecordedOps

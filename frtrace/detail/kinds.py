@@ -26,6 +26,7 @@ __all__ = [
     "StuckInCollective",
     "UnrecordedOps",
     "UnseenMembers",
+    "WaitedOnTheSilent",
 ]
 
 
@@ -170,3 +171,14 @@ class NamedApart:
 
     by_job: tuple[int, ...]
     by_entries: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WaitedOnTheSilent:
+    """A missing dump suspected from the job's words: every rank with a dump says it failed
+    waiting (timed out, its peer closed), none with a cause of its own, and these ranks of
+    the job left no dump (of this attempt) and said nothing."""
+
+    absent: tuple[int, ...]
+    waited: tuple[int, ...]  # the ranks whose own failures say they waited
+    symptoms: tuple[Failure, ...]  # a few of those failures

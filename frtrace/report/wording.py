@@ -26,6 +26,7 @@ from frtrace.detail import (
     StuckInCollective,
     UnrecordedOps,
     UnseenMembers,
+    WaitedOnTheSilent,
 )
 from frtrace.evidence.model import Failure, FailureKind
 from frtrace.model import Finding, Severity
@@ -106,6 +107,11 @@ def _why(f: Finding) -> str:
         return "read from the ranks' Python stacks; the Flight Recorder entries do not say"
     if isinstance(d, UnseenMembers):
         return "Gloo's pg_config does not say who the other members are"
+    if isinstance(d, WaitedOnTheSilent):
+        return (
+            "read from the job's own failures: every rank with a dump failed waiting, none "
+            "with a cause; the entries do not say whom they waited on"
+        )
     if isinstance(d, RunningSnapshot):
         return (
             "no dump says when it was written; the waits began within "
@@ -194,6 +200,8 @@ def _summary(f: Finding) -> str:
                 else ""
             )
         )
+    if isinstance(d, WaitedOnTheSilent):
+        return _silent_summary(d)
     if isinstance(d, RunningSnapshot):
         label = f.group.label if f.group is not None else "?"
         return (
@@ -291,6 +299,12 @@ def _evidence(f: Finding) -> tuple[str, ...]:
             "Python stack, would say who never entered"
         )
         return tuple(lines)
+    if isinstance(d, WaitedOnTheSilent):
+        return (
+            *(_failure_line(x) for x in d.symptoms),
+            f"the dumps or logs of {who(d.absent)} (its host's) would confirm it; its Python "
+            "stack (py-spy dump) if it still runs",
+        )
     if isinstance(d, RunningSnapshot):
         return (
             f"{d.groups} groups each have one member one op behind, holding up no one outside "
@@ -352,4 +366,12 @@ def _stuck_evidence(d: StuckInCollective) -> str:
     return (
         "check the NCCL/transport logs (NCCL_DEBUG=INFO), the network between "
         f"ranks {format_ranks(d.entered)}, and GPU health (Xid errors in dmesg)"
+    )
+
+
+def _silent_summary(d: WaitedOnTheSilent) -> str:
+    return (
+        f"{who(d.absent)} left no dump and said nothing, while every rank with a dump "
+        f"({who(d.waited)}) failed waiting with no cause of its own: suspected, what they "
+        "waited on"
     )

@@ -176,7 +176,10 @@ def test_restart_reads_as_history_attempt_1_then_attempt_0(incidents: Path) -> N
     assert doc["history"]["repeat_offenders"] == [] and doc["history"]["left_out"] == []
     _, doc0, _ = analyze(incidents, "restart", "--attempt", "0")
     assert [(n, later) for n, later, *_ in history(doc0)] == [(0, False), (1, True)]
-    assert doc0["history"]["attempts"][1]["summary"].startswith("attempt 1 (later): cannot tell")
+    # attempt 1's own files: every rank with a dump failed waiting, rank 3 left none
+    assert doc0["history"]["attempts"][1]["summary"].startswith(
+        "attempt 1 (later): hang; suspected (no dump) rank 3"
+    )
 
 
 def test_rerun_history_is_the_earlier_runs_own_dump_never_todays_logs(incidents: Path) -> None:
@@ -187,3 +190,12 @@ def test_rerun_history_is_the_earlier_runs_own_dump_never_todays_logs(incidents:
     assert history(doc) == [(1, False, "hang", [3], []), (0, False, "healthy", [], [])]
     assert doc["history"]["attempts"][1]["evidence_files"] == 0
     assert doc["history"]["repeat_offenders"] == []
+
+
+def test_ray_logs_suspect_the_rank_that_left_no_dump_and_said_nothing(incidents: Path) -> None:
+    """Ranks 0, 2 and 3 dumped and each failed waiting (Ray's driver lines, by its table);
+    rank 1 left no dump and said nothing: suspected, never confirmed (it was 'cannot tell')."""
+    code, doc, _ = analyze(incidents, "ray_logs")
+    assert (code, doc["verdict"], doc["suspected_ranks"]) == (1, "hang", [1])
+    (f,) = [f for f in doc["findings"] if f["kind"] == "missing_dump"]
+    assert (f["culprit_ranks"], f["waiting_ranks"], f["confidence"]) == ([1], [0, 2, 3], "low")
