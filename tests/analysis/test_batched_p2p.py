@@ -17,7 +17,7 @@ import pytest
 from frsim import Capture, Fault, FaultKind, JobSpec, Moment, simulate, write_dumps
 from frtrace.analysis.facts import facts_of
 from frtrace.load.tables import load_dumps
-from frtrace.model import FindingKind
+from frtrace.model import FindingKind, Verdict
 from frtrace.pipeline import analyze
 
 
@@ -145,3 +145,30 @@ def test_a_batch_whose_closing_entry_is_gone_is_settled_by_pg_status(tmp_path: P
 
 def _fields(spec: JobSpec) -> dict[str, object]:
     return {name: getattr(spec, name) for name in JobSpec.__dataclass_fields__}
+
+
+def test_a_blocked_rank_that_others_wait_on_for_no_reason_seen_is_not_healthy(
+    tmp_path: Path,
+) -> None:
+    """onlyActive, a cross-group deadlock: once the finished batches are settled, ranks sit
+    in collectives whose absent members left no entry of the group (completed entries are
+    dropped). Others wait on them only because they are blocked: nothing names a culprit,
+    and the job is not called healthy (cannot_tell)."""
+    spec = JobSpec(
+        world_size=16,
+        tp=2,
+        pp=4,
+        steps=6,
+        microbatches=1,
+        coalesced=False,
+        batched_p2p=True,
+        timing=False,
+        lookahead=2,
+        seed=2961,
+        fault=Fault(kind=FaultKind.OPPOSITE_ORDER, rank=3, step=4),
+        capture=Capture(moment=Moment.BLOCKED, retired="either", only_active=True, stacks=False),
+    )
+    job = simulate(spec)
+    write_dumps(job, tmp_path, version="2.10", fmt="pickle")
+    report = analyze(tmp_path)
+    assert report.verdict == Verdict.CANNOT_TELL and report.culprit_ranks == ()
