@@ -89,11 +89,15 @@ class IdleAtDump:
 class MaybeElsewhere:
     """Why a culprit may be blocked in an op its buffer does not show: its stack is inside a
     torch.distributed call (``in_call``: where its stack is), or it ran ``unrecorded`` Gloo
-    send/recv."""
+    send/recv; or, with neither, ranks absent from the same op of groups like its own wait in
+    send/recv (``neighbours``) behind a rank seen stuck elsewhere (``behind``): a pipeline
+    stage held up by another looks exactly so."""
 
     rank: int
     in_call: CulpritWhere | None
     unrecorded: int
+    neighbours: tuple[int, ...] = ()
+    behind: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -91,6 +91,15 @@ def _pg_status(p: PgStatus, seq: int | None) -> str:
 
 
 def _doubt(m: MaybeElsewhere) -> str:
+    if m.neighbours:
+        return (
+            f"rank {m.rank} has no Python stack and Gloo counted no send/recv of it, but "
+            f"{who(m.neighbours)}, absent from the same op of groups like this one, "
+            f"{'wait' if len(m.neighbours) > 1 else 'waits'} in a send/recv behind "
+            f"{who(m.behind)}, seen stuck elsewhere: a pipeline stage held up by another looks "
+            f"exactly so; the dumps cannot tell whether rank {m.rank} waits too (its Python "
+            "stack would)"
+        )
     if m.in_call is not None:
         return (
             f"rank {m.rank}'s Python stack is inside a torch.distributed call "

@@ -5,11 +5,14 @@ the culprit was last seen, and what ``pg_status`` says about it.
 
 "Never joined" is positive evidence only when the rank could not be blocked somewhere the
 entries do not show. A rank whose buffer holds nothing pending may still be blocked in a
-send or recv that Gloo does not record: when its Python stack is inside a torch.distributed
-send, recv or barrier call (or any such call, where it ran unrecorded ops), or it has no
-stack and ran unrecorded ops, the finding is a warning of low confidence (it may be waiting,
-not holding anyone up), and the rank's place and the ops it ran are its evidence
-(``NeverJoined.doubts``).
+send or recv that Gloo does not record (``facts.elsewhere``: its Python stack is inside a
+torch.distributed send, recv, pipeline schedule's p2p wait or barrier, or any such call where
+it ran unrecorded ops; it has no stack and ran unrecorded ops; or, with neither, the ranks
+absent beside it in a pipeline wait in send/recv behind a rank seen stuck). Such ranks are
+told apart from the others of their op: a finding of low confidence and warning severity
+(they may be waiting, not holding anyone up), their place and the ops they ran as its
+evidence (``NeverJoined.doubts``); the ranks of the same op that nothing doubts keep their
+own finding, an error.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ from frtrace.analysis.facts.waitgraph import Edge, EdgeKind, victims_of
 from frtrace.detail import (
     IdleAtDump,
     LastSeen,
-    MaybeElsewhere,
     NeverJoined,
     NeverPosted,
     NewestEntry,
@@ -53,23 +55,32 @@ _HANG_KINDS = {
 
 
 def check(facts: Facts) -> list[Finding]:
-    """One finding per (kind, op waited in) over the edges that end at a root cause."""
+    """One finding per (kind, op waited in) over the edges that end at a root cause; for
+    "never joined", the culprits that may be blocked elsewhere apart from the others."""
     waits = facts.waits
     roots = set(waits.roots)
     cyclic = {r for component in waits.sink_components for r in component}
-    grouped: dict[tuple[FindingKind, int, int | None, int | None], list[Edge]] = defaultdict(list)
+    Key = tuple[FindingKind, int, int | None, int | None, bool]
+    grouped: dict[Key, list[Edge]] = defaultdict(list)
     for e in waits.edges:
         kind = _HANG_KINDS.get(e.kind)
         if kind is None or e.target not in roots:
             continue
         if e.target in cyclic:
             continue  # told by the deadlock finding, with its waiters
-        key = (kind, e.gid, e.seq, e.p2p_seq if e.seq is None else None)
+        doubted = kind == FindingKind.NEVER_JOINED and e.target in facts.elsewhere
+        key = (kind, e.gid, e.seq, e.p2p_seq if e.seq is None else None, doubted)
         grouped[key].append(e)
     findings = []
-    for (kind, gid, seq, _), edges in sorted(
+    for (kind, gid, seq, _, _), edges in sorted(
         grouped.items(),
-        key=lambda kv: (kv[0][0], kv[0][1], -1 if kv[0][2] is None else kv[0][2], kv[0][3] or -1),
+        key=lambda kv: (
+            kv[0][0],
+            kv[0][1],
+            -1 if kv[0][2] is None else kv[0][2],
+            kv[0][3] or -1,
+            kv[0][4],
+        ),
     ):
         findings.append(_hang_finding(facts, kind, gid, seq, edges))
     return findings
@@ -133,7 +144,7 @@ def _hang_finding(
     detail: NeverJoined | NotStarted | NeverPosted | NoDump
     if kind == FindingKind.NEVER_JOINED:
         detail, confidence = _never_joined(facts, context, group, seq, failure, edges, newest_row)
-        doubts = tuple(d for r in culprits if (d := _maybe_elsewhere(r, facts)) is not None)
+        doubts = tuple(d for r in culprits if (d := facts.elsewhere.get(r)) is not None)
         if doubts:  # it may be blocked in an op its buffer does not show: not positive
             severity, confidence = Severity.WARNING, Confidence.LOW
             detail = replace(detail, doubts=doubts)
@@ -195,7 +206,8 @@ def _never_joined(
     unretired = {
         c: newest_row[c] for c in done if c in facts.stateless and _unretired(dumps, newest_row[c])
     }
-    host = [c for c in done if c not in hidden and c not in unretired]
+    # (a rank that may be blocked in an unrecorded op is not said to be in host code)
+    host = [c for c in done if c not in hidden and c not in unretired and c not in facts.elsewhere]
     unretired_op = None
     if unretired:
         unretired_op = signature_at(dumps, next(iter(unretired.values()))).op
@@ -294,20 +306,3 @@ def _timed_out(dumps: DumpSet, matched: MatchResult, gid: int, seq: int | None) 
             and retired[op.row].as_py()
         )
     )
-
-
-def _maybe_elsewhere(rank: int, facts: Facts) -> MaybeElsewhere | None:
-    """Why the rank may be blocked in an op its buffer does not show, or None."""
-    if rank in facts.matched.blocked:
-        return None  # its buffer shows where it is blocked
-    in_comm = facts.in_comm(rank)
-    ran = sum(n for (r, _), n in facts.unrecorded.items() if r == rank)
-    place = facts.places.get(rank)
-    p2p_call = place is not None and any(
-        word in (place.library_call or "") for word in ("send", "recv", "barrier")
-    )
-    if in_comm and place is not None and (ran or p2p_call):
-        return MaybeElsewhere(rank=rank, in_call=place, unrecorded=ran)
-    if in_comm is None and ran:
-        return MaybeElsewhere(rank=rank, in_call=None, unrecorded=ran)
-    return None
