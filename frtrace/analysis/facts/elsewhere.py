@@ -10,9 +10,10 @@ may be waiting instead when
 - it has no stack and ran send/recv that Gloo counted but did not write (``unrecorded``);
 - it has neither, but ranks absent from the same op of groups like its own (every dp group
   of a pipeline's stages misses the same all_reduce) wait in send/recv as above, behind a
-  rank seen stuck elsewhere (its stack in host code, or a failure the job reported as a
-  cause): a pipeline stage held up by another looks exactly so. Without a rank seen stuck,
-  the one absence nothing explains is the likeliest cause, and is left alone.
+  rank seen stuck elsewhere (its stack in host code, a failure the job reported as a cause,
+  or an error message naming it): a pipeline stage held up by another looks exactly so.
+  Without a rank seen stuck, the one absence nothing explains is the likeliest cause, and is
+  left alone.
 
 A rank whose stack is in host code is where it is: never doubted. This names no culprit; the
 hang rule keeps a doubted rank's finding a warning.
@@ -57,8 +58,9 @@ def maybe_elsewhere(
         doubt = _own_doubt(r, places.get(r), ran[r])
         if doubt is not None:
             out[r] = doubt
-    caused = {f.rank for f in evidence.failures if f.role == Role.CAUSE and f.rank is not None}
-    stuck = {r for r, p in places.items() if p.place != "collective"} | caused
+    stuck = {r for r, p in places.items() if p.place != "collective" and p.sampled == "frames"}
+    stuck |= {f.rank for f in evidence.failures if f.role == Role.CAUSE and f.rank is not None}
+    stuck |= {r for f in evidence.failures for r in f.named_ranks}
     for (gid, seq), ranks in sorted(absent.items()):
         alike = [gid, *membership.siblings(gid)]
         around = set().union(*(absent.get((g, seq), set()) for g in alike))

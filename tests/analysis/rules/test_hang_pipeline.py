@@ -18,7 +18,7 @@ from frtrace.analysis.rules import hang
 from frtrace.detail import NeverJoined
 from frtrace.model import Finding, FindingKind, Report, Severity, Verdict
 from frtrace.pystack.model import Frame
-from tests.analysis.facts_builder import Frames, Job, host, in_call
+from tests.analysis.facts_builder import Frames, Job, cause, host, in_call
 
 STALLED = 1  # the stage stuck in host code
 DUMPED_AT = dict.fromkeys(range(8), 60.0)  # long after the newest entry: a stall
@@ -149,3 +149,16 @@ def test_a_culprit_named_with_waiting_stages_in_one_finding_stays_named() -> Non
     assert all(f.waiting_ranks == (0, 1, 2, 3) and f.seq == 5 for f in found)
     report = _report(job, stacks)
     assert (report.verdict, report.culprit_ranks) == (Verdict.HANG, (5,))
+
+
+def test_a_stage_the_job_reports_failing_is_one_the_others_may_wait_behind() -> None:
+    """Rank 1 has no stack but its log says it failed with a cause of its own; ranks 0 and 3
+    wait in the schedule's p2p: rank 2 (no stack) may wait behind rank 1 too."""
+    facts = _pipelines().facts(
+        dumped_at_s=DUMPED_AT,
+        stacks={0: schedule_wait(), 3: schedule_wait()},
+        failures=[cause(STALLED)],
+    )
+    doubt = facts.elsewhere[2]
+    assert doubt.neighbours == (0, 3) and doubt.behind == (STALLED,)
+    assert STALLED not in facts.elsewhere  # nothing says it waits: its absence stands
