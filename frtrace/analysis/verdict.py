@@ -80,6 +80,7 @@ WRONG_UNNAMED = frozenset(
         FindingKind.RUNNING_SNAPSHOT,
         FindingKind.NOTHING_RECORDED,
         FindingKind.NEVER_JOINED,  # kept as a warning: the rank may be in an unrecorded op
+        FindingKind.P2P_UNMATCHED,  # kept as a warning: the peer is blocked before it
     }
 )
 

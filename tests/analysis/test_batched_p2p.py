@@ -16,8 +16,9 @@ import pytest
 
 from frsim import Capture, Fault, FaultKind, JobSpec, Moment, simulate, write_dumps
 from frtrace.analysis.facts import facts_of
+from frtrace.detail import NeverPosted
 from frtrace.load.tables import load_dumps
-from frtrace.model import FindingKind, Verdict
+from frtrace.model import FindingKind, Severity, Verdict
 from frtrace.pipeline import analyze
 
 
@@ -172,3 +173,33 @@ def test_a_blocked_rank_that_others_wait_on_for_no_reason_seen_is_not_healthy(
     write_dumps(job, tmp_path, version="2.10", fmt="pickle")
     report = analyze(tmp_path)
     assert report.verdict == Verdict.CANNOT_TELL and report.culprit_ranks == ()
+
+
+def test_a_stage_blocked_before_the_op_its_peer_waits_in_is_not_named(tmp_path: Path) -> None:
+    """onlyActive: rank 2 stops in host code; rank 3 (its tp partner, a pipeline's first
+    stage) waits in their tp broadcast, whose entries on rank 2 were dropped (completed), so
+    nothing shows whom it waits on; rank 7, the next stage, waits for rank 3's send. Rank 3 is
+    blocked itself, on no one seen: it may not have reached that send, so its never-posted
+    finding is a warning that says so, and only rank 2 is named."""
+    spec = JobSpec(
+        world_size=8,
+        tp=2,
+        pp=2,
+        steps=6,
+        microbatches=3,
+        coalesced=False,
+        batched_p2p=True,
+        timing=False,
+        lookahead=1,
+        seed=417,
+        fault=Fault(kind=FaultKind.HOST_STALL, rank=2, step=2),
+        capture=Capture(moment=Moment.MIXED, retired="after", only_active=True, stacks=False),
+    )
+    job = simulate(spec)
+    write_dumps(job, tmp_path, version="2.4", fmt="json")
+    report = analyze(tmp_path)
+    assert report.culprit_ranks == job.truth.culprit_ranks == (2,)
+    (held,) = [f for f in report.findings if f.culprit_ranks == (3,)]
+    assert held.kind == FindingKind.P2P_UNMATCHED and held.severity == Severity.WARNING
+    assert isinstance(held.detail, NeverPosted)
+    assert [h.rank for h in held.detail.waits.held] == [3]

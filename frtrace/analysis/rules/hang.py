@@ -12,7 +12,9 @@ absent beside it in a pipeline wait in send/recv behind a rank seen stuck). Such
 told apart from the others of their op: a finding of low confidence and warning severity
 (they may be waiting, not holding anyone up), their place and the ops they ran as its
 evidence (``NeverJoined.doubts``); the ranks of the same op that nothing doubts keep their
-own finding, an error.
+own finding, an error. Likewise a rank that never joined, or never posted, while blocked
+itself in an op that waits on no one the dumps show (``Waits.held``: an onlyActive dump
+dropped the entries that would say whom): it may not have reached the op yet.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from frtrace.analysis.facts.ops import MatchResult
 from frtrace.analysis.facts.signatures import call_site, entry_at, signature_at
 from frtrace.analysis.facts.waitgraph import Edge, EdgeKind, victims_of
 from frtrace.detail import (
+    HeldUnseen,
     IdleAtDump,
     LastSeen,
     NeverJoined,
@@ -45,6 +48,8 @@ from frtrace.model import Confidence, Finding, FindingKind, GroupRef, Severity
 
 __all__ = ["check"]
 
+# The edges whose target may only be blocked before the op (it has not reached it yet)
+_MAY_BE_HELD = frozenset({EdgeKind.NEVER_JOINED, EdgeKind.P2P_UNMATCHED})
 _HANG_KINDS = {
     EdgeKind.NEVER_JOINED: FindingKind.NEVER_JOINED,
     EdgeKind.JOINED_LATE: FindingKind.NEVER_JOINED,
@@ -60,6 +65,7 @@ def check(facts: Facts) -> list[Finding]:
     waits = facts.waits
     roots = set(waits.roots)
     cyclic = {r for component in waits.sink_components for r in component}
+    held = _held_unseen(facts)
     Key = tuple[FindingKind, int, int | None, int | None, bool]
     grouped: dict[Key, list[Edge]] = defaultdict(list)
     for e in waits.edges:
@@ -68,7 +74,9 @@ def check(facts: Facts) -> list[Finding]:
             continue
         if e.target in cyclic:
             continue  # told by the deadlock finding, with its waiters
-        doubted = kind == FindingKind.NEVER_JOINED and e.target in facts.elsewhere
+        doubted = (kind == FindingKind.NEVER_JOINED and e.target in facts.elsewhere) or (
+            e.kind in _MAY_BE_HELD and e.target in held
+        )
         key = (kind, e.gid, e.seq, e.p2p_seq if e.seq is None else None, doubted)
         grouped[key].append(e)
     findings = []
@@ -82,8 +90,23 @@ def check(facts: Facts) -> list[Finding]:
             kv[0][4],
         ),
     ):
-        findings.append(_hang_finding(facts, kind, gid, seq, edges))
+        findings.append(_hang_finding(facts, kind, gid, seq, edges, held))
     return findings
+
+
+def _held_unseen(facts: Facts) -> dict[int, HeldUnseen]:
+    """Ranks blocked in an op that waits on no one the dumps show (not every member inside
+    it, not in flight): the op their peers wait in may be one they have not reached yet."""
+    waits, matched = facts.waits, facts.matched
+    together = {r for ranks in waits.co_waiting.values() for r in ranks}
+    together |= {e.waiter for e in waits.in_flight} | waits.running
+    out = {}
+    for r, op in matched.blocked.items():
+        if r in together or (waits.graph.has_node(r) and waits.graph.out_degree(r) > 0):
+            continue
+        seq = op.seq if op.seq is not None else op.p2p_seq
+        out[r] = HeldUnseen(rank=r, op=op.op, seq=seq, group=facts.membership.groups[op.gid])
+    return out
 
 
 def _last_seen(facts: Facts, rank: int) -> tuple[LastSeen, int | None]:
@@ -108,7 +131,12 @@ def _last_seen(facts: Facts, rank: int) -> tuple[LastSeen, int | None]:
 
 
 def _hang_finding(
-    facts: Facts, kind: FindingKind, gid: int, seq: int | None, edges: list[Edge]
+    facts: Facts,
+    kind: FindingKind,
+    gid: int,
+    seq: int | None,
+    edges: list[Edge],
+    held: dict[int, HeldUnseen],
 ) -> Finding:
     dumps, matched, waits = facts.dumps, facts.matched, facts.waits
     group = facts.membership.groups[gid]
@@ -138,6 +166,11 @@ def _hang_finding(
         call_site=call_site(expected.stack),
         failed=_op_failed(failure),
         timed_out=() if failure is not None else _timed_out(dumps, matched, gid, seq),
+        held=tuple(
+            held[e.target]
+            for e in _first_per_target(edges)
+            if e.kind in _MAY_BE_HELD and e.target in held
+        ),
     )
     confidence = Confidence.HIGH
     severity = Severity.ERROR
@@ -165,6 +198,8 @@ def _hang_finding(
         if stopped:
             severity = Severity.WARNING
         detail = NoDump(waits=context, failed_it=tuple(failed), stopped=stopped)
+    if context.held:  # blocked itself, on no one seen: it may not have reached the op yet
+        severity, confidence = Severity.WARNING, Confidence.LOW
     return Finding(
         kind=kind,
         severity=severity,
@@ -306,3 +341,11 @@ def _timed_out(dumps: DumpSet, matched: MatchResult, gid: int, seq: int | None) 
             and retired[op.row].as_py()
         )
     )
+
+
+def _first_per_target(edges: list[Edge]) -> list[Edge]:
+    """One edge per target, in rank order."""
+    first: dict[int, Edge] = {}
+    for e in sorted(edges, key=lambda e: (e.target, e.waiter)):
+        first.setdefault(e.target, e)
+    return list(first.values())
