@@ -44,7 +44,7 @@ from frtrace.detail import (
     Waits,
 )
 from frtrace.load.tables import DumpSet
-from frtrace.model import Confidence, Finding, FindingKind, GroupRef, Severity
+from frtrace.model import Confidence, Finding, FindingKind, GroupRef, OpSignature, Severity
 
 __all__ = ["check"]
 
@@ -138,7 +138,7 @@ def _hang_finding(
     edges: list[Edge],
     held: dict[int, HeldUnseen],
 ) -> Finding:
-    dumps, matched, waits = facts.dumps, facts.matched, facts.waits
+    dumps, matched = facts.dumps, facts.matched
     group = facts.membership.groups[gid]
     culprits = tuple(sorted({e.target for e in edges}))
     waiting = tuple(sorted({e.waiter for e in edges}))
@@ -156,22 +156,7 @@ def _hang_finding(
                 actual[c] = signature_at(dumps, row)
                 newest_row[c] = row
     failure = matched.failed.get((gid, seq)) if seq is not None else None
-    context = Waits(
-        culprits=culprits,
-        waiting=waiting,
-        # the group's members that wait on them, directly or not (the job's are the headline's)
-        blocked=len(victims_of(waits, culprits) & set(group.members)),
-        last_seen=tuple(seen),
-        waiting_state=expected.state,
-        call_site=call_site(expected.stack),
-        failed=_op_failed(failure),
-        timed_out=() if failure is not None else _timed_out(dumps, matched, gid, seq),
-        held=tuple(
-            held[e.target]
-            for e in _first_per_target(edges)
-            if e.kind in _MAY_BE_HELD and e.target in held
-        ),
-    )
+    context = _waits(facts, gid, seq, edges, failure, held, expected, tuple(seen))
     confidence = Confidence.HIGH
     severity = Severity.ERROR
     detail: NeverJoined | NotStarted | NeverPosted | NoDump
@@ -212,6 +197,38 @@ def _hang_finding(
         actual=actual,
         confidence=confidence,
         detail=detail,
+    )
+
+
+def _waits(
+    facts: Facts,
+    gid: int,
+    seq: int | None,
+    edges: list[Edge],
+    failure: FailedOp | None,
+    held: dict[int, HeldUnseen],
+    expected: OpSignature,
+    seen: tuple[LastSeen, ...],
+) -> Waits:
+    """What every hang finding rests on: who holds up whom, where the culprits were last
+    seen, what shows the op failed, and which culprits are blocked themselves on no one seen."""
+    culprits = tuple(sorted({e.target for e in edges}))
+    group = facts.membership.groups[gid]
+    return Waits(
+        culprits=culprits,
+        waiting=tuple(sorted({e.waiter for e in edges})),
+        # the group's members that wait on them, directly or not (the job's are the headline's)
+        blocked=len(victims_of(facts.waits, culprits) & set(group.members)),
+        last_seen=seen,
+        waiting_state=expected.state,
+        call_site=call_site(expected.stack),
+        failed=_op_failed(failure),
+        timed_out=() if failure is not None else _timed_out(facts.dumps, facts.matched, gid, seq),
+        held=tuple(
+            held[e.target]
+            for e in _first_per_target(edges)
+            if e.kind in _MAY_BE_HELD and e.target in held
+        ),
     )
 
 
