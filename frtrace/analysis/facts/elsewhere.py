@@ -61,18 +61,22 @@ def maybe_elsewhere(
     stuck = {r for r, p in places.items() if p.place != "collective" and p.sampled == "frames"}
     stuck |= {f.rank for f in evidence.failures if f.role == Role.CAUSE and f.rank is not None}
     stuck |= {r for f in evidence.failures for r in f.named_ranks}
+    waiting = set(out)  # (once: the ranks doubted below are no one's evidence)
     for (gid, seq), ranks in sorted(absent.items()):
+        # (a rank with a stack is where its stack says; one seen stuck is not behind anyone)
+        unknown = sorted(r for r in ranks if r not in out and r not in places and r not in stuck)
+        if not unknown:
+            continue
         alike = [gid, *membership.siblings(gid)]
         around = set().union(*(absent.get((g, seq), set()) for g in alike))
-        for r in sorted(ranks - set(out)):
-            if r in places:  # its stack says where it is
-                continue
-            neighbours = tuple(sorted(n for n in around if n in out and n != r))
-            behind = tuple(sorted(n for n in around - {r} if n in stuck))
-            if neighbours and behind:
-                out[r] = MaybeElsewhere(
-                    rank=r, in_call=None, unrecorded=0, neighbours=neighbours, behind=behind
-                )
+        neighbours = tuple(sorted(around & waiting))
+        behind = tuple(sorted(around & stuck))
+        if not (neighbours and behind):
+            continue
+        for r in unknown:
+            out[r] = MaybeElsewhere(
+                rank=r, in_call=None, unrecorded=0, neighbours=neighbours, behind=behind
+            )
     return out
 
 
