@@ -21,6 +21,7 @@ from frtrace.detail.desync import (
     SplitPair,
 )
 from frtrace.detail.hang import (
+    HeldUnseen,
     IdleAtDump,
     LastSeen,
     MaybeElsewhere,
@@ -65,6 +66,7 @@ __all__ = [
     "DumpedAfter",
     "FirstFailure",
     "GroupRef",
+    "HeldUnseen",
     "IdleAtDump",
     "InFlight",
     "LastSeen",

@@ -139,6 +139,12 @@ def _mismatch_steps(finding: Finding) -> list[str]:
         FindingKind.DTYPE_MISMATCH: "dtypes",
         FindingKind.OP_MISMATCH: "collectives",
     }[kind]
+    if finding.expected is None and any(theirs.values()):  # no majority: side against side
+        steps.append(
+            "compare the call sites: "
+            + "; ".join(f"rank {r} at {site or '(no stack)'}" for r, site in theirs.items())
+        )
+        theirs = {}
     for rank, site in theirs.items():
         if site and site == majority and kind != FindingKind.OP_MISMATCH:
             steps.append(
@@ -151,7 +157,7 @@ def _mismatch_steps(finding: Finding) -> list[str]:
                 f"compare the two call sites: the majority at {majority or '(no stack)'}, "
                 f"rank {rank} at {site or '(no stack)'}"
             )
-    if not any(theirs.values()) and not majority:
+    if not steps and not majority:
         steps.append(
             "the dumps carry no Python stacks (JSON dumps never do): dump pickles with "
             "stack traces to see both call sites"
