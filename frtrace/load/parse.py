@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -131,8 +132,7 @@ def parse_payload(payload: Any, encoding: str, cand: Candidate) -> ParsedDump:
     groups = group_rows(rank, top.get("pg_config"), problems)
     pg_status = pg_status_rows(rank, top.get("pg_status"), problems)
 
-    span = pc.min_max(batch.column("record_id"))
-    lowest, highest = span["min"].as_py(), span["max"].as_py()
+    lowest, highest = _span(batch.column("record_id"))
     lib = top.get("comm_lib_version", top.get("nccl_version"))
     backend = _backend(batch, lib)
     meta = DumpMeta(
@@ -158,6 +158,15 @@ def parse_payload(payload: Any, encoding: str, cand: Candidate) -> ParsedDump:
         groups=tuple(groups),
         pg_status=tuple(pg_status),
     )
+
+
+def _span(column: pa.Array) -> tuple[Any, Any]:
+    """The lowest and highest value of an int64 column, nulls aside (None, None: no value)."""
+    if column.null_count or not len(column):
+        span = pc.min_max(column)
+        return span["min"].as_py(), span["max"].as_py()
+    values = column.to_numpy()
+    return int(values.min()), int(values.max())
 
 
 def _entries_of(
@@ -210,22 +219,31 @@ def _entries_of(
 
 
 def _backend(batch: pa.RecordBatch, lib: Any) -> str | None:
-    """The backend most of the entries name (Gloo where none does and the library version
-    is "", as the generic recorder writes it)."""
-    counts = pc.value_counts(batch.column("backend").dictionary_decode().drop_null())
-    backends = Counter(
-        {
-            v: n
-            for v, n in zip(
-                counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True
-            )
-            if v
-        }
-    )
+    """The backend most of the entries name, the first named of equals (Gloo where none does
+    and the library version is "", as the generic recorder writes it)."""
+    backends = _tally(batch.column("backend"))
     backend = backends.most_common(1)[0][0] if backends else None
     if backend is None and lib == "":
         backend = "gloo"  # the generic recorder writes "" as Gloo's library version
     return backend
+
+
+def _tally(column: pa.Array) -> Counter[Any]:
+    """How many entries name each value of a text column, the values that are not empty in
+    the order they first appear (counted on a dictionary column's codes: no string made)."""
+    if not isinstance(column, pa.DictionaryArray) or column.offset:
+        counts = pc.value_counts(column.dictionary_decode().drop_null())
+        values, tally = counts.field("values").to_pylist(), counts.field("counts").to_pylist()
+        return Counter({v: n for v, n in zip(values, tally, strict=True) if v})
+    codes = column.indices.drop_null().to_numpy(zero_copy_only=False)
+    present, first = np.unique(codes, return_index=True)
+    tally = np.bincount(codes, minlength=len(column.dictionary))
+    dictionary = column.dictionary.to_pylist()
+    backends: Counter[Any] = Counter()
+    for code in present[np.argsort(first, kind="stable")].tolist():
+        if value := dictionary[code]:
+            backends[value] += int(tally[code])
+    return backends
 
 
 def load_all(
