@@ -279,17 +279,19 @@ class _Assembler:
                 f"read (first: {first})"
             )
         columns: list[pa.Array] = []
+        gathered = self.gather.columns() if self.gather is not None else None
         for i, spec in enumerate(schema.ENTRIES):
             # Each column's chunks are freed once it is joined. They came from Python's
             # allocator and the joined column from Arrow's, which can reuse that memory only
             # once it is given back to the OS: the peak is then the tables plus one column.
-            if self.gather is not None:
-                column = self.gather.column(i)
+            if gathered is not None:
+                column = gathered[i]
                 if i in self.coded:
                     values = self.coded.pop(i).dictionary(spec.type)
                     column = pa.DictionaryArray.from_arrays(column, values, safe=False)
                 columns.append(column)
-            elif i in self.plain:
+                continue
+            if i in self.plain:
                 columns.append(pa.concat_arrays(self.plain.pop(i)))
             else:
                 columns.append(self.coded.pop(i).finish(spec.type))
