@@ -176,6 +176,7 @@ def _diagnose_source(
             cache=cache,
             discovery=store.discovery if store else _listed(source, only, attempt),
             store=None if store is None else store.tables,
+            background=True,  # (stored while the dumps are analysed)
         )
     except NoDumpsFound as exc:
         dumps, side = _without_dumps(source, exc)

@@ -55,6 +55,7 @@ def load_dumps(
     cache: bool = False,
     discovery: Discovery | None = None,
     store: DirectoryCache | None = None,
+    background: bool = False,
 ) -> DumpSet:
     """Load every dump under ``directory`` (or in the archive); unreadable files become
     problems, not errors. ``only`` keeps one set of several (see ``discover``).
@@ -68,6 +69,8 @@ def load_dumps(
     ``discovery`` and ``store``: the directory's files and cache entry where a caller has them
     already (the diagnosis cache on a miss), so they are not listed and fingerprinted again.
     ``progress``: the phases shown (``frtrace.progress``; True: on stderr): discover, load.
+    ``background``: the tables are stored in a thread while the caller goes on
+    (``cache.finish_saving`` waits for it).
     """
     with owned(progress) as shown:
         if discovery is None:
@@ -95,7 +98,11 @@ def load_dumps(
             dumps = assembler.finish(discovery.skipped, discovery)
             give_back_memory()
             if store is not None:
-                store.save({name: getattr(dumps, name) for name in TABLES})
+                loaded = {name: getattr(dumps, name) for name in TABLES}
+                if background:
+                    store.save_in_background(loaded)
+                else:
+                    store.save(loaded)
         return one_attempt(dumps, discovery)
 
 
