@@ -102,8 +102,12 @@ static int grow(void **at, size_t *cap, size_t index, size_t first, size_t width
     return 0;
 }
 
-static int u32_push(U32s *a, uint32_t x) {
-    if (grow((void **)&a->at, &a->cap, a->size, 1024, sizeof(uint32_t)) < 0) return -1;
+/* (inlined: one is pushed per opcode; only a full array calls grow) */
+static inline __attribute__((always_inline)) int u32_push(U32s *a, uint32_t x) {
+    if (__builtin_expect(a->size >= a->cap, 0) &&
+        grow((void **)&a->at, &a->cap, a->size, 1024, sizeof(uint32_t)) < 0) {
+        return -1;
+    }
     a->at[a->size++] = x;
     return 0;
 }
@@ -144,9 +148,12 @@ typedef struct {
 
 /* A new node: its index, or -2 with an exception set (nodes are fewer than the data's
  * bytes, which read() keeps under NO_NODE). */
-static int64_t new_node(Reader *r, uint8_t kind, uint32_t len, uint64_t v) {
+static inline __attribute__((always_inline)) int64_t new_node(Reader *r, uint8_t kind, uint32_t len, uint64_t v) {
     Tree *t = r->t;
-    if (grow((void **)&t->nodes, &t->cap_nodes, t->n_nodes, 4096, sizeof(Node)) < 0) return -2;
+    if (__builtin_expect(t->n_nodes >= t->cap_nodes, 0) &&
+        grow((void **)&t->nodes, &t->cap_nodes, t->n_nodes, 4096, sizeof(Node)) < 0) {
+        return -2;
+    }
     Node *nd = &t->nodes[t->n_nodes];
     nd->kind = kind;
     nd->len = len;
@@ -155,7 +162,7 @@ static int64_t new_node(Reader *r, uint8_t kind, uint32_t len, uint64_t v) {
 }
 
 /* Push a new node: 1, or -1 (an exception). */
-static int push_new(Reader *r, uint8_t kind, uint32_t len, uint64_t v) {
+static inline int push_new(Reader *r, uint8_t kind, uint32_t len, uint64_t v) {
     int64_t at = new_node(r, kind, len, v);
     if (at < 0) return -1;
     return u32_push(&r->stack, (uint32_t)at) < 0 ? -1 : 1;
