@@ -614,7 +614,15 @@ static int node_shapes_take(Tree *t, Column *c, Py_ssize_t i, uint32_t *nodes, P
             return written;
         }
     }
-    return shape_code(c, i);
+    uint64_t hash = key_hash(c->shape.data, c->shape.size);
+    int32_t code = cached_code(c, hash, c->shape.data, c->shape.size);
+    if (code >= 0) {
+        ((int32_t *)PyBytes_AS_STRING(c->values))[i] = code;
+        return 0;
+    }
+    if (shape_code(c, i) < 0) return -1;
+    code = ((int32_t *)PyBytes_AS_STRING(c->values))[i];
+    return cache_code(c, hash, c->shape.data, c->shape.size, 1, code);
 }
 
 static int all_kids(Tree *t, Node *nd, uint8_t kind) {
@@ -654,14 +662,18 @@ static int node_take(Tree *t, Column *c, Py_ssize_t i, uint32_t *nodes, Py_ssize
         PyBytes_AS_STRING(c->valid)[i] = 1;
         return 0;
     case K_TEXT:
-    case K_PAIR: {
+    case K_PAIR: {  /* (a node is one value: its code, once known, is kept by the node) */
+        if ((code = cached_code(c, (uint64_t)node + 1, NULL, 0)) >= 0) {
+            ((int32_t *)out)[i] = code;
+            return 0;
+        }
         int plain = c->kind == K_TEXT ? nd->kind == T_STR
                                       : nd->kind == T_TUPLE && all_kids(t, nd, T_STR);
         if (!plain) break;
         PyObject *value = made(t, node);
         if (value == NULL || (code = code_of(c, value, value, i)) < 0) return -1;
         ((int32_t *)out)[i] = code;
-        return 0;
+        return cache_code(c, (uint64_t)node + 1, NULL, 0, 0, code);
     }
     default: { /* K_FRAMES: a list of frames, known by the nodes of the frames in it */
         if (nd->kind != T_LIST) break;
@@ -671,7 +683,14 @@ static int node_take(Tree *t, Column *c, Py_ssize_t i, uint32_t *nodes, Py_ssize
             ((int32_t *)out)[i] = -1;
             return 0;
         }
-        PyObject *key = PyBytes_FromStringAndSize((const char *)&t->kids[nd->v], nd->len * sizeof(uint32_t));
+        const char *kids = (const char *)&t->kids[nd->v];
+        Py_ssize_t size = (Py_ssize_t)(nd->len * sizeof(uint32_t));
+        uint64_t hash = key_hash(kids, size);
+        if ((code = cached_code(c, hash, kids, size)) >= 0) {
+            ((int32_t *)out)[i] = code;
+            return 0;
+        }
+        PyObject *key = PyBytes_FromStringAndSize(kids, size);
         if (key == NULL) return -1;
         PyObject *found = PyDict_GetItemWithError(c->index, key);
         PyObject *value = found != NULL || PyErr_Occurred() ? NULL : made(t, node);
@@ -679,7 +698,7 @@ static int node_take(Tree *t, Column *c, Py_ssize_t i, uint32_t *nodes, Py_ssize
         Py_DECREF(key);
         if (code < 0) return -1;
         ((int32_t *)out)[i] = code;
-        return 0;
+        return cache_code(c, hash, kids, size, 0, code);
     }
     }
     c->ok = 0;  /* not the plain kind expected: given up */
