@@ -221,29 +221,40 @@ def _entries_of(
 def _backend(batch: pa.RecordBatch, lib: Any) -> str | None:
     """The backend most of the entries name, the first named of equals (Gloo where none does
     and the library version is "", as the generic recorder writes it)."""
-    backends = _tally(batch.column("backend"))
-    backend = backends.most_common(1)[0][0] if backends else None
+    backend: str | None = _most_common(batch.column("backend"))
     if backend is None and lib == "":
         backend = "gloo"  # the generic recorder writes "" as Gloo's library version
     return backend
 
 
-def _tally(column: pa.Array) -> Counter[Any]:
-    """How many entries name each value of a text column, the values that are not empty in
-    the order they first appear (counted on a dictionary column's codes: no string made)."""
+def _most_common(column: pa.Array) -> Any:
+    """The value of a text column that most entries name (not empty; of equals, the first to
+    appear), or None; counted on a dictionary column's codes (no string made per entry)."""
     if not isinstance(column, pa.DictionaryArray) or column.offset:
-        counts = pc.value_counts(column.dictionary_decode().drop_null())
-        values, tally = counts.field("values").to_pylist(), counts.field("counts").to_pylist()
-        return Counter({v: n for v, n in zip(values, tally, strict=True) if v})
+        decoded = pc.value_counts(column.dictionary_decode().drop_null())
+        values, tally = decoded.field("values").to_pylist(), decoded.field("counts").to_pylist()
+        named = Counter({v: n for v, n in zip(values, tally, strict=True) if v})
+        return named.most_common(1)[0][0] if named else None
     codes = column.indices.drop_null().to_numpy(zero_copy_only=False)
-    present, first = np.unique(codes, return_index=True)
-    tally = np.bincount(codes, minlength=len(column.dictionary))
     dictionary = column.dictionary.to_pylist()
-    backends: Counter[Any] = Counter()
-    for code in present[np.argsort(first, kind="stable")].tolist():
-        if value := dictionary[code]:
-            backends[value] += int(tally[code])
-    return backends
+    tally = np.bincount(codes, minlength=len(dictionary)).tolist()
+    counts: dict[Any, int] = {}
+    for value, n in zip(dictionary, tally, strict=True):
+        if value and n:
+            counts[value] = counts.get(value, 0) + n
+    if not counts:
+        return None
+    most = max(counts.values())
+    tied = [value for value, n in counts.items() if n == most]
+    if len(tied) == 1:
+        return tied[0]
+
+    def first(value: Any) -> int:  # (where a value first appears: the earliest of its codes)
+        return min(
+            int(np.argmax(codes == c)) for c, v in enumerate(dictionary) if v == value and tally[c]
+        )
+
+    return min(tied, key=first)
 
 
 def load_all(
