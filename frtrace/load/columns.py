@@ -295,8 +295,35 @@ def _repeated_array(
     and the per-entry fingerprints. Raises ValueError (or Arrow's errors) for a value no op
     has, unless the twins were ``checked`` one by one already."""
     none_at = distinct.index(None) if None in distinct else -1
+    table, crcs = _distinct_values(tuple(distinct), type_, checked)
+    valid = codes != none_at
+    sig = np.where(valid, crcs[codes] if len(crcs) else 0, 0).astype(np.uint32)
+    indices = masked_array(codes, valid, pa.int32())
+    return pa.DictionaryArray.from_arrays(indices, table), sig
+
+
+# The distinct sizes and dtypes of a file, converted, by their twins: the files of a job repeat
+# the same few (a worker reads hundreds of files), so each is converted and fingerprinted once.
+_DISTINCT: dict[tuple[Any, ...], tuple[pa.Array, np.ndarray]] = {}
+_DISTINCT_MAX = 1024
+# (twins with more leaves are converted every time, not kept)
+_DISTINCT_MAX_LEAVES = 4096
+
+
+def _distinct_values(
+    distinct: tuple[Any, ...], type_: pa.DataType, checked: bool
+) -> tuple[pa.Array, np.ndarray]:
+    """A dictionary column's values (Arrow) and each one's fingerprint (CRC-32 of its repr),
+    from their hashable twins. Raises ValueError (or Arrow's errors) for a value no op has,
+    unless the twins were ``checked`` one by one already. Only checked twins are kept for the
+    next file (exact ints and text: equal as keys exactly when their reprs are; unchecked, 1,
+    1.0 and True would be one key)."""
+    key = (type_, *distinct)
+    known = _DISTINCT.get(key) if checked else None
+    if known is not None:
+        return known
+    nested = pa.types.is_list(type_.value_type)
     if not checked:
-        nested = pa.types.is_list(type_.value_type)
         shapes = list(filter(None, distinct))
         if max(map(len, shapes), default=0) > _MAX_TENSORS or (
             nested and max(map(len, chain.from_iterable(shapes)), default=0) > _MAX_DIMS
@@ -307,13 +334,16 @@ def _repeated_array(
         inner = table.flatten()
         if inner.null_count or (nested and inner.flatten().null_count):
             raise ValueError("a None inside a value")  # [[None]]: Arrow takes it as null
-    valid = codes != none_at
     crcs = np.fromiter(
         (zlib.crc32(repr(t).encode()) for t in distinct), dtype=np.uint32, count=len(distinct)
     )
-    sig = np.where(valid, crcs[codes] if len(crcs) else 0, 0).astype(np.uint32)
-    indices = masked_array(codes, valid, pa.int32())
-    return pa.DictionaryArray.from_arrays(indices, table), sig
+    leaves = len(table.flatten()) + (len(table.flatten().flatten()) if nested else 0)
+    if checked and leaves <= _DISTINCT_MAX_LEAVES:
+        if len(_DISTINCT) >= _DISTINCT_MAX:
+            _DISTINCT.clear()
+        crcs.flags.writeable = False  # (shared by every file with the same values)
+        _DISTINCT[key] = (table, crcs)
+    return table, crcs
 
 
 SHAPE_KEYS = ("input_sizes", "output_sizes", "input_dtypes", "output_dtypes")
