@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import marshal
-import zlib
 from collections.abc import Callable, Collection, Sequence
-from itertools import chain
 from operator import itemgetter, methodcaller
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ import pyarrow as pa
 
 from frtrace.errors import DumpFormatError
 from frtrace.load import native, schema
+from frtrace.load.arrays import MAX_DIMS, MAX_TENSORS, codes_array, distinct_values, masked_array
 from frtrace.load.values import (
     INT64_MAX,
     INT64_MIN,
@@ -31,11 +30,8 @@ from frtrace.load.values import (
     strings,
 )
 
-__all__ = ["Columns", "codes_array", "masked_array", "text_column", "validity_bitmap"]
+__all__ = ["Columns", "text_column"]
 
-# Sizes/dtypes values with more tensors, or shapes with more dimensions, are damage.
-_MAX_TENSORS = 1 << 16
-_MAX_DIMS = 64
 # At most this many per-field problems are spelled out per file; the rest are counted.
 _MAX_DETAILS = 3
 
@@ -295,55 +291,11 @@ def _repeated_array(
     and the per-entry fingerprints. Raises ValueError (or Arrow's errors) for a value no op
     has, unless the twins were ``checked`` one by one already."""
     none_at = distinct.index(None) if None in distinct else -1
-    table, crcs = _distinct_values(tuple(distinct), type_, checked)
+    table, crcs = distinct_values(tuple(distinct), type_, checked)
     valid = codes != none_at
     sig = np.where(valid, crcs[codes] if len(crcs) else 0, 0).astype(np.uint32)
     indices = masked_array(codes, valid, pa.int32())
     return pa.DictionaryArray.from_arrays(indices, table), sig
-
-
-# The distinct sizes and dtypes of a file, converted, by their twins: the files of a job repeat
-# the same few (a worker reads hundreds of files), so each is converted and fingerprinted once.
-_DISTINCT: dict[tuple[Any, ...], tuple[pa.Array, np.ndarray]] = {}
-_DISTINCT_MAX = 1024
-# (twins with more leaves are converted every time, not kept)
-_DISTINCT_MAX_LEAVES = 4096
-
-
-def _distinct_values(
-    distinct: tuple[Any, ...], type_: pa.DataType, checked: bool
-) -> tuple[pa.Array, np.ndarray]:
-    """A dictionary column's values (Arrow) and each one's fingerprint (CRC-32 of its repr),
-    from their hashable twins. Raises ValueError (or Arrow's errors) for a value no op has,
-    unless the twins were ``checked`` one by one already. Only checked twins are kept for the
-    next file (exact ints and text: equal as keys exactly when their reprs are; unchecked, 1,
-    1.0 and True would be one key)."""
-    key = (type_, *distinct)
-    known = _DISTINCT.get(key) if checked else None
-    if known is not None:
-        return known
-    nested = pa.types.is_list(type_.value_type)
-    if not checked:
-        shapes = list(filter(None, distinct))
-        if max(map(len, shapes), default=0) > _MAX_TENSORS or (
-            nested and max(map(len, chain.from_iterable(shapes)), default=0) > _MAX_DIMS
-        ):
-            raise ValueError("more tensors or dimensions than any op has")
-    table = pa.array(distinct, type=type_)  # the twins: tuples convert like the lists they are
-    if not checked:
-        inner = table.flatten()
-        if inner.null_count or (nested and inner.flatten().null_count):
-            raise ValueError("a None inside a value")  # [[None]]: Arrow takes it as null
-    crcs = np.fromiter(
-        (zlib.crc32(repr(t).encode()) for t in distinct), dtype=np.uint32, count=len(distinct)
-    )
-    leaves = len(table.flatten()) + (len(table.flatten().flatten()) if nested else 0)
-    if checked and leaves <= _DISTINCT_MAX_LEAVES:
-        if len(_DISTINCT) >= _DISTINCT_MAX:
-            _DISTINCT.clear()
-        crcs.flags.writeable = False  # (shared by every file with the same values)
-        _DISTINCT[key] = (table, crcs)
-    return table, crcs
 
 
 SHAPE_KEYS = ("input_sizes", "output_sizes", "input_dtypes", "output_dtypes")
@@ -365,13 +317,13 @@ def _shape_combo(values: Any) -> tuple[Any, ...] | None:
 
 def _checked_twin(value: Any, nested: bool) -> Any:
     """The hashable twin of one sizes (nested) or dtypes value, or _BAD."""
-    if not isinstance(value, list | tuple) or len(value) > _MAX_TENSORS:
+    if not isinstance(value, list | tuple) or len(value) > MAX_TENSORS:
         return _BAD
     if not nested:
         return tuple(map(clean, value)) if all(type(x) is str for x in value) else _BAD
     shapes = []
     for shape in value:
-        if not isinstance(shape, list | tuple) or len(shape) > _MAX_DIMS:
+        if not isinstance(shape, list | tuple) or len(shape) > MAX_DIMS:
             return _BAD
         if not all(type(x) is int and INT64_MIN <= x <= INT64_MAX for x in shape):
             return _BAD
@@ -414,35 +366,6 @@ def number_array(values: np.ndarray, valid: np.ndarray | None, type_: pa.DataTyp
     if valid is None:
         return pa.array(values, type=type_)
     return masked_array(values, valid, type_)
-
-
-def masked_array(values: np.ndarray, valid: np.ndarray | None, type_: pa.DataType) -> pa.Array:
-    """The Arrow array of ``values`` (numbers of ``type_``, or booleans), null where ``valid``
-    is False (None: nowhere), built from their buffers: ``pa.array(values, mask=...)`` goes
-    through pandas, ~170 us a call against ~7 here, and a file's columns made ~15 of them."""
-    n = len(values)
-    bitmap, nulls = validity_bitmap(valid, n)
-    if pa.types.is_boolean(type_):
-        data = pa.py_buffer(np.packbits(np.asarray(values, dtype=np.bool_), bitorder="little"))
-    else:
-        data = pa.py_buffer(np.ascontiguousarray(values, dtype=type_.to_pandas_dtype()))
-    return pa.Array.from_buffers(type_, n, [bitmap, data], null_count=nulls)
-
-
-def codes_array(codes: np.ndarray) -> pa.Array:
-    """int32 dictionary indices, null where a code is negative (no value)."""
-    return masked_array(codes, codes >= 0, pa.int32())
-
-
-def validity_bitmap(valid: np.ndarray | None, n: int) -> tuple[pa.Buffer | None, int]:
-    """Arrow's validity bitmap of ``valid`` (a bool per row; None: all valid) and the null
-    count; no bitmap where nothing is null."""
-    if valid is None:
-        return None, 0
-    nulls = n - int(np.count_nonzero(valid))
-    if not nulls:
-        return None, 0
-    return pa.py_buffer(np.packbits(np.asarray(valid, dtype=np.bool_), bitorder="little")), nulls
 
 
 def text_from_codes(codes: np.ndarray, distinct: list[Any]) -> pa.Array | None:

@@ -16,7 +16,8 @@ import numpy as np
 import pyarrow as pa
 
 from frtrace.load import native, schema
-from frtrace.load.columns import SHAPE_KEYS, Columns, codes_array, masked_array, text_column
+from frtrace.load.arrays import codes_array, masked_array
+from frtrace.load.columns import SHAPE_KEYS, Columns, text_column
 from frtrace.load.formats import split_profiling_name
 from frtrace.load.stacks import Stack, intern_coded_stacks, intern_stacks
 from frtrace.load.values import first_seen_codes, label, strings

@@ -11,7 +11,7 @@ import contextlib
 import ctypes
 import dataclasses
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,7 @@ def load_dumps(
     discovery: Discovery | None = None,
     store: DirectoryCache | None = None,
     background: bool = False,
+    meanwhile: Callable[[], None] | None = None,
 ) -> DumpSet:
     """Load every dump under ``directory`` (or in the archive); unreadable files become
     problems, not errors. ``only`` keeps one set of several (see ``discover``).
@@ -70,7 +71,9 @@ def load_dumps(
     already (the diagnosis cache on a miss), so they are not listed and fingerprinted again.
     ``progress``: the phases shown (``frtrace.progress``; True: on stderr): discover, load.
     ``background``: the tables are stored in a thread while the caller goes on
-    (``cache.finish_saving`` waits for it).
+    (``cache.finish_saving`` waits for it). ``meanwhile``: what the caller wants done while
+    the files are read (imports for the next step): in a thread beside the local workers
+    (``parallel.parse_candidates``), else first; not at all when the cache holds the tables.
     """
     with owned(progress) as shown:
         if discovery is None:
@@ -92,8 +95,12 @@ def load_dumps(
         with shown.phase("load", total=len(discovery.candidates)):
             assembler = _Assembler(directory, discovery.candidates)
             with open_executor(scheduler, jobs=jobs, progress=shown) as executor:
-                if isinstance(executor, LocalProcesses) and assembler.spill_dir is not None:
-                    executor = dataclasses.replace(executor, ship_to=assembler.spill_dir)
+                if isinstance(executor, LocalProcesses):
+                    executor = dataclasses.replace(
+                        executor, ship_to=assembler.spill_dir, meanwhile=meanwhile
+                    )
+                elif meanwhile is not None:
+                    meanwhile()
                 executor.parse(discovery.candidates, assembler.add)
             dumps = assembler.finish(discovery.skipped, discovery)
             give_back_memory()
