@@ -3,14 +3,13 @@ once), diagnose. Wires the steps, decides nothing."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from frtrace.analysis.diagnose import diagnose
-from frtrace.analysis.history import with_history
 from frtrace.diagnosis_cache import Diagnosis, DiagnosisCache
 from frtrace.errors import FrtraceError, NoDumpsFound
 from frtrace.evidence.collected import Collected, read_collected
@@ -40,7 +39,9 @@ def analyze(
     with owned(progress) as shown:
         side: SideFiles | None = None
         try:
-            dumps = tables.load_dumps(directory, jobs=jobs, progress=shown)
+            dumps = tables.load_dumps(
+                directory, jobs=jobs, progress=shown, meanwhile=_import_analysis
+            )
         except NoDumpsFound as exc:
             dumps, side = _without_dumps(directory, exc)
         with shown.phase("analyse") as phase:
@@ -103,11 +104,20 @@ def analyze_loaded(dumps: DumpSet) -> Report:
     return _analysed(dumps)
 
 
+def _import_analysis() -> None:
+    """Import the analysis (pandas' and networkx's modules, a second of a first run): done by
+    the load while the workers read the dumps (``load_dumps(meanwhile=...)``)."""
+    importlib.import_module("frtrace.analysis.diagnose")
+
+
 def _analysed(dumps: DumpSet, side: SideFiles | None = None) -> Report:
     """The one diagnosis of a dump set and its side files (read here unless already read);
     of a restarted job's folder, with the other attempts' history."""
     if side is None:
         side = read_side_files(dumps.directory, dumps.side_files, dumps)
+    from frtrace.analysis.diagnose import diagnose
+    from frtrace.analysis.history import with_history
+
     report = diagnose(dumps, side.stacks, side.evidence, side.collected)
     restarts = dumps.restarts
     if restarts is None:
@@ -119,6 +129,8 @@ def _analysed(dumps: DumpSet, side: SideFiles | None = None) -> Report:
 
 def _diagnosed(dumps: DumpSet) -> Report:
     """The diagnosis of one dump set and its own side files, with no history."""
+    from frtrace.analysis.diagnose import diagnose
+
     side = read_side_files(dumps.directory, dumps.side_files, dumps)
     return diagnose(dumps, side.stacks, side.evidence, side.collected)
 
@@ -132,6 +144,8 @@ def analyze_dumps(
     """Diagnose an already loaded dump set; ``stacks`` say where the culprits are,
     ``evidence`` what the job's logs, error files and sidecars reported, ``collected`` what
     ``frtrace collect`` knew of each rank (its dump time, host and pid)."""
+    from frtrace.analysis.diagnose import diagnose
+
     return diagnose(dumps, stacks, evidence, collected)
 
 
@@ -192,6 +206,8 @@ def _diagnose_source(
             cache=cache,
             discovery=store.discovery if store else _listed(source, only, attempt),
             store=None if store is None else store.tables,
+            background=True,  # (stored while the dumps are analysed)
+            meanwhile=_import_analysis,
         )
     except NoDumpsFound as exc:
         dumps, side = _without_dumps(source, exc)

@@ -20,6 +20,56 @@ void column_clear(Column *c) {
     Py_CLEAR(c->distinct);
     PyMem_Free(c->shape.data);
     c->shape.data = NULL;
+    if (c->kind == K_SHAPES) {  /* (its cached keys are copies) */
+        for (int k = 0; k < CODE_CACHE; k++) PyMem_Free((void *)c->cache[k].at);
+    }
+    memset(c->cache, 0, sizeof(c->cache));
+}
+
+/* A hash of a key's bytes, eight at a time, never 0 (0 marks an empty slot). */
+uint64_t key_hash(const char *at, Py_ssize_t size) {
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)size;
+    Py_ssize_t k = 0;
+    for (; k + 8 <= size; k += 8) {
+        uint64_t word;
+        memcpy(&word, at + k, 8);
+        h = (h ^ word) * 0xBF58476D1CE4E5B9ULL;
+        h ^= h >> 31;
+    }
+    uint64_t tail = 0;
+    memcpy(&tail, at + k, (size_t)(size - k));
+    h = (h ^ tail) * 0x94D049BB133111EBULL;
+    h ^= h >> 29;
+    return h ? h : 1;
+}
+
+/* The code cached for this key (`at` NULL: the key is the hash alone), or -1. */
+int32_t cached_code(Column *c, uint64_t hash, const char *at, Py_ssize_t size) {
+    Cached *slot = &c->cache[hash % CODE_CACHE];
+    if (slot->hash != hash) return -1;
+    if (at != NULL && (slot->size != size || memcmp(slot->at, at, (size_t)size) != 0)) return -1;
+    return slot->code;
+}
+
+/* Keep the code of this key (a copy of its bytes where `copy`): 0, or -1 (out of memory). */
+int cache_code(Column *c, uint64_t hash, const char *at, Py_ssize_t size, int copy, int32_t code) {
+    Cached *slot = &c->cache[hash % CODE_CACHE];
+    const char *kept = at;
+    if (copy) {
+        char *bytes = PyMem_Malloc(size ? (size_t)size : 1);
+        if (bytes == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        memcpy(bytes, at, (size_t)size);
+        PyMem_Free((void *)slot->at);
+        kept = bytes;
+    }
+    slot->hash = hash;
+    slot->at = kept;
+    slot->size = size;
+    slot->code = code;
+    return 0;
 }
 
 int column_init(Column *c, PyObject *spec, Py_ssize_t n) {

@@ -27,6 +27,18 @@ typedef struct {
     Py_ssize_t size, cap;
 } Buffer;
 
+/* The codes of values seen lately, by what stands for them (a node, or a key's bytes and
+ * their hash): the pass over a pickle's nodes looks a value up here before the column's dict,
+ * whose lookups (an object made, hashed and compared per entry) were a third of that pass.
+ * A miss goes to the dict, which alone assigns codes: the codes are the same either way. */
+#define CODE_CACHE 64
+typedef struct {
+    uint64_t hash;       /* 0: empty; else the node + 1, or the key's hash (never 0) */
+    const char *at;      /* the key's bytes (K_FRAMES: the tree's; K_SHAPES: a copy) */
+    Py_ssize_t size;
+    int32_t code;
+} Cached;
+
 typedef struct {
     PyObject *key;      /* borrowed from the specs: a str (K_SHAPES: a tuple of str) */
     Py_ssize_t slot;    /* where its values are staged, and how many (K_SHAPES: its keys) */
@@ -42,9 +54,13 @@ typedef struct {
     PyObject *distinct; /* list: the distinct values, first seen first (K_SHAPES: the index of
                          * the first entry with each) */
     Py_ssize_t leaves;
+    Cached cache[CODE_CACHE];  /* (the node pass only) */
 } Column;
 
 void column_clear(Column *c);
+int32_t cached_code(Column *c, uint64_t hash, const char *at, Py_ssize_t size);
+int cache_code(Column *c, uint64_t hash, const char *at, Py_ssize_t size, int copy, int32_t code);
+uint64_t key_hash(const char *at, Py_ssize_t size);
 int column_init(Column *c, PyObject *spec, Py_ssize_t n);
 int32_t code_of(Column *c, PyObject *key, PyObject *value, Py_ssize_t i);
 int put(Buffer *b, const void *bytes, Py_ssize_t count);

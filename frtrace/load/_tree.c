@@ -102,8 +102,12 @@ static int grow(void **at, size_t *cap, size_t index, size_t first, size_t width
     return 0;
 }
 
-static int u32_push(U32s *a, uint32_t x) {
-    if (grow((void **)&a->at, &a->cap, a->size, 1024, sizeof(uint32_t)) < 0) return -1;
+/* (inlined: one is pushed per opcode; only a full array calls grow) */
+static inline __attribute__((always_inline)) int u32_push(U32s *a, uint32_t x) {
+    if (__builtin_expect(a->size >= a->cap, 0) &&
+        grow((void **)&a->at, &a->cap, a->size, 1024, sizeof(uint32_t)) < 0) {
+        return -1;
+    }
     a->at[a->size++] = x;
     return 0;
 }
@@ -144,9 +148,12 @@ typedef struct {
 
 /* A new node: its index, or -2 with an exception set (nodes are fewer than the data's
  * bytes, which read() keeps under NO_NODE). */
-static int64_t new_node(Reader *r, uint8_t kind, uint32_t len, uint64_t v) {
+static inline __attribute__((always_inline)) int64_t new_node(Reader *r, uint8_t kind, uint32_t len, uint64_t v) {
     Tree *t = r->t;
-    if (grow((void **)&t->nodes, &t->cap_nodes, t->n_nodes, 4096, sizeof(Node)) < 0) return -2;
+    if (__builtin_expect(t->n_nodes >= t->cap_nodes, 0) &&
+        grow((void **)&t->nodes, &t->cap_nodes, t->n_nodes, 4096, sizeof(Node)) < 0) {
+        return -2;
+    }
     Node *nd = &t->nodes[t->n_nodes];
     nd->kind = kind;
     nd->len = len;
@@ -155,7 +162,7 @@ static int64_t new_node(Reader *r, uint8_t kind, uint32_t len, uint64_t v) {
 }
 
 /* Push a new node: 1, or -1 (an exception). */
-static int push_new(Reader *r, uint8_t kind, uint32_t len, uint64_t v) {
+static inline int push_new(Reader *r, uint8_t kind, uint32_t len, uint64_t v) {
     int64_t at = new_node(r, kind, len, v);
     if (at < 0) return -1;
     return u32_push(&r->stack, (uint32_t)at) < 0 ? -1 : 1;
@@ -607,7 +614,15 @@ static int node_shapes_take(Tree *t, Column *c, Py_ssize_t i, uint32_t *nodes, P
             return written;
         }
     }
-    return shape_code(c, i);
+    uint64_t hash = key_hash(c->shape.data, c->shape.size);
+    int32_t code = cached_code(c, hash, c->shape.data, c->shape.size);
+    if (code >= 0) {
+        ((int32_t *)PyBytes_AS_STRING(c->values))[i] = code;
+        return 0;
+    }
+    if (shape_code(c, i) < 0) return -1;
+    code = ((int32_t *)PyBytes_AS_STRING(c->values))[i];
+    return cache_code(c, hash, c->shape.data, c->shape.size, 1, code);
 }
 
 static int all_kids(Tree *t, Node *nd, uint8_t kind) {
@@ -647,14 +662,18 @@ static int node_take(Tree *t, Column *c, Py_ssize_t i, uint32_t *nodes, Py_ssize
         PyBytes_AS_STRING(c->valid)[i] = 1;
         return 0;
     case K_TEXT:
-    case K_PAIR: {
+    case K_PAIR: {  /* (a node is one value: its code, once known, is kept by the node) */
+        if ((code = cached_code(c, (uint64_t)node + 1, NULL, 0)) >= 0) {
+            ((int32_t *)out)[i] = code;
+            return 0;
+        }
         int plain = c->kind == K_TEXT ? nd->kind == T_STR
                                       : nd->kind == T_TUPLE && all_kids(t, nd, T_STR);
         if (!plain) break;
         PyObject *value = made(t, node);
         if (value == NULL || (code = code_of(c, value, value, i)) < 0) return -1;
         ((int32_t *)out)[i] = code;
-        return 0;
+        return cache_code(c, (uint64_t)node + 1, NULL, 0, 0, code);
     }
     default: { /* K_FRAMES: a list of frames, known by the nodes of the frames in it */
         if (nd->kind != T_LIST) break;
@@ -664,7 +683,14 @@ static int node_take(Tree *t, Column *c, Py_ssize_t i, uint32_t *nodes, Py_ssize
             ((int32_t *)out)[i] = -1;
             return 0;
         }
-        PyObject *key = PyBytes_FromStringAndSize((const char *)&t->kids[nd->v], nd->len * sizeof(uint32_t));
+        const char *kids = (const char *)&t->kids[nd->v];
+        Py_ssize_t size = (Py_ssize_t)(nd->len * sizeof(uint32_t));
+        uint64_t hash = key_hash(kids, size);
+        if ((code = cached_code(c, hash, kids, size)) >= 0) {
+            ((int32_t *)out)[i] = code;
+            return 0;
+        }
+        PyObject *key = PyBytes_FromStringAndSize(kids, size);
         if (key == NULL) return -1;
         PyObject *found = PyDict_GetItemWithError(c->index, key);
         PyObject *value = found != NULL || PyErr_Occurred() ? NULL : made(t, node);
@@ -672,7 +698,7 @@ static int node_take(Tree *t, Column *c, Py_ssize_t i, uint32_t *nodes, Py_ssize
         Py_DECREF(key);
         if (code < 0) return -1;
         ((int32_t *)out)[i] = code;
-        return 0;
+        return cache_code(c, hash, kids, size, 0, code);
     }
     }
     c->ok = 0;  /* not the plain kind expected: given up */

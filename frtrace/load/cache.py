@@ -45,6 +45,7 @@ import secrets
 import shutil
 import stat
 import sys
+import threading
 import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -55,7 +56,14 @@ from frtrace.load.discover import Candidate
 if TYPE_CHECKING:  # imported where used: a hit of the diagnosis cache needs no pyarrow
     import pyarrow as pa
 
-__all__ = ["TABLES", "DirectoryCache", "cache_disabled", "cache_root", "private_directory"]
+__all__ = [
+    "TABLES",
+    "DirectoryCache",
+    "cache_disabled",
+    "cache_root",
+    "finish_saving",
+    "private_directory",
+]
 
 FORMAT = "frtrace-tables-1"
 TABLES = ("entries", "stacks", "groups", "pg_status", "files")
@@ -65,6 +73,14 @@ TABLES = ("entries", "stacks", "groups", "pg_status", "files")
 HASH_BYTES = 16 << 10
 DEFAULT_MAX_BYTES = 4 << 30
 _CHUNK = 16 << 20
+# Tables being stored in the background (``DirectoryCache.save_in_background``).
+_SAVING: list[threading.Thread] = []
+
+
+def finish_saving() -> None:
+    """Wait until the tables being stored in the background are stored (or given up)."""
+    while _SAVING:
+        _SAVING.pop().join()
 
 
 def cache_root() -> Path:
@@ -213,6 +229,7 @@ class DirectoryCache:
 
     def load(self) -> dict[str, pa.Table] | None:
         """The cached tables (memory-mapped), or None when absent, stale or damaged."""
+        finish_saving()  # (tables still being stored by this process: stored first)
         # The identity is taken before the dumps are read: a file rewritten while it is read
         # then leaves an entry that no longer matches, never one that matches stale tables.
         try:
@@ -256,11 +273,29 @@ class DirectoryCache:
             tables[name] = table
         return tables
 
+    def save_in_background(self, tables: Mapping[str, pa.Table]) -> None:
+        """``save`` in a thread, while the caller goes on (the analysis: on a second core,
+        a first run then costs what a run without the cache does). ``finish_saving`` waits
+        for it; so do the next ``load``, ``save`` and sidecar write, and the interpreter's
+        exit. The thread only reads the tables (immutable) and writes this entry."""
+        finish_saving()
+        thread = threading.Thread(target=self._save, args=(dict(tables),), name="frtrace-cache")
+        thread.start()
+        _SAVING.append(thread)
+
+    def _save(self, tables: Mapping[str, pa.Table]) -> None:
+        try:
+            self.save(tables)
+        except Exception as exc:  # (in a thread: one note, as for a full disk, not a trace;
+            # a folder left half written is removed by the next save, as an earlier one)
+            _note(f"not caching the loaded tables ({type(exc).__name__}: {str(exc)[:120]})")
+
     def save(self, tables: Mapping[str, pa.Table]) -> None:
         """Store the tables for the next run; on any failure the run goes on without."""
         import pyarrow as pa
         import pyarrow.ipc as ipc
 
+        finish_saving()
         if not self.usable:
             return
         token = secrets.token_hex(8)
@@ -316,6 +351,7 @@ class DirectoryCache:
         says what is not cached)."""
         if not name.endswith(".json") or "/" in name:
             raise ValueError(f"{name}: a sidecar is one *.json file")
+        finish_saving()  # (the tables first: a sidecar is of stored tables)
         partial = self.entry / f".{name}.{secrets.token_hex(8)}"
         try:
             if len(data) > _max_bytes():  # would evict everything else: not stored

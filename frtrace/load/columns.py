@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import marshal
-import zlib
 from collections.abc import Callable, Collection, Sequence
-from itertools import chain
 from operator import itemgetter, methodcaller
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ import pyarrow as pa
 
 from frtrace.errors import DumpFormatError
 from frtrace.load import native, schema
+from frtrace.load.arrays import MAX_DIMS, MAX_TENSORS, codes_array, distinct_values, masked_array
 from frtrace.load.values import (
     INT64_MAX,
     INT64_MIN,
@@ -33,9 +32,6 @@ from frtrace.load.values import (
 
 __all__ = ["Columns", "text_column"]
 
-# Sizes/dtypes values with more tensors, or shapes with more dimensions, are damage.
-_MAX_TENSORS = 1 << 16
-_MAX_DIMS = 64
 # At most this many per-field problems are spelled out per file; the rest are counted.
 _MAX_DETAILS = 3
 
@@ -295,24 +291,10 @@ def _repeated_array(
     and the per-entry fingerprints. Raises ValueError (or Arrow's errors) for a value no op
     has, unless the twins were ``checked`` one by one already."""
     none_at = distinct.index(None) if None in distinct else -1
-    if not checked:
-        nested = pa.types.is_list(type_.value_type)
-        shapes = list(filter(None, distinct))
-        if max(map(len, shapes), default=0) > _MAX_TENSORS or (
-            nested and max(map(len, chain.from_iterable(shapes)), default=0) > _MAX_DIMS
-        ):
-            raise ValueError("more tensors or dimensions than any op has")
-    table = pa.array(distinct, type=type_)  # the twins: tuples convert like the lists they are
-    if not checked:
-        inner = table.flatten()
-        if inner.null_count or (nested and inner.flatten().null_count):
-            raise ValueError("a None inside a value")  # [[None]]: Arrow takes it as null
+    table, crcs = distinct_values(tuple(distinct), type_, checked)
     valid = codes != none_at
-    crcs = np.fromiter(
-        (zlib.crc32(repr(t).encode()) for t in distinct), dtype=np.uint32, count=len(distinct)
-    )
     sig = np.where(valid, crcs[codes] if len(crcs) else 0, 0).astype(np.uint32)
-    indices = pa.array(codes, type=pa.int32(), mask=~valid)
+    indices = masked_array(codes, valid, pa.int32())
     return pa.DictionaryArray.from_arrays(indices, table), sig
 
 
@@ -335,13 +317,13 @@ def _shape_combo(values: Any) -> tuple[Any, ...] | None:
 
 def _checked_twin(value: Any, nested: bool) -> Any:
     """The hashable twin of one sizes (nested) or dtypes value, or _BAD."""
-    if not isinstance(value, list | tuple) or len(value) > _MAX_TENSORS:
+    if not isinstance(value, list | tuple) or len(value) > MAX_TENSORS:
         return _BAD
     if not nested:
         return tuple(map(clean, value)) if all(type(x) is str for x in value) else _BAD
     shapes = []
     for shape in value:
-        if not isinstance(shape, list | tuple) or len(shape) > _MAX_DIMS:
+        if not isinstance(shape, list | tuple) or len(shape) > MAX_DIMS:
             return _BAD
         if not all(type(x) is int and INT64_MIN <= x <= INT64_MAX for x in shape):
             return _BAD
@@ -383,7 +365,7 @@ def number_array(values: np.ndarray, valid: np.ndarray | None, type_: pa.DataTyp
     """A numeric or boolean column from its values and where they are valid (None: all)."""
     if valid is None:
         return pa.array(values, type=type_)
-    return pa.array(values, type=type_, mask=~valid)
+    return masked_array(values, valid, type_)
 
 
 def text_from_codes(codes: np.ndarray, distinct: list[Any]) -> pa.Array | None:
@@ -391,8 +373,7 @@ def text_from_codes(codes: np.ndarray, distinct: list[Any]) -> pa.Array | None:
     are all ASCII strings (else None: text to clean, or values that are not text)."""
     if not (_PLAIN_TEXT.issuperset(map(type, distinct)) and all(map(str.isascii, distinct))):
         return None
-    indices = pa.array(codes, type=pa.int32(), mask=codes < 0)
-    return pa.DictionaryArray.from_arrays(indices, pa.array(distinct, type=pa.string()))
+    return pa.DictionaryArray.from_arrays(codes_array(codes), pa.array(distinct, type=pa.string()))
 
 
 def text_column(key: str, values: Sequence[Any], cols: Columns | None = None) -> pa.Array:

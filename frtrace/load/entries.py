@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from frtrace.load import native, schema
+from frtrace.load.arrays import codes_array, masked_array
 from frtrace.load.columns import SHAPE_KEYS, Columns, text_column
 from frtrace.load.formats import split_profiling_name
 from frtrace.load.stacks import Stack, intern_coded_stacks, intern_stacks
@@ -155,7 +156,7 @@ def _stack_ids(cols: Columns) -> tuple[pa.Array, tuple[Stack, ...]]:
     if scanned is not None:
         frame_codes, frame_lists = scanned
         sids, stacks = intern_coded_stacks(frame_codes, frame_lists, cols.problems)
-        return pa.array(sids, type=pa.int32(), mask=sids < 0), stacks
+        return codes_array(sids), stacks
     ids, stacks = intern_stacks(cols.values("frames"), cols.problems)
     return pa.array(ids, type=pa.int32()), stacks
 
@@ -189,8 +190,7 @@ def _splits(cols: Columns, key: str) -> pa.Array:
         cols.report(key, values, bad)
     distinct = [None if t is None else list(t) for t in index]
     return pa.DictionaryArray.from_arrays(
-        pa.array(codes, type=pa.int32(), mask=codes == 0),
-        pa.array(distinct, type=schema.SPLITS),
+        masked_array(codes, codes != 0, pa.int32()), pa.array(distinct, type=schema.SPLITS)
     )
 
 
@@ -202,9 +202,7 @@ def _encode(values: Sequence[str | None]) -> tuple[np.ndarray, list[str]]:
 
 def _dictionary(codes: np.ndarray, values: list[Any]) -> pa.Array:
     """A dictionary<int32, string> array from codes (-1: null) and their values."""
-    return pa.DictionaryArray.from_arrays(
-        pa.array(codes, type=pa.int32(), mask=codes < 0), strings(values)
-    )
+    return pa.DictionaryArray.from_arrays(codes_array(codes), strings(values))
 
 
 def _decoded(codes: np.ndarray, values: list[str | None]) -> pa.Array:
@@ -217,7 +215,7 @@ def _decoded(codes: np.ndarray, values: list[str | None]) -> pa.Array:
 def _gather_ints(codes: np.ndarray, values: list[int | None]) -> pa.Array:
     table = np.array([-1 if v is None else v for v in values] + [-1], dtype=np.int64)
     picked = table[codes]
-    return pa.array(picked, type=pa.int32(), mask=picked < 0)
+    return masked_array(picked, picked >= 0, pa.int32())
 
 
 def _group_columns(cols: Columns, pg_id_column: pa.Array) -> tuple[pa.Array, pa.Array]:
@@ -262,7 +260,10 @@ def _group_columns(cols: Columns, pg_id_column: pa.Array) -> tuple[pa.Array, pa.
 
 
 def _sig_array(sig: np.ndarray, values: pa.Array) -> pa.Array:
-    return pa.array(sig, type=pa.uint32(), mask=values.is_null().to_numpy(zero_copy_only=False))
+    """The fingerprints, null where the sizes or dtypes are."""
+    if not values.null_count:
+        return pa.array(sig, type=pa.uint32())
+    return masked_array(sig, values.is_valid().to_numpy(zero_copy_only=False), pa.uint32())
 
 
 def _is_p2p(cols: Columns, is_send_recv: np.ndarray) -> np.ndarray:

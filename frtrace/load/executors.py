@@ -74,6 +74,7 @@ class LocalProcesses:
     jobs: int | None = None
     progress: bool | Progress = False
     ship_to: Path | None = None  # where the workers write the entry columns (large sets)
+    meanwhile: Callable[[], None] | None = None  # done in a thread while the workers read
 
     def parse(self, candidates: Sequence[Candidate], consume: Consumer) -> None:
         parse_candidates(
@@ -82,6 +83,7 @@ class LocalProcesses:
             progress=self.progress,
             consume=consume,
             ship_to=self.ship_to,
+            meanwhile=self.meanwhile,
         )
 
 

@@ -16,14 +16,13 @@ it) costs that one file, reported in one line; the other files go on.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import faulthandler
 import gc
 import multiprocessing
 import os
 import signal
 import socket
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -34,12 +33,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from frtrace.errors import DumpFormatError, DumpTooLargeError, ReaderFailedError
+from frtrace.errors import DumpTooLargeError, ReaderFailedError
 from frtrace.load import native
 from frtrace.load.discover import Candidate
-from frtrace.load.memory import address_space, file_allowance
-from frtrace.load.parse import ParsedDump, try_parse
-from frtrace.load.shipped import ColumnWriter, ShippedDump
+from frtrace.load.parse import try_parse
+from frtrace.load.worker import Result, serve
 from frtrace.progress import Phase, Progress, owned
 
 __all__ = ["Result", "default_jobs", "parse_candidates"]
@@ -62,7 +60,6 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-Result = ParsedDump | ShippedDump | DumpFormatError
 Consumer = Callable[[int, Result], None]
 
 
@@ -73,6 +70,7 @@ def parse_candidates(
     progress: bool | Progress = False,
     consume: Consumer | None = None,
     ship_to: Path | None = None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> list[Result]:
     """Parse each candidate; failures come back as DumpFormatError.
 
@@ -83,100 +81,29 @@ def parse_candidates(
     the load phase, and where the C reader is not used, the notice that says so.
     ``ship_to``: a directory where the workers write the entry columns, each to a file of its
     own, and send the parent where they are (``ShippedDump``, ``frtrace.load.shipped``).
+    ``meanwhile``: the caller's work for this process while the workers read (importing the
+    next step's modules), in a thread started once they are; no process is forked while it
+    runs (a fork copies the locks a thread holds, an import's among them), and it has ended
+    when this returns. Where no worker starts, it runs first, in this thread.
     """
     jobs = default_jobs() if jobs is None else max(1, jobs)
     total_bytes = sum(c.size_bytes for c in candidates)
     workers = 1 if total_bytes < PARALLEL_MIN_BYTES else min(jobs, len(candidates))
     if not candidates:
+        if meanwhile is not None:
+            meanwhile()
         return []
     with owned(progress) as shown:
         if (reason := native.inactive_reason()) is not None:
             shown.notice(native.notice(reason))
         with shown.phase("load", total=len(candidates), unit="files") as phase:
-            return _WatchedPool(candidates, workers, phase, consume, ship_to).run()
+            pool = _WatchedPool(candidates, workers, phase, consume, ship_to, meanwhile)
+            return pool.run()
 
 
 def file_timeout_s(cand: Candidate) -> float:
     """How long one file may take to read before it is refused."""
     return FILE_TIMEOUT_S + FILE_TIMEOUT_S_PER_MIB * cand.size_bytes / 2**20
-
-
-# --------------------------------------------------------------------------------------------
-# The worker side
-
-
-def _serve(
-    conn: Connection,
-    candidates: Sequence[Candidate],
-    workers: int = 1,
-    ship_to: Path | None = None,
-) -> None:
-    """Worker loop: read the file whose index the parent sends, send back the result.
-    ``workers``: how many read at once (each may take its share of the machine's memory).
-    ``ship_to``: the entry columns go to a file of this worker's there (a file that cannot be
-    written: they go in the message, as without it)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    # Everything a worker has to say comes back as its result, in one line; a crash is
-    # reported by the parent. So nothing reaches the terminal from here: no fault handler
-    # trace, and not the "SystemError: deallocated bytearray object has exported buffers"
-    # that CPython 3.11 prints while decoding some corrupt pickles (a BYTEARRAY8 opcode
-    # claiming exabytes).
-    faulthandler.disable()
-    _keep_freed_memory()
-    with contextlib.suppress(OSError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 2)
-        os.close(devnull)
-        # Python-level writes (unraisable-exception messages) go through sys.stderr, which a
-        # caller may have pointed elsewhere than descriptor 2 (pytest's capture does)
-        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (lives as long as the worker)
-    writer: ColumnWriter | None = None
-    while True:
-        try:
-            index = conn.recv()
-        except (EOFError, OSError):
-            return
-        if index is None:
-            return
-        cand = candidates[index]
-        _limit_memory(file_allowance(cand.size_bytes, workers))
-        result: Result = try_parse(cand)
-        if isinstance(result, ParsedDump) and ship_to is not None:
-            try:
-                if writer is None:
-                    writer = ColumnWriter(ship_to, f"worker-{os.getpid()}.columns")
-                result = writer.ship(result)
-            except OSError:
-                ship_to = None
-        try:
-            conn.send(result)
-        except (OSError, ValueError):  # the parent is gone
-            return
-        if isinstance(result, DumpTooLargeError):
-            return  # after a MemoryError the next file gets a fresh process
-
-
-def _keep_freed_memory() -> None:
-    """Have glibc keep the memory this worker frees instead of handing it back to the kernel.
-
-    A worker decodes one file after another, each needing about as much memory as the last.
-    By default glibc serves large blocks from fresh mappings and gives the top of its heap
-    back once free, so every file faulted the same pages in again: ~400 page faults per file,
-    10-20% of its time. Blocks under 32 MiB now come from the heap, and up to 128 MiB of free
-    heap is kept (the memory limit, RLIMIT_AS, counts it all the same). Workers only: the
-    parent, whose memory the 32,768-rank budget is about, is left as glibc manages it.
-    """
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # not glibc
-        return
-    mallopt(_M_MMAP_THRESHOLD, 32 << 20)
-    mallopt(_M_TRIM_THRESHOLD, 128 << 20)
-
-
-# mallopt's parameters (glibc's malloc.h)
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
 
 
 def _widen(*ends: Connection) -> None:
@@ -191,24 +118,6 @@ def _widen(*ends: Connection) -> None:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RESULT_BUFFER_BYTES)
             finally:
                 sock.detach()  # (the descriptor stays the connection's)
-
-
-def _limit_memory(allowance: int) -> None:
-    """Cap this worker's address space for the next file at what it holds now plus
-    ``allowance`` (soft RLIMIT_AS; Linux)."""
-    base = address_space()
-    if base is None:
-        return
-    try:
-        import resource
-
-        limit = base + allowance
-        _, hard = resource.getrlimit(resource.RLIMIT_AS)
-        if hard != resource.RLIM_INFINITY:
-            limit = min(limit, hard)
-        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-    except (ImportError, OSError, ValueError):
-        pass
 
 
 # --------------------------------------------------------------------------------------------
@@ -233,9 +142,12 @@ class _WatchedPool:
         phase: Phase,
         consume: Consumer | None = None,
         ship_to: Path | None = None,
+        meanwhile: Callable[[], None] | None = None,
     ) -> None:
         self.candidates = candidates
         self.ship_to = ship_to
+        self.meanwhile = meanwhile
+        self.beside: threading.Thread | None = None  # running meanwhile
         self.size = max(1, workers)
         self.phase = phase
         self.todo = deque(range(len(candidates)))
@@ -264,7 +176,9 @@ class _WatchedPool:
                     break
                 self.assign(worker, busy)
             if not busy:  # no processes here (a sandbox, a daemon process): read in this one
+                self.run_meanwhile()
                 return self.in_process()
+            self.beside_start()
             while busy:
                 now = time.monotonic()
                 deadline = min(
@@ -286,6 +200,7 @@ class _WatchedPool:
         finally:
             for worker in busy.values():
                 self.stop(worker)
+            self.beside_join()
         assert self.done == len(self.candidates)
         return [self.results.pop(i) for i in range(len(self.candidates)) if i in self.results]
 
@@ -294,11 +209,43 @@ class _WatchedPool:
             self.finish(index, try_parse(cand))
         return [self.results.pop(i) for i in range(len(self.candidates)) if i in self.results]
 
+    def run_meanwhile(self) -> None:
+        """The caller's ``meanwhile``, once (an error in it is the caller's to meet again:
+        an import that failed here fails the same way where the module is used)."""
+        work, self.meanwhile = self.meanwhile, None
+        if work is not None:
+            with contextlib.suppress(Exception):
+                work()
+
+    def beside_start(self) -> None:
+        """Run ``meanwhile`` in a thread while the workers read. The thread takes the GIL
+        from this one, which hands the workers their next file: switched every 0.5 ms while
+        it runs, not every 5 ms, so that a worker does not wait for its next file."""
+        if self.meanwhile is None:
+            return
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(interval, 0.0005))
+
+        def work() -> None:
+            try:
+                self.run_meanwhile()
+            finally:
+                sys.setswitchinterval(interval)
+
+        self.beside = threading.Thread(target=work, name="frtrace-meanwhile", daemon=True)
+        self.beside.start()
+
+    def beside_join(self) -> None:
+        if self.beside is not None:
+            self.beside.join()
+            self.beside = None
+
     def start(self) -> _Worker | None:
+        self.beside_join()  # (never fork while the thread may hold a lock: see parse_candidates)
         recv, send = self.ctx.Pipe(duplex=True)
         _widen(recv, send)
         process = self.ctx.Process(  # type: ignore[attr-defined]
-            target=_serve, args=(send, self.candidates, self.size, self.ship_to), daemon=True
+            target=serve, args=(send, self.candidates, self.size, self.ship_to), daemon=True
         )
         # Frozen, the parent's objects are never scanned by the child's garbage collector,
         # which would otherwise write to (and so copy) the pages that hold them.
@@ -351,7 +298,7 @@ class _WatchedPool:
             result = worker.conn.recv()
         except Exception:  # EOF: it died (a half-sent result fails to unpickle the same way)
             result = None
-        goes_on = result is not None and not isinstance(result, DumpTooLargeError)  # see _serve
+        goes_on = result is not None and not isinstance(result, DumpTooLargeError)  # (serve)
         if goes_on and sent and following is not None:
             worker.index, worker.started = following, time.monotonic()
             busy[worker.conn] = worker

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -131,8 +132,7 @@ def parse_payload(payload: Any, encoding: str, cand: Candidate) -> ParsedDump:
     groups = group_rows(rank, top.get("pg_config"), problems)
     pg_status = pg_status_rows(rank, top.get("pg_status"), problems)
 
-    span = pc.min_max(batch.column("record_id"))
-    lowest, highest = span["min"].as_py(), span["max"].as_py()
+    lowest, highest = _span(batch.column("record_id"))
     lib = top.get("comm_lib_version", top.get("nccl_version"))
     backend = _backend(batch, lib)
     meta = DumpMeta(
@@ -158,6 +158,15 @@ def parse_payload(payload: Any, encoding: str, cand: Candidate) -> ParsedDump:
         groups=tuple(groups),
         pg_status=tuple(pg_status),
     )
+
+
+def _span(column: pa.Array) -> tuple[Any, Any]:
+    """The lowest and highest value of an int64 column, nulls aside (None, None: no value)."""
+    if column.null_count or not len(column):
+        span = pc.min_max(column)
+        return span["min"].as_py(), span["max"].as_py()
+    values = column.to_numpy()
+    return int(values.min()), int(values.max())
 
 
 def _entries_of(
@@ -210,22 +219,42 @@ def _entries_of(
 
 
 def _backend(batch: pa.RecordBatch, lib: Any) -> str | None:
-    """The backend most of the entries name (Gloo where none does and the library version
-    is "", as the generic recorder writes it)."""
-    counts = pc.value_counts(batch.column("backend").dictionary_decode().drop_null())
-    backends = Counter(
-        {
-            v: n
-            for v, n in zip(
-                counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True
-            )
-            if v
-        }
-    )
-    backend = backends.most_common(1)[0][0] if backends else None
+    """The backend most of the entries name, the first named of equals (Gloo where none does
+    and the library version is "", as the generic recorder writes it)."""
+    backend: str | None = _most_common(batch.column("backend"))
     if backend is None and lib == "":
         backend = "gloo"  # the generic recorder writes "" as Gloo's library version
     return backend
+
+
+def _most_common(column: pa.Array) -> Any:
+    """The value of a text column that most entries name (not empty; of equals, the first to
+    appear), or None; counted on a dictionary column's codes (no string made per entry)."""
+    if not isinstance(column, pa.DictionaryArray) or column.offset:
+        decoded = pc.value_counts(column.dictionary_decode().drop_null())
+        values, tally = decoded.field("values").to_pylist(), decoded.field("counts").to_pylist()
+        named = Counter({v: n for v, n in zip(values, tally, strict=True) if v})
+        return named.most_common(1)[0][0] if named else None
+    codes = column.indices.drop_null().to_numpy(zero_copy_only=False)
+    dictionary = column.dictionary.to_pylist()
+    tally = np.bincount(codes, minlength=len(dictionary)).tolist()
+    counts: dict[Any, int] = {}
+    for value, n in zip(dictionary, tally, strict=True):
+        if value and n:
+            counts[value] = counts.get(value, 0) + n
+    if not counts:
+        return None
+    most = max(counts.values())
+    tied = [value for value, n in counts.items() if n == most]
+    if len(tied) == 1:
+        return tied[0]
+
+    def first(value: Any) -> int:  # (where a value first appears: the earliest of its codes)
+        return min(
+            int(np.argmax(codes == c)) for c, v in enumerate(dictionary) if v == value and tally[c]
+        )
+
+    return min(tied, key=first)
 
 
 def load_all(

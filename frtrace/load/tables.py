@@ -12,7 +12,7 @@ import ctypes
 import dataclasses
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,8 @@ def load_dumps(
     cache: bool = False,
     discovery: Discovery | None = None,
     store: DirectoryCache | None = None,
+    background: bool = False,
+    meanwhile: Callable[[], None] | None = None,
 ) -> DumpSet:
     """Load every dump under ``directory`` (or in the archive); unreadable files become
     problems, not errors. ``only`` keeps one set of several (see ``discover``).
@@ -69,6 +71,10 @@ def load_dumps(
     ``discovery`` and ``store``: the directory's files and cache entry where a caller has them
     already (the diagnosis cache on a miss), so they are not listed and fingerprinted again.
     ``progress``: the phases shown (``frtrace.progress``; True: on stderr): discover, load.
+    ``background``: the tables are stored in a thread while the caller goes on
+    (``cache.finish_saving`` waits for it). ``meanwhile``: what the caller wants done while
+    the files are read (imports for the next step): in a thread beside the local workers
+    (``parallel.parse_candidates``), else first; not at all when the cache holds the tables.
     """
     directory = Path(directory)
     with owned(progress) as shown:
@@ -91,13 +97,21 @@ def load_dumps(
         with shown.phase("load", total=len(discovery.candidates)):
             assembler = _Assembler(directory, discovery.candidates)
             with open_executor(scheduler, jobs=jobs, progress=shown) as executor:
-                if isinstance(executor, LocalProcesses) and assembler.spill_dir is not None:
-                    executor = dataclasses.replace(executor, ship_to=assembler.spill_dir)
+                if isinstance(executor, LocalProcesses):
+                    executor = dataclasses.replace(
+                        executor, ship_to=assembler.spill_dir, meanwhile=meanwhile
+                    )
+                elif meanwhile is not None:
+                    meanwhile()
                 executor.parse(discovery.candidates, assembler.add)
             dumps = assembler.finish(discovery.skipped, discovery)
             give_back_memory()
             if store is not None:
-                store.save({name: getattr(dumps, name) for name in TABLES})
+                loaded = {name: getattr(dumps, name) for name in TABLES}
+                if background:
+                    store.save_in_background(loaded)
+                else:
+                    store.save(loaded)
         return one_attempt(dumps, discovery)
 
 
@@ -281,17 +295,19 @@ class _Assembler:
                 f"read (first: {first})"
             )
         columns: list[pa.Array] = []
+        gathered = self.gather.columns() if self.gather is not None else None
         for i, spec in enumerate(schema.ENTRIES):
             # Each column's chunks are freed once it is joined. They came from Python's
             # allocator and the joined column from Arrow's, which can reuse that memory only
             # once it is given back to the OS: the peak is then the tables plus one column.
-            if self.gather is not None:
-                column = self.gather.column(i)
+            if gathered is not None:
+                column = gathered[i]
                 if i in self.coded:
                     values = self.coded.pop(i).dictionary(spec.type)
                     column = pa.DictionaryArray.from_arrays(column, values, safe=False)
                 columns.append(column)
-            elif i in self.plain:
+                continue
+            if i in self.plain:
                 columns.append(pa.concat_arrays(self.plain.pop(i)))
             else:
                 columns.append(self.coded.pop(i).finish(spec.type))

@@ -267,3 +267,42 @@ def test_the_cache_is_private_whatever_the_umask(tmp_path: Path) -> None:
     for path in made:
         mode = stat.S_IMODE(path.stat().st_mode)
         assert mode == (0o700 if path.is_dir() else 0o600), (path, oct(mode))
+
+
+def test_tables_stored_in_the_background_are_there_for_the_next_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``background``: the load returns while its tables are stored; the next load (and
+    ``finish_saving``) waits for them, and reads no dump."""
+    directory = healthy_set(tmp_path / "d", world=3)
+    started = []
+    save = cache_mod.DirectoryCache.save
+
+    def slow(self: cache_mod.DirectoryCache, *args: object) -> None:
+        started.append(time.monotonic())
+        time.sleep(0.2)
+        save(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cache_mod.DirectoryCache, "save", slow)
+    fresh = load_dumps(directory, cache=True, background=True)
+    assert started and cache_mod._SAVING  # (still storing when the load returned)
+    _no_reading(monkeypatch)
+    _same(load_dumps(directory, cache=True), fresh)
+    assert not cache_mod._SAVING
+    assert capsys.readouterr().err == ""
+
+
+def test_a_background_store_that_fails_is_one_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = healthy_set(tmp_path / "d", world=3)
+
+    def broken(self: cache_mod.DirectoryCache, *args: object) -> None:
+        raise RuntimeError("something unforeseen")
+
+    monkeypatch.setattr(cache_mod.DirectoryCache, "save", broken)
+    load_dumps(directory, cache=True, background=True)
+    cache_mod.finish_saving()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "not caching the loaded tables (RuntimeError: something unforeseen)" in err

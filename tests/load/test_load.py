@@ -348,3 +348,31 @@ def test_json_with_pickle_extension_is_sniffed(tmp_path: Path) -> None:
     (tmp_path / "rank_0.pkl").write_text(json.dumps(make_dump([make_entry()])))
     dumps = load_dumps(tmp_path)
     assert dumps.files.column("encoding").to_pylist() == ["json"]
+
+
+def test_a_files_backend_is_the_most_named_the_first_of_equals() -> None:
+    """The backend of a file, counted on the dictionary's codes, is what counting the
+    decoded names says (Arrow's value_counts: the first to appear of equals, empty names
+    and nulls left out), whatever the dictionary (repeated or empty values, an offset)."""
+    from collections import Counter
+
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from frtrace.load.parse import _most_common
+
+    def counted(column: pa.Array) -> Any:
+        counts = pc.value_counts(column.dictionary_decode().drop_null())
+        values, tally = counts.field("values").to_pylist(), counts.field("counts").to_pylist()
+        named = zip(values, tally, strict=True)
+        most = Counter({value: n for value, n in named if value})
+        return most.most_common(1)[0][0] if most else None
+
+    rng = np.random.default_rng(32)
+    for _ in range(3000):
+        k, n = int(rng.integers(1, 5)), int(rng.integers(0, 12))
+        dictionary = pa.array([str(x) if x else "" for x in rng.integers(0, 3, k)])
+        codes = pa.array(rng.integers(0, k, n).astype(np.int32), mask=rng.random(n) < 0.2)
+        column = pa.DictionaryArray.from_arrays(codes, dictionary)
+        for case in (column, column.slice(min(1, n))):
+            assert _most_common(case) == counted(case)

@@ -17,9 +17,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from frtrace.load import columns as load
 from frtrace.load import entries as load_entries
 from frtrace.load import schema
+from frtrace.load.arrays import MAX_DIMS, MAX_TENSORS
 from frtrace.load.columns import Columns
 from frtrace.load.entries import entries_batch
 from frtrace.load.stacks import StackInterner, intern_stacks
@@ -112,8 +112,8 @@ ODD = {
     "a lone surrogate dtype": _entry(input_dtypes=["\udcff"]),
     "a non-string dtype": _entry(output_dtypes=[3]),
     "empty lists": _entry(input_sizes=[], output_sizes=[], input_dtypes=[], output_dtypes=[]),
-    "too many tensors": _entry(input_sizes=[[1]] * (load._MAX_TENSORS + 1)),
-    "too many dimensions": _entry(input_sizes=[[1] * (load._MAX_DIMS + 1)]),
+    "too many tensors": _entry(input_sizes=[[1]] * (MAX_TENSORS + 1)),
+    "too many dimensions": _entry(input_sizes=[[1] * (MAX_DIMS + 1)]),
     "a set of dimensions": _entry(input_sizes=[{4, 8}]),
     "a dict of dimensions": _entry(input_sizes=[{4: 8}]),
     "bytes for a shape": _entry(input_sizes=[b"\x04\x08"]),

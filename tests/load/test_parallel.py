@@ -90,3 +90,51 @@ def test_a_worker_lost_midway_costs_only_its_file(
     problems = {p.rank: p.message for p in dumps.problems}
     assert "crashed (killed by SIGSEGV)" in problems[3]
     assert "more memory" in problems[6]
+
+
+def test_meanwhile_runs_beside_the_workers_and_no_fork_meets_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caller's work (the analysis imported) runs in a thread once the workers are
+    started; a worker started to replace one that crashed waits for it to end (a fork would
+    copy the locks it holds); it has ended when the load returns, its error swallowed."""
+    import threading
+    import time
+
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 0)
+    for rank in range(40):
+        write_pickle(tmp_path / f"rank_{rank}", make_dump([make_entry()], world=40))
+    # (hashing a tuple nested 300,000 deep as a dict key kills the reader: SIGSEGV)
+    (tmp_path / "rank_1").write_bytes(b"\x80\x02}" + b")" + b"\x85" * 300_000 + b"K\x01s.")
+    events: list[str] = []
+    start = parallel._WatchedPool.start
+
+    def starting(self: parallel._WatchedPool) -> object:
+        started = start(self)
+        events.append("fork")  # (once forked)
+        return started
+
+    def meanwhile() -> None:
+        beside = threading.current_thread() is not threading.main_thread()
+        events.append("begun" if beside else "in the main thread")
+        time.sleep(0.5)
+        events.append("ended")
+        raise RuntimeError("its errors are the caller's to meet again")
+
+    monkeypatch.setattr(parallel._WatchedPool, "start", starting)
+    dumps = load_dumps(tmp_path, jobs=2, meanwhile=meanwhile)
+    assert dumps.loaded_ranks == tuple(r for r in range(40) if r != 1)
+    assert events[:3] == ["fork", "fork", "begun"] and "ended" in events
+    replacements = [i for i, e in enumerate(events) if e == "fork"][2:]
+    assert replacements and min(replacements) > events.index("ended")
+
+
+def test_meanwhile_runs_first_where_no_worker_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(parallel._WatchedPool, "start", lambda self: None)
+    candidates = discover(_set_with_damage(tmp_path)).candidates
+    done: list[int] = []
+    parallel.parse_candidates(candidates, jobs=2, meanwhile=lambda: done.append(1))
+    assert done == [1]

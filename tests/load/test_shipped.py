@@ -7,7 +7,9 @@ that cannot write its file, results read in the parent, and what a writer's file
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -98,3 +100,30 @@ def test_a_writers_file_holds_each_column_padded_and_nulls_filled(tmp_path: Path
     assert gather.column(2).to_pylist() == [True, False, None, False, None]
     assert gather.column(3).to_pylist() == [None] * 5
     gather.close()
+
+
+def test_a_column_whose_file_cannot_be_written_goes_on_in_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk fills while the columns are built: what was written is read back and the
+    column goes on in memory; the tables are the same."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    candidates = discover(NCCL).candidates
+    results = [try_parse(c) for c in candidates]
+    monkeypatch.setattr(spill, "SPILL_MIN_BYTES", 1 << 62)
+    kept = build_dump_set(NCCL, candidates, results)
+    monkeypatch.setattr(spill, "SPILL_MIN_BYTES", 0)
+    monkeypatch.setattr(spill, "WRITE_BYTES", 64)  # (a flush every few dumps)
+    writes = 0
+    pwrite = os.pwrite
+
+    def fills(fd: int, data: Any, offset: int) -> int:
+        nonlocal writes
+        writes += 1
+        if writes > 40:
+            raise OSError(28, "No space left on device")
+        return pwrite(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", fills)
+    _same(build_dump_set(NCCL, candidates, results), kept)
+    assert writes > 40

@@ -1,0 +1,116 @@
+"""A worker process of the load (``frtrace.load.parallel``): read the file whose index the
+parent sends, send back its result; nothing reaches the terminal from here."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import faulthandler
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from frtrace.errors import DumpFormatError, DumpTooLargeError
+from frtrace.load.discover import Candidate
+from frtrace.load.memory import address_space, file_allowance
+from frtrace.load.parse import ParsedDump, try_parse
+from frtrace.load.shipped import ColumnWriter, ShippedDump
+
+__all__ = ["Result", "serve"]
+
+Result = ParsedDump | ShippedDump | DumpFormatError
+
+
+def serve(
+    conn: Connection,
+    candidates: Sequence[Candidate],
+    workers: int = 1,
+    ship_to: Path | None = None,
+) -> None:
+    """Worker loop: read the file whose index the parent sends, send back the result.
+    ``workers``: how many read at once (each may take its share of the machine's memory).
+    ``ship_to``: the entry columns go to a file of this worker's there (a file that cannot be
+    written: they go in the message, as without it)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    # Everything a worker has to say comes back as its result, in one line; a crash is
+    # reported by the parent. So nothing reaches the terminal from here: no fault handler
+    # trace, and not the "SystemError: deallocated bytearray object has exported buffers"
+    # that CPython 3.11 prints while decoding some corrupt pickles (a BYTEARRAY8 opcode
+    # claiming exabytes).
+    faulthandler.disable()
+    _keep_freed_memory()
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+        # Python-level writes (unraisable-exception messages) go through sys.stderr, which a
+        # caller may have pointed elsewhere than descriptor 2 (pytest's capture does)
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (lives as long as the worker)
+    writer: ColumnWriter | None = None
+    while True:
+        try:
+            index = conn.recv()
+        except (EOFError, OSError):
+            return
+        if index is None:
+            return
+        cand = candidates[index]
+        _limit_memory(file_allowance(cand.size_bytes, workers))
+        result: Result = try_parse(cand)
+        if isinstance(result, ParsedDump) and ship_to is not None:
+            try:
+                if writer is None:
+                    writer = ColumnWriter(ship_to, f"worker-{os.getpid()}.columns")
+                result = writer.ship(result)
+            except OSError:
+                ship_to = None
+        try:
+            conn.send(result)
+        except (OSError, ValueError):  # the parent is gone
+            return
+        if isinstance(result, DumpTooLargeError):
+            return  # after a MemoryError the next file gets a fresh process
+
+
+def _keep_freed_memory() -> None:
+    """Have glibc keep the memory this worker frees instead of handing it back to the kernel.
+
+    A worker decodes one file after another, each needing about as much memory as the last.
+    By default glibc serves large blocks from fresh mappings and gives the top of its heap
+    back once free, so every file faulted the same pages in again: ~400 page faults per file,
+    10-20% of its time. Blocks under 32 MiB now come from the heap, and up to 128 MiB of free
+    heap is kept (the memory limit, RLIMIT_AS, counts it all the same). Workers only: the
+    parent, whose memory the 32,768-rank budget is about, is left as glibc manages it.
+    """
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc
+        return
+    mallopt(_M_MMAP_THRESHOLD, 32 << 20)
+    mallopt(_M_TRIM_THRESHOLD, 128 << 20)
+
+
+# mallopt's parameters (glibc's malloc.h)
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+
+
+def _limit_memory(allowance: int) -> None:
+    """Cap this worker's address space for the next file at what it holds now plus
+    ``allowance`` (soft RLIMIT_AS; Linux)."""
+    base = address_space()
+    if base is None:
+        return
+    try:
+        import resource
+
+        limit = base + allowance
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    except (ImportError, OSError, ValueError):
+        pass
