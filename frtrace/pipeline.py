@@ -67,7 +67,11 @@ def read_side_files(
     world = None if dumps is None else dumps.world.size
     stacks = stack_files.load_stacks(where, files)
     collected = read_collected(where, files)
-    evidence = load_evidence(where, stacks, files, world)
+    restarts = None if dumps is None else dumps.restarts
+    attempt = newest = None
+    if restarts is not None:  # (a log spanning attempts is read for this one's lines)
+        attempt, newest = restarts.attempt, max(restarts.attempt, *restarts.others)
+    evidence = load_evidence(where, stacks, files, world, attempt=attempt, newest=newest)
     if dumps is not None:
         evidence, stacks, collected = within_job(
             dumps.world.size, evidence, stacks, collected, dump_files(dumps)

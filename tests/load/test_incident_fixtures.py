@@ -94,6 +94,30 @@ def test_restart_analyses_the_last_attempt_and_sets_the_stale_dump_aside(inciden
     assert not any("/attempt_0/" in s for s in sources), sources
 
 
+def test_restart_reads_torchruns_console_for_this_attempt_only(incidents: Path) -> None:
+    """torchrun.log (--tee) spans both attempts: only the lines after the agent's 'failed
+    (exitcode: 1)' of attempt 0 are attempt 1's evidence, so rank 3 (timed out in attempt 0,
+    silent in attempt 1 but for the agent's SIGTERM) is the rank the others waited on, as the
+    fixture was built (it was 'cannot tell': attempt 0's lines made rank 3 heard from)."""
+    code, doc, _ = analyze(incidents, "restart")
+    assert (code, doc["verdict"], doc["suspected_ranks"]) == (1, "hang", [3])
+    lines = [
+        int(e["source"].split(":")[1])
+        for e in doc["timeline"]
+        if e["source"].startswith("torchrun.log:")
+    ]
+    assert lines and min(lines) > 93  # (line 93: attempt 0's failure, the restart)
+    (aside,) = [p for p in doc["evidence_problems"] if p.startswith("torchrun.log: ")]
+    assert "only lines 94-256 (attempt 1) read" in aside
+    _, doc0, _ = analyze(incidents, "restart", "--attempt", "0")
+    lines = [
+        int(e["source"].split(":")[1])
+        for e in doc0["timeline"]
+        if e["source"].startswith("torchrun.log:")
+    ]
+    assert lines and max(lines) <= 93
+
+
 def test_attempt_0_is_analysed_on_request_and_an_unknown_attempt_is_one_line(
     incidents: Path,
 ) -> None:
@@ -161,10 +185,11 @@ def test_pod_logs_name_the_pod_that_retried_to_the_end(incidents: Path) -> None:
 
 def test_restart_reads_as_history_attempt_1_then_attempt_0(incidents: Path) -> None:
     """Attempt 0's own files (rank 3's dump, its attempt_0 logs) suspect the ranks without a
-    dump (rank 1 never joined: it is among them) and blame nobody; no rank repeats."""
+    dump (rank 1 never joined: it is among them) and blame nobody; no rank repeats. Attempt
+    1 suspects rank 3 (torchrun.log read for its lines only)."""
     _, doc, _ = analyze(incidents, "restart")
     assert history(doc) == [
-        (1, False, "cannot_tell", [], []),
+        (1, False, "hang", [], [3]),
         (0, False, "cannot_tell", [], [0, 1, 2]),
     ]
     earlier = doc["history"]["attempts"][1]
