@@ -170,6 +170,7 @@ def load_evidence(
     *,
     attempt: int | None = None,
     newest: int | None = None,
+    job_ns: int | None = None,
 ) -> JobEvidence:
     """Every failure the directory's logs, error files and recorder sidecars report:
     ``files``, the side files its discovery found (``Discovery.side_files``; the stack files
@@ -177,7 +178,9 @@ def load_evidence(
     where known: a file or line names a rank only by a launcher's convention and inside the
     job (``frtrace.evidence.launchers``). ``attempt``: of a restarted job whose newest attempt
     is ``newest``, the one analysed (None: the newest): a log that spans several attempts is
-    read for that one's lines only (``frtrace.evidence.agent``)."""
+    read for that one's lines only (``frtrace.evidence.agent``). ``job_ns``: when the job ran
+    (its dumps' newest entry), whose year log times without one (glog's ``E1127 03:56:46``)
+    are read in; else each log's file time says it (a checkout's or a copy's is new)."""
     failures = _from_stacks(stacks)
     found: list[str] = []
     problems: list[str] = []
@@ -208,7 +211,12 @@ def load_evidence(
                     problems.append(aside)
                     text = "\n".join(lines)
                 failures += parse_log(
-                    text, rel, rank=rank, year=_year(file.mtime), ranks=said, deadline=deadline
+                    text,
+                    rel,
+                    rank=rank,
+                    year=_year(file.mtime if job_ns is None else job_ns / 1e9),
+                    ranks=said,
+                    deadline=deadline,
                 )
         except ErrorFileError as exc:
             problems.append(f"{rel}: {exc}; skipped")

@@ -33,6 +33,21 @@ def incidents(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fixtures as a checkout leaves them, at their worst: every file's time new (a
+    year and more after the jobs ran), in reverse path order (an earlier snapshot's files
+    newer than the later one's, a stale dump newer than today's)."""
+    root = tmp_path_factory.mktemp("checkout")
+    later = max(m for truth in TRUTH.values() for m in truth["mtimes"].values()) + 400 * 86400
+    for name in TRUTH:
+        shutil.copytree(TREE / name, root / name)
+        files = sorted(p for p in (root / name).rglob("*") if p.is_file())
+        for i, path in enumerate(reversed(files)):
+            os.utime(path, (later + i, later + i))
+    return root
+
+
 def analyze(root: Path, name: str, *args: str) -> tuple[int, dict[str, Any], list[str]]:
     result = CliRunner().invoke(
         app, ["analyze", str(root / name), "-f", "json", "--no-cache", *args]
@@ -224,3 +239,21 @@ def test_ray_logs_suspect_the_rank_that_left_no_dump_and_said_nothing(incidents:
     assert (code, doc["verdict"], doc["suspected_ranks"]) == (1, "hang", [1])
     (f,) = [f for f in doc["findings"] if f["kind"] == "missing_dump"]
     assert (f["culprit_ranks"], f["waiting_ranks"], f["confidence"]) == ([1], [0, 2, 3], "low")
+
+
+@pytest.mark.parametrize("name", sorted(TRUTH))
+def test_a_checkouts_file_times_change_no_verdict(
+    incidents: Path, checkout: Path, name: str
+) -> None:
+    """Analysed in place (new file times, in any order), each fixture gives what it gives with
+    the times its job left: which dump is stale, which snapshot is the newest and the year
+    of a log's glog times come from what the files carry (entries, dump times), not their
+    file times. (Before: the rerun named ranks 0-2, the three innocents, and the snapshots
+    analysed the earlier one.)"""
+    _, doc, warnings = analyze(checkout, name)
+    truth = TRUTH[name]
+    assert not named(doc) & set(truth["innocent_ranks"]), doc["headline"]
+    _, want, want_warnings = analyze(incidents, name)
+    keys = ("verdict", "culprit_ranks", "suspected_ranks", "ranks_loaded", "timeline", "history")
+    assert {k: doc.get(k) for k in keys} == {k: want.get(k) for k in keys}
+    assert warnings == want_warnings
