@@ -1,6 +1,9 @@
 """A launcher log spanning attempts, cut at the elastic agent's restarts
-(frtrace.evidence.agent), on real torchrun consoles (tests/fixtures/agent_logs: a job whose
-one rank fails in each attempt, at torchrun's default log level and at LOGLEVEL=INFO)."""
+(frtrace.evidence.agent), on real torchrun consoles (``agent_logs/`` beside this file: the
+job ``job.py`` there, whose one rank fails in each attempt, run in that folder with
+``python -m torch.distributed.run --nproc-per-node 2 --max-restarts 2 --tee 3
+--monitor-interval 0.2 job.py > restarts_warning.log 2>&1`` (torchrun's default log level),
+and with ``LOGLEVEL=INFO`` and ``--max-restarts 1`` into ``restarts_info.log``; torch 2.13)."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import pytest
 from frtrace.evidence.agent import attempt_parts, chosen_part
 from frtrace.evidence.discover import load_evidence
 
-LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "agent_logs"
+LOGS = Path(__file__).resolve().parent / "agent_logs"
 _UP = re.compile(r"^\[default\d\]:attempt (\d) rank \d up$")
 
 
