@@ -36,6 +36,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from frtrace.budget import MAX_LINE_CHARS
+
 __all__ = ["Part", "attempt_parts", "chosen_part"]
 
 _FAILED = re.compile(r"\bfailed \(exitcode: -?\d{1,10}\) local_rank: \d{1,7} \(pid: \d{1,10}\) of ")
@@ -69,7 +71,8 @@ def attempt_parts(lines: Sequence[str]) -> list[Part]:
     pending = False  # a worker failed: its next worker line begins another attempt
     rendezvous = -10
     numbers: dict[int, int] = {}  # part index -> the number the agent's lines give it
-    for i, line in enumerate(lines):
+    for i, whole in enumerate(lines):
+        line = whole[:MAX_LINE_CHARS]  # (a hostile line costs no more than a long one)
         if _FAILED.search(line) is not None:
             pending = True
         elif (m := _RESTART.search(line)) is not None:
@@ -96,7 +99,9 @@ def attempt_parts(lines: Sequence[str]) -> list[Part]:
     for k, (_, number, _) in enumerate(cuts):
         if number is not None:
             numbers.setdefault(k + 1, number)
-    restarts_after = [sum(1 for c in cuts[k:] if not c[2]) for k in range(len(starts))]
+    restarts_after = [0] * len(starts)  # (counted from the end: one pass)
+    for k in range(len(cuts) - 1, -1, -1):
+        restarts_after[k] = restarts_after[k + 1] + (0 if cuts[k][2] else 1)
     return [
         Part(
             first=first,
