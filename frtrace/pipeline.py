@@ -67,7 +67,13 @@ def read_side_files(
     world = None if dumps is None else dumps.world.size
     stacks = stack_files.load_stacks(where, files)
     collected = read_collected(where, files)
-    evidence = load_evidence(where, stacks, files, world)
+    restarts = None if dumps is None else dumps.restarts
+    attempt = newest = None
+    if restarts is not None:  # (a log spanning attempts is read for this one's lines)
+        attempt, newest = restarts.attempt, max(restarts.attempt, *restarts.others)
+    evidence = load_evidence(
+        where, stacks, files, world, attempt=attempt, newest=newest, job_ns=_job_ns(dumps)
+    )
     if dumps is not None:
         evidence, stacks, collected = within_job(
             dumps.world.size, evidence, stacks, collected, dump_files(dumps)
@@ -79,6 +85,16 @@ def read_side_files(
             problems=evidence.problems + collected.problems,
         )
     return SideFiles(stacks=stacks, evidence=evidence, collected=collected)
+
+
+def _job_ns(dumps: DumpSet | None) -> int | None:
+    """When the job ran: its dumps' newest entry's creation (ns), where they have one."""
+    if dumps is None or dumps.entries.num_rows == 0:
+        return None
+    import pyarrow.compute as pc
+
+    newest = pc.max(dumps.entries.column("time_created_ns")).as_py()
+    return newest if isinstance(newest, int) and newest > 0 else None
 
 
 def _without_dumps(directory: Path, missing: NoDumpsFound) -> tuple[DumpSet, SideFiles]:

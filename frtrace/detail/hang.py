@@ -104,8 +104,9 @@ class MaybeElsewhere:
     """Why a culprit may be blocked in an op its buffer does not show: its stack is inside a
     torch.distributed call (``in_call``: where its stack is), or it ran ``unrecorded`` Gloo
     send/recv; or, with neither, ranks absent from the same op of groups like its own wait in
-    send/recv (``neighbours``) behind a rank seen stuck elsewhere (``behind``): a pipeline
-    stage held up by another looks exactly so."""
+    send/recv (``neighbours``) behind a rank seen stuck elsewhere (``behind``), or none is seen
+    waiting but a rank absent from the same op of another group like its own is seen stuck
+    (``behind`` alone): a pipeline stage held up by another looks exactly so."""
 
     rank: int
     in_call: CulpritWhere | None

@@ -21,6 +21,7 @@ from datetime import datetime
 from pathlib import Path
 
 from frtrace.budget import LOG_SECONDS, Deadline
+from frtrace.evidence.agent import attempt_parts, chosen_part
 from frtrace.evidence.errorfile import ErrorFileError, parse_error_file
 from frtrace.evidence.launchers import LineRanks, file_ranks, ray_ranks, ray_worker_pid
 from frtrace.evidence.logs import TEE, parse_log
@@ -135,17 +136,51 @@ def _settle(failures: Iterable[Failure]) -> tuple[Failure, ...]:
     )
 
 
+def _of_attempt(
+    text: str, rel: str, attempt: int | None, newest: int | None
+) -> tuple[list[str], str | None]:
+    """The log's lines, those of other attempts than ``attempt`` (of a folder whose newest is
+    ``newest``) blanked where the elastic agent's lines show restarts
+    (``frtrace.evidence.agent``: the line numbers stay the file's), and a line saying what
+    was set aside (None where nothing was)."""
+    lines = text.splitlines()
+    parts = attempt_parts(lines)
+    if len(parts) == 1:
+        return lines, None
+    part = chosen_part(parts, attempt, newest)
+    which = "the newest attempt" if attempt is None else f"attempt {attempt}"
+    if part is None:
+        return [], (
+            f"{rel}: {len(parts)} attempts' lines (the elastic agent restarted the workers), "
+            f"none of {which}: set aside, never evidence"
+        )
+    kept = [ln if part.first <= i < part.end else "" for i, ln in enumerate(lines)]
+    span = f"lines {part.first + 1}-{part.end}" if part.end > part.first else "no line"
+    return kept, (
+        f"{rel}: the elastic agent restarted the workers {len(parts) - 1} time(s) in this log: "
+        f"only {span} ({which}) read, the other attempts' lines set aside, never evidence"
+    )
+
+
 def load_evidence(
     directory: Path,
     stacks: StackSet | None = None,
     files: Sequence[SideFile] | None = None,
     world: int | None = None,
+    *,
+    attempt: int | None = None,
+    newest: int | None = None,
+    job_ns: int | None = None,
 ) -> JobEvidence:
     """Every failure the directory's logs, error files and recorder sidecars report:
     ``files``, the side files its discovery found (``Discovery.side_files``; the stack files
     among them are not read here), else the directory is listed. ``world``: the job's ranks,
     where known: a file or line names a rank only by a launcher's convention and inside the
-    job (``frtrace.evidence.launchers``)."""
+    job (``frtrace.evidence.launchers``). ``attempt``: of a restarted job whose newest attempt
+    is ``newest``, the one analysed (None: the newest): a log that spans several attempts is
+    read for that one's lines only (``frtrace.evidence.agent``). ``job_ns``: when the job ran
+    (its dumps' newest entry), whose year log times without one (glog's ``E1127 03:56:46``)
+    are read in; else each log's file time says it (a checkout's or a copy's is new)."""
     failures = _from_stacks(stacks)
     found: list[str] = []
     problems: list[str] = []
@@ -171,8 +206,17 @@ def load_evidence(
                 failures += parse_error_file(text, rel, rank=rank)
             else:
                 said = LineRanks.of_file(text.splitlines(), TEE, world, ray)
+                lines, aside = _of_attempt(text, rel, attempt, newest)
+                if aside is not None:
+                    problems.append(aside)
+                    text = "\n".join(lines)
                 failures += parse_log(
-                    text, rel, rank=rank, year=_year(file.mtime), ranks=said, deadline=deadline
+                    text,
+                    rel,
+                    rank=rank,
+                    year=_year(file.mtime if job_ns is None else job_ns / 1e9),
+                    ranks=said,
+                    deadline=deadline,
                 )
         except ErrorFileError as exc:
             problems.append(f"{rel}: {exc}; skipped")

@@ -13,9 +13,10 @@ anything is analysed, from what they carry, and says in one line each what it se
   read): ``frtrace.recorder.enable(DIR)`` then ``frtrace collect DIR`` is one dump set.
 * **Snapshots.** Dump sets of the same ranks whose ranks ran as the same processes (the pids
   that ``collect``'s manifests and the recorder's sidecars in their folders give agree, on the
-  same hosts) are snapshots of one job: the newest (by its files' times) is the incident, the
-  others are said (``frtrace compare`` tells stuck from slow between two). Sets without that
-  proof stay several jobs: refused with the ``--only`` that picks one.
+  same hosts) are snapshots of one job: the newest (by the dump times they record; by its
+  files' times only where a set records none: a checkout's or a copy's are new) is the
+  incident, the others are said (``frtrace compare`` tells stuck from slow between two).
+  Sets without that proof stay several jobs: refused with the ``--only`` that picks one.
 * **Attempts in folders.** Files under an ``attempt_<N>`` folder (torchrun's ``--log-dir``,
   a launcher's requeue folders) belong to attempt N; the newest attempt is analysed and the
   other attempts' files are set aside, a line per attempt (``--attempt N`` picks one).
@@ -249,6 +250,27 @@ def _pids_in(folder: str, side_files: Sequence[SideFile]) -> dict[int, tuple[str
     return {r: next(iter(v)) for r, v in seen.items() if len(v) == 1}
 
 
+def _dumped_at(folder: str, side_files: Sequence[SideFile]) -> int | None:
+    """The newest dump time (ns) the manifest and the recorder's sidecars in ``folder`` (not
+    below) give its ranks, else None."""
+    times: list[int] = []
+    for f in side_files:
+        if _folder(f.relative) != folder or f.refused is not None:
+            continue
+        if f.kind == "manifest":
+            doc = _json_of(f)
+            items = doc.get("ranks") if isinstance(doc, dict) else None
+        elif f.kind == "stacks" and f.relative.endswith(".json"):
+            items = [_json_of(f)]
+        else:
+            continue
+        for item in items if isinstance(items, list) else ():
+            at = item.get("dumped_at_ns") if isinstance(item, dict) else None
+            if type(at) is int and at > 0:
+                times.append(at)
+    return max(times) if times else None
+
+
 def _note(seen: dict[int, set[tuple[str, int]]], item: Any) -> None:
     if not isinstance(item, dict):
         return
@@ -305,7 +327,16 @@ def newest_snapshot(
         seen = {p.get(rank) for p in pids}
         if None in seen or len(seen) != 1:
             return None  # a rank whose process is unknown somewhere, or differs: not shown
-    times = [_newest_mtime(files) for _, _, files in sets]
+    # which is newest: by the dump times the manifests and the recorder's sidecars record
+    # (a checkout's or a copy's file times are new), by the files' times only where a set has
+    # none (then said)
+    dumped = [
+        max((t for f in fs if (t := _dumped_at(f, side_files))), default=None) for fs in folders
+    ]
+    by = "its dump times"
+    times: list[float | None] = [None if t is None else t / 1e9 for t in dumped]
+    if any(t is None for t in times):
+        times, by = [_newest_mtime(files) for _, _, files in sets], "its files' times"
     if any(t is None for t in times):
         return None
     newest = max(range(len(sets)), key=lambda i: (times[i] or 0.0, sets[i][0]))
@@ -314,8 +345,8 @@ def newest_snapshot(
             rank=min(common),
             path=name,
             message=f"{name}: an earlier snapshot of the same ranks (the same processes as "
-            f"{sets[newest][0]}): the newest snapshot is analysed; `frtrace compare` on the "
-            "two tells stuck from slow",
+            f"{sets[newest][0]}): the newest snapshot (by {by}) is analysed; `frtrace "
+            "compare` on the two tells stuck from slow",
             fatal=False,
         )
         for i, (name, _, _) in enumerate(sets)

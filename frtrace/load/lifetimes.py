@@ -135,7 +135,7 @@ def one_attempt(dumps: DumpSet, discovery: Discovery) -> DumpSet:
     attempt, newest_folder = discovery.wanted, discovery.attempt
     restarted = newest_folder is not None and newest_folder >= 1
     spans = _spans(dumps)
-    chains = _proven(dumps, lifetimes(spans), restarted)
+    chains, proofs = _proven(dumps, lifetimes(spans), restarted)
     offset = 0 if newest_folder is None else newest_folder - (len(chains) - 1)
     folders = bool(chains) and newest_folder is not None and offset >= 0
     numbered = [replace(c, number=c.number + max(0, offset)) for c in chains]
@@ -176,7 +176,7 @@ def one_attempt(dumps: DumpSet, discovery: Discovery) -> DumpSet:
             rank=r,
             path=path,
             message=f"{path}: rank {r}'s dump is of "
-            + _why(c.number < chosen.number, spans[r], chosen, restarted)
+            + _why(c.number < chosen.number, spans[r], chosen, proofs.get(r, ""))
             + f": set aside; rank {r} has no dump of attempt {chosen.number}",
             fatal=False,
         )
@@ -188,19 +188,35 @@ def one_attempt(dumps: DumpSet, discovery: Discovery) -> DumpSet:
     return replace(keep_ranks(dumps, keep, tuple(problems)), restarts=restarts)
 
 
-def _proven(dumps: DumpSet, chains: list[Lifetime], restarted: bool) -> list[Lifetime]:
-    """The lifetimes with each one not shown to be older merged into the next: only a file
-    written before the newest lifetime began is taken for an older one (a copy or an archive
-    member, whose own time is new or unknown, stays in); where the logs' attempt_<N> folders
-    say the job restarted, the entries' gap is proof enough (a copied folder's new file times
-    do not hide a restart)."""
+def _proven(
+    dumps: DumpSet, chains: list[Lifetime], restarted: bool
+) -> tuple[list[Lifetime], dict[int, str]]:
+    """The lifetimes with each one not shown to be older merged into the next, and how each
+    older lifetime's rank was shown to be one: where the logs' attempt_<N> folders say the job
+    restarted, the entries' gap is proof enough (a copied folder's new file times do not hide
+    a restart); else a rank whose file was written before the newest lifetime began, or whose
+    entries run past the first op the newest lifetime's ranks recorded in a group
+    (``_ahead``: not one run, whatever the file times). A copy or an archive member, whose own
+    time is new or unknown, with no such entries, stays in."""
     mtimes = _mtimes(dumps) if len(chains) > 1 and not restarted else {}  # (one stat a file)
+    proofs: dict[int, str] = {}
     while len(chains) > 1:
         newest = chains[-1]
-        proven = restarted or all(
-            r in mtimes and mtimes[r] * 1e9 < newest.first_ns for c in chains[:-1] for r in c.ranks
-        )
-        if proven:
+        older = [r for c in chains[:-1] for r in c.ranks]
+        if restarted:
+            proofs = dict.fromkeys(older, "the logs show a restart")
+            break
+        ahead = _ahead(dumps, newest, older)
+        proofs = {  # (the entries' proof first: it holds whatever the file times)
+            r: ahead.get(r)
+            or (
+                "the file was written before it"
+                if mtimes.get(r, 1e30) * 1e9 < newest.first_ns
+                else ""
+            )
+            for r in older
+        }
+        if all(proofs.values()):
             break
         merged = chains[-2]
         chains[-2:] = [
@@ -211,10 +227,50 @@ def _proven(dumps: DumpSet, chains: list[Lifetime], restarted: bool) -> list[Lif
                 last_ns=max(merged.last_ns, newest.last_ns),
             )
         ]
-    return chains
+    return chains, proofs
 
 
-def _why(earlier: bool, span: tuple[int, int], chosen: Lifetime, restarted: bool) -> str:
+def _ahead(dumps: DumpSet, newest: Lifetime, older: Sequence[int]) -> dict[int, str]:
+    """The ranks of ``older`` (whose entries all end more than ``GAP_NS`` before the newest
+    lifetime's first) that recorded an op of a group past the first op the newest lifetime's
+    ranks recorded in it (the same group name), and how it reads. In one run a rank cannot
+    have gone past op #n of a group before the group's other members even reached #n (a
+    collective completes only once every member joined it); only ops issued ``async_op`` and
+    never waited on could, and a rank that left a whole run's ops behind is the usual cause:
+    a file of an earlier run, whatever its file time (a checkout's or a copy's are new)."""
+    import pyarrow.compute as pc
+
+    table = dumps.entries.select(["rank", "group_name", "collective_seq"])
+    table = table.filter(pc.is_valid(table.column("collective_seq")))
+    if table.num_rows == 0:
+        return {}
+    grouped = table.group_by(["rank", "group_name"]).aggregate(
+        [("collective_seq", "min"), ("collective_seq", "max")]
+    )
+    rows = list(
+        zip(
+            grouped.column("rank").to_pylist(),
+            grouped.column("group_name").to_pylist(),
+            grouped.column("collective_seq_min").to_pylist(),
+            grouped.column("collective_seq_max").to_pylist(),
+            strict=True,
+        )
+    )
+    first: dict[str, int] = {}
+    for rank, group, low, _ in rows:
+        if rank in newest.ranks and group is not None:
+            first[group] = min(first.get(group, low), low)
+    out: dict[int, str] = {}
+    for rank, group, _, high in sorted(rows, key=lambda row: (row[0], str(row[1]))):
+        if rank in older and rank not in out and group in first and high > first[group]:
+            out[rank] = (
+                f"its ops of pg {group} run to #{high}, past #{first[group]} where the "
+                "others' begin: not one run"
+            )
+    return out
+
+
+def _why(earlier: bool, span: tuple[int, int], chosen: Lifetime, proof: str) -> str:
     """Why a rank's dump is of another attempt: its entries against the chosen attempt's."""
     if not chosen.ranks:  # (an attempt that left no dump: its logs alone are analysed)
         which = "an earlier" if earlier else "a later"
@@ -222,11 +278,10 @@ def _why(earlier: bool, span: tuple[int, int], chosen: Lifetime, restarted: bool
     if not earlier:
         gap = _seconds(span[0] - chosen.last_ns)
         return f"a later attempt or run (its entries begin {gap} after attempt {chosen.number}'s)"
-    proof = "the logs show a restart" if restarted else "the file was written before it"
     gap = _seconds(chosen.first_ns - span[1])
     return (
         f"an earlier attempt or run (its entries end {gap} before attempt {chosen.number}'s "
-        f"first, and {proof})"
+        f"first, and {proof or 'the logs show a restart'})"
     )
 
 

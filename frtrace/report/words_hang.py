@@ -109,6 +109,14 @@ def _doubt(m: MaybeElsewhere) -> str:
             f"exactly so; the dumps cannot tell whether rank {m.rank} waits too (its Python "
             "stack would)"
         )
+    if m.behind:
+        return (
+            f"rank {m.rank} has no Python stack and Gloo counted no send/recv of it, and "
+            f"{who(m.behind)}, absent from the same op of a group like this one, "
+            f"{'are' if len(m.behind) > 1 else 'is'} seen stuck elsewhere: a pipeline stage "
+            f"held up by another looks exactly so; the dumps cannot tell whether rank {m.rank} "
+            "waits behind it or is stuck too (its Python stack would)"
+        )
     if m.in_call is not None:
         return (
             f"rank {m.rank}'s Python stack is inside a torch.distributed call "

@@ -33,6 +33,21 @@ def incidents(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fixtures as a checkout leaves them, at their worst: every file's time new (a
+    year and more after the jobs ran), in reverse path order (an earlier snapshot's files
+    newer than the later one's, a stale dump newer than today's)."""
+    root = tmp_path_factory.mktemp("checkout")
+    later = max(m for truth in TRUTH.values() for m in truth["mtimes"].values()) + 400 * 86400
+    for name in TRUTH:
+        shutil.copytree(TREE / name, root / name)
+        files = sorted(p for p in (root / name).rglob("*") if p.is_file())
+        for i, path in enumerate(reversed(files)):
+            os.utime(path, (later + i, later + i))
+    return root
+
+
 def analyze(root: Path, name: str, *args: str) -> tuple[int, dict[str, Any], list[str]]:
     result = CliRunner().invoke(
         app, ["analyze", str(root / name), "-f", "json", "--no-cache", *args]
@@ -92,6 +107,30 @@ def test_restart_analyses_the_last_attempt_and_sets_the_stale_dump_aside(inciden
     assert not {0, 1, 2} & named(doc)
     sources = {e["source"].split(":")[0] for e in doc.get("timeline") or ()}
     assert not any("/attempt_0/" in s for s in sources), sources
+
+
+def test_restart_reads_torchruns_console_for_this_attempt_only(incidents: Path) -> None:
+    """torchrun.log (--tee) spans both attempts: only the lines after the agent's 'failed
+    (exitcode: 1)' of attempt 0 are attempt 1's evidence, so rank 3 (timed out in attempt 0,
+    silent in attempt 1 but for the agent's SIGTERM) is the rank the others waited on, as the
+    fixture was built (it was 'cannot tell': attempt 0's lines made rank 3 heard from)."""
+    code, doc, _ = analyze(incidents, "restart")
+    assert (code, doc["verdict"], doc["suspected_ranks"]) == (1, "hang", [3])
+    lines = [
+        int(e["source"].split(":")[1])
+        for e in doc["timeline"]
+        if e["source"].startswith("torchrun.log:")
+    ]
+    assert lines and min(lines) > 93  # (line 93: attempt 0's failure, the restart)
+    (aside,) = [p for p in doc["evidence_problems"] if p.startswith("torchrun.log: ")]
+    assert "only lines 94-256 (attempt 1) read" in aside
+    _, doc0, _ = analyze(incidents, "restart", "--attempt", "0")
+    lines = [
+        int(e["source"].split(":")[1])
+        for e in doc0["timeline"]
+        if e["source"].startswith("torchrun.log:")
+    ]
+    assert lines and max(lines) <= 93
 
 
 def test_attempt_0_is_analysed_on_request_and_an_unknown_attempt_is_one_line(
@@ -161,10 +200,11 @@ def test_pod_logs_name_the_pod_that_retried_to_the_end(incidents: Path) -> None:
 
 def test_restart_reads_as_history_attempt_1_then_attempt_0(incidents: Path) -> None:
     """Attempt 0's own files (rank 3's dump, its attempt_0 logs) suspect the ranks without a
-    dump (rank 1 never joined: it is among them) and blame nobody; no rank repeats."""
+    dump (rank 1 never joined: it is among them) and blame nobody; no rank repeats. Attempt
+    1 suspects rank 3 (torchrun.log read for its lines only)."""
     _, doc, _ = analyze(incidents, "restart")
     assert history(doc) == [
-        (1, False, "cannot_tell", [], []),
+        (1, False, "hang", [], [3]),
         (0, False, "cannot_tell", [], [0, 1, 2]),
     ]
     earlier = doc["history"]["attempts"][1]
@@ -199,3 +239,21 @@ def test_ray_logs_suspect_the_rank_that_left_no_dump_and_said_nothing(incidents:
     assert (code, doc["verdict"], doc["suspected_ranks"]) == (1, "hang", [1])
     (f,) = [f for f in doc["findings"] if f["kind"] == "missing_dump"]
     assert (f["culprit_ranks"], f["waiting_ranks"], f["confidence"]) == ([1], [0, 2, 3], "low")
+
+
+@pytest.mark.parametrize("name", sorted(TRUTH))
+def test_a_checkouts_file_times_change_no_verdict(
+    incidents: Path, checkout: Path, name: str
+) -> None:
+    """Analysed in place (new file times, in any order), each fixture gives what it gives with
+    the times its job left: which dump is stale, which snapshot is the newest and the year
+    of a log's glog times come from what the files carry (entries, dump times), not their
+    file times. (Before: the rerun named ranks 0-2, the three innocents, and the snapshots
+    analysed the earlier one.)"""
+    _, doc, warnings = analyze(checkout, name)
+    truth = TRUTH[name]
+    assert not named(doc) & set(truth["innocent_ranks"]), doc["headline"]
+    _, want, want_warnings = analyze(incidents, name)
+    keys = ("verdict", "culprit_ranks", "suspected_ranks", "ranks_loaded", "timeline", "history")
+    assert {k: doc.get(k) for k in keys} == {k: want.get(k) for k in keys}
+    assert warnings == want_warnings

@@ -11,7 +11,12 @@ may be waiting instead when
 - it has neither, but ranks absent from the same op of groups like its own (every dp group
   of a pipeline's stages misses the same all_reduce) wait in send/recv as above, behind a
   rank seen stuck elsewhere (its stack in host code, a failure the job reported as a cause,
-  or an error message naming it): a pipeline stage held up by another looks exactly so.
+  or an error message naming it): a pipeline stage held up by another looks exactly so;
+- it has neither and no such rank is seen waiting (no stage has a stack or counted p2p), but
+  a rank absent from the same op of another group like its own is seen stuck: the stage it
+  holds up may be this one, or this one may be stuck too; the dumps cannot tell which, so it
+  is doubted, not named (a rank absent from the very same op is no pipeline neighbour: two
+  ranks of one group are not told apart so).
   Without a rank seen stuck, the one absence nothing explains is the likeliest cause, and is
   left alone.
 
@@ -71,7 +76,9 @@ def maybe_elsewhere(
         around = set().union(*(absent.get((g, seq), set()) for g in alike))
         neighbours = tuple(sorted(around & waiting))
         behind = tuple(sorted(around & stuck))
-        if not (neighbours and behind):
+        if not neighbours:  # (no stage seen waiting: only one seen stuck in a group alike)
+            behind = tuple(sorted((around - ranks) & stuck))
+        if not behind:
             continue
         for r in unknown:
             out[r] = MaybeElsewhere(

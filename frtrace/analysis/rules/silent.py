@@ -4,7 +4,9 @@ Every rank that left a dump (of the attempt analysed) says in its own words that
 waiting (a collective or p2p op timed out, a peer closed the connection, the watchdog gave
 up), none of them reports a cause of its own, and some ranks of the job left no dump and no
 word at all: those are what the others waited on (they hung hard, or were killed, before
-they could write), suspected, never confirmed. Where the entries, a cause or an error
+they could write), suspected, never confirmed. A missing rank the launcher stopped (torchrun's
+summary: ``exitcode: -15 (SIGTERM)``, after another rank failed) was told to stop: that is no
+word of its own, and it may be what everyone waited on. Where the entries, a cause or an error
 message name anyone, other rules speak; this one is for the folder whose only positive
 evidence is who is missing (a Gloo job's group membership is not in its dumps, so its
 entries cannot say that the missing rank was a member of the op everyone waited in).
@@ -32,7 +34,8 @@ def check(facts: Facts) -> list[Finding]:
     if not absent or not loaded:
         return []
     waited = [f for f in failures if f.kind in WAITING and f.rank in loaded]
-    heard = {f.rank for f in failures if f.rank is not None}
+    # (a rank the launcher stopped said nothing of its own)
+    heard = {f.rank for f in failures if f.rank is not None and f.kind != FailureKind.TERMINATED}
     if {f.rank for f in waited} != loaded or heard & set(absent):
         return []  # a rank with a dump that never said it waited, or a missing one that spoke
     waiting = tuple(sorted(loaded))

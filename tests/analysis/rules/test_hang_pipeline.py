@@ -18,6 +18,7 @@ from frtrace.analysis.rules import hang
 from frtrace.detail import NeverJoined
 from frtrace.model import Finding, FindingKind, Report, Severity, Verdict
 from frtrace.pystack.model import Frame
+from frtrace.report.wording import evidence
 from tests.analysis.facts_builder import Frames, Job, cause, host, in_call
 
 STALLED = 1  # the stage stuck in host code
@@ -162,3 +163,33 @@ def test_a_stage_the_job_reports_failing_is_one_the_others_may_wait_behind() -> 
     doubt = facts.elsewhere[2]
     assert doubt.neighbours == (0, 3) and doubt.behind == (STALLED,)
     assert STALLED not in facts.elsewhere  # nothing says it waits: its absence stands
+
+
+def test_stages_without_stacks_beside_the_one_seen_stuck_are_not_named() -> None:
+    """Only rank 1 has a stack (host code) and Gloo counted no p2p (the pp groups record
+    nothing): ranks 0, 2 and 3 never joined #5 of their dp groups either, with nothing to say
+    where they are. Each may be a stage held up by rank 1: a warning that says it cannot tell,
+    never named; rank 1 is (it was 'culprit ranks 0-3')."""
+    stacks = {1: host()}
+    job = _pipelines()
+    by = _by_culprit(hang.check(_facts(job, stacks)))
+    assert by[STALLED].severity == Severity.ERROR
+    for r in (0, 2, 3):
+        assert by[r].severity == Severity.WARNING and isinstance(by[r].detail, NeverJoined)
+        (doubt,) = by[r].detail.doubts
+        assert (doubt.rank, doubt.in_call, doubt.unrecorded) == (r, None, 0)
+        assert doubt.neighbours == () and doubt.behind == (STALLED,)
+    report = _report(job, stacks)
+    assert (report.verdict, report.culprit_ranks) == (Verdict.HANG, (STALLED,))
+    said = [ln for f in report.findings for ln in evidence(f)]
+    assert any("cannot tell whether rank 2 waits behind it or is stuck too" in ln for ln in said)
+
+
+def test_a_rank_absent_from_the_same_op_as_one_seen_stuck_stays_named() -> None:
+    """One world all_reduce ranks 5 and 6 never joined: rank 5 in host code, rank 6 no stack
+    and no counted p2p. Two ranks of one group are no pipeline: rank 6 stays named."""
+    job = Job(world=8, backend="gloo")
+    job.done("all_reduce", range(1, 5))
+    job.enter("all_reduce", 5, ranks=(0, 1, 2, 3, 4, 7))
+    report = _report(job, {5: host()})
+    assert report.culprit_ranks == (5, 6)

@@ -3,8 +3,11 @@ with a cause; the ranks without a dump, which said nothing, are suspected (low c
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from frtrace.analysis.rules import silent
 from frtrace.detail import WaitedOnTheSilent
+from frtrace.evidence.model import FailureKind
 from frtrace.model import Confidence, FindingKind, Severity
 from tests.analysis.facts_builder import Job, cause, naming, symptom
 
@@ -37,3 +40,15 @@ def test_nothing_when_any_evidence_names_or_a_rank_did_not_say_it_waited() -> No
     assert silent.check(job.facts(failures=waited[:2])) == []
     assert silent.check(job.facts(failures=[*waited, symptom(3)])) == []
     assert silent.check(Job(world=4).facts(failures=waited)) == []  # nobody is missing
+
+
+def test_a_missing_rank_the_launcher_stopped_is_still_silent() -> None:
+    """torchrun's summary 'exitcode: -15 (SIGTERM)' for the missing rank is what the agent did
+    to it once another rank failed, not a word of its own (the restart fixture's attempt 1:
+    rank 3 hung and was stopped); a missing rank that exited by itself (exit code 1) spoke."""
+    waited = [symptom(r) for r in (0, 1, 2)]
+    stopped = replace(symptom(3), kind=FailureKind.TERMINATED, message="exit code -15")
+    (f,) = silent.check(_gloo_job().facts(failures=[*waited, stopped]))
+    assert f.culprit_ranks == (3,)
+    exited = replace(stopped, kind=FailureKind.EXITED, message="exit code 1")
+    assert silent.check(_gloo_job().facts(failures=[*waited, exited])) == []
