@@ -182,3 +182,4 @@ class WaitedOnTheSilent:
     absent: tuple[int, ...]
     waited: tuple[int, ...]  # the ranks whose own failures say they waited
     symptoms: tuple[Failure, ...]  # a few of those failures
+    lost: tuple[int, ...] = ()  # of ``waited``, those with no dump (of this attempt): logs only

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["Failure", "FailureKind", "JobEvidence", "Role"]
+__all__ = ["WAITING", "Failure", "FailureKind", "JobEvidence", "Role", "said_they_waited"]
 
 
 class Role(StrEnum):
@@ -46,6 +46,9 @@ CAUSES = frozenset(
     }
 )
 
+# What a rank's own failure says when it waited on a peer
+WAITING = frozenset({FailureKind.TIMEOUT, FailureKind.PEER_CLOSED, FailureKind.WATCHDOG_ABORT})
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Failure:
@@ -75,3 +78,20 @@ class JobEvidence:
 
     def __bool__(self) -> bool:
         return bool(self.failures)
+
+
+def said_they_waited(evidence: JobEvidence) -> frozenset[int]:
+    """The ranks that said, in their own words, that they failed waiting on a peer (a timeout,
+        a closed connection, the watchdog), and said nothing else of their own: no cause, no
+        message naming a rank. (That the launcher stopped it, or saw it exit, is no word of its own;
+    a rank that said only that is not one.)"""
+    waited: set[int] = set()
+    other: set[int] = set()
+    for f in evidence.failures:
+        if f.rank is None:
+            continue
+        if f.kind in WAITING and f.role != Role.CAUSE and not f.named_ranks:
+            waited.add(f.rank)
+        elif f.kind not in (FailureKind.TERMINATED, FailureKind.EXITED):  # (no word of its own)
+            other.add(f.rank)
+    return frozenset(waited - other)

@@ -109,8 +109,8 @@ def _why(f: Finding) -> str:
         return "Gloo's pg_config does not say who the other members are"
     if isinstance(d, WaitedOnTheSilent):
         return (
-            "read from the job's own failures: every rank with a dump failed waiting, none "
-            "with a cause; the entries do not say whom they waited on"
+            f"read from the job's own failures: every {'other' if d.lost else 'rank with a dump'}"
+            " failed waiting, none with a cause; the entries do not say whom they waited on"
         )
     if isinstance(d, RunningSnapshot):
         return (
@@ -370,8 +370,10 @@ def _stuck_evidence(d: StuckInCollective) -> str:
 
 
 def _silent_summary(d: WaitedOnTheSilent) -> str:
+    others = "every other rank" if d.lost else "every rank with a dump"
+    lost = f"; {who(d.lost)} by their logs alone" if d.lost else ""
     return (
-        f"{who(d.absent)} left no dump and said nothing, while every rank with a dump "
-        f"({who(d.waited)}) failed waiting with no cause of its own: suspected, what they "
-        "waited on"
+        f"{who(d.absent)} left no dump and said nothing, while {others} "
+        f"({who(d.waited)}{lost}) failed waiting with no cause of its own: suspected, what "
+        "they waited on"
     )

@@ -43,6 +43,7 @@ from frtrace.detail import (
     PgStatus,
     Waits,
 )
+from frtrace.evidence.model import said_they_waited
 from frtrace.load.tables import DumpSet
 from frtrace.model import Confidence, Finding, FindingKind, GroupRef, OpSignature, Severity
 
@@ -140,8 +141,15 @@ def _hang_finding(
 ) -> Finding:
     dumps, matched = facts.dumps, facts.matched
     group = facts.membership.groups[gid]
+    also_waited: set[int] = set()
+    if kind == FindingKind.MISSING_DUMP:  # a missing rank whose log says it waited too
+        said = said_they_waited(facts.evidence)
+        quiet = [e for e in edges if e.target not in said]
+        if quiet and len(quiet) < len(edges):  # (where all said so, nobody is cleared)
+            also_waited = {e.target for e in edges} - {e.target for e in quiet}
+            edges = quiet
     culprits = tuple(sorted({e.target for e in edges}))
-    waiting = tuple(sorted({e.waiter for e in edges}))
+    waiting = tuple(sorted({e.waiter for e in edges} | also_waited))
     ref = min(edges, key=lambda e: e.waiter)
     expected = signature_at(dumps, ref.row)
     seen: list[LastSeen] = []

@@ -10,35 +10,37 @@ word of its own, and it may be what everyone waited on. Where the entries, a cau
 message name anyone, other rules speak; this one is for the folder whose only positive
 evidence is who is missing (a Gloo job's group membership is not in its dumps, so its
 entries cannot say that the missing rank was a member of the op everyone waited in).
+
+A missing rank whose own log says it failed waiting too (its dump lost, overwritten by a later
+attempt's) waited with the others: it is never suspected; the silent ones beside it are.
 """
 
 from __future__ import annotations
 
 from frtrace.analysis.facts import Facts
 from frtrace.detail import WaitedOnTheSilent
-from frtrace.evidence.model import FailureKind, Role
+from frtrace.evidence.model import WAITING, FailureKind, Role, said_they_waited
 from frtrace.model import Confidence, Finding, FindingKind, Severity
 
 __all__ = ["WAITING", "check"]
-
-# What a rank's own failure says when it waited on a peer
-WAITING = frozenset({FailureKind.TIMEOUT, FailureKind.PEER_CLOSED, FailureKind.WATCHDOG_ABORT})
 
 
 def check(facts: Facts) -> list[Finding]:
     failures = facts.evidence.failures
     if any(f.role == Role.CAUSE or f.named_ranks for f in failures):
         return []  # a cause, or a message naming ranks: first_failure and named speak
-    absent = tuple(sorted(facts.dumps.missing_ranks))
+    missing = set(facts.dumps.missing_ranks)
     loaded = set(facts.dumps.loaded_ranks)
+    also_waited = said_they_waited(facts.evidence) & missing  # (their dumps lost)
+    absent = tuple(sorted(missing - also_waited))
     if not absent or not loaded:
         return []
-    waited = [f for f in failures if f.kind in WAITING and f.rank in loaded]
+    waited = [f for f in failures if f.kind in WAITING and f.rank in loaded | also_waited]
     # (a rank the launcher stopped said nothing of its own)
     heard = {f.rank for f in failures if f.rank is not None and f.kind != FailureKind.TERMINATED}
-    if {f.rank for f in waited} != loaded or heard & set(absent):
+    if not loaded <= {f.rank for f in waited} or heard & set(absent):
         return []  # a rank with a dump that never said it waited, or a missing one that spoke
-    waiting = tuple(sorted(loaded))
+    waiting = tuple(sorted(loaded | also_waited))
     return [
         Finding(
             kind=FindingKind.MISSING_DUMP,
@@ -46,7 +48,12 @@ def check(facts: Facts) -> list[Finding]:
             culprit_ranks=absent,
             waiting_ranks=waiting,
             confidence=Confidence.LOW,
-            detail=WaitedOnTheSilent(absent=absent, waited=waiting, symptoms=tuple(waited[:4])),
+            detail=WaitedOnTheSilent(
+                absent=absent,
+                waited=waiting,
+                symptoms=tuple(waited[:4]),
+                lost=tuple(sorted(also_waited)),
+            ),
             failures=tuple(waited[:8]),
         )
     ]

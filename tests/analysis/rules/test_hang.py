@@ -10,7 +10,7 @@ import pytest
 from frtrace.analysis.rules import hang
 from frtrace.detail import NeverJoined, NoDump, NotStarted
 from frtrace.model import Confidence, Finding, FindingKind, Severity
-from tests.analysis.facts_builder import Frames, Job, host, in_call
+from tests.analysis.facts_builder import Frames, Job, cause, host, in_call, symptom
 
 
 def _rank_2_never_joins(backend: str = "nccl", unrecorded: int = 0) -> Job:
@@ -103,6 +103,21 @@ def test_a_member_without_a_dump_is_the_culprit() -> None:
     (f,) = hang.check(job.enter("all_reduce", 7, ranks=(0, 1, 3)).facts())
     assert f.kind == FindingKind.MISSING_DUMP and isinstance(f.detail, NoDump)
     assert (f.culprit_ranks, f.waiting_ranks) == ((2,), (0, 1, 3))
+
+
+def test_a_member_without_a_dump_whose_log_says_it_waited_is_not_the_culprit() -> None:
+    """Ranks 1 and 2 left no dump (of this attempt: a restart overwrote them); rank 1's own log
+    says it timed out waiting, rank 2 said nothing: rank 2 is suspected, rank 1 waits. Where
+    every missing rank said it waited, nobody is cleared (the dumps still wait on them)."""
+    job = Job(world=4, missing=(1, 2)).done("all_reduce", range(1, 7), ranks=(0, 3))
+    job.enter("all_reduce", 7, ranks=(0, 3))
+    (f,) = hang.check(job.facts(failures=[symptom(0), symptom(1), symptom(3)]))
+    assert f.kind == FindingKind.MISSING_DUMP
+    assert (f.culprit_ranks, f.waiting_ranks) == ((2,), (0, 1, 3))
+    (f,) = hang.check(job.facts(failures=[symptom(1), symptom(2)]))
+    assert (f.culprit_ranks, f.waiting_ranks) == ((1, 2), (0, 3))
+    (f,) = hang.check(job.facts(failures=[symptom(1), cause(1)]))  # rank 1's own fault too
+    assert (f.culprit_ranks, f.waiting_ranks) == ((1, 2), (0, 3))
 
 
 def test_a_member_whose_gpu_never_started_the_op_is_the_culprit() -> None:

@@ -52,3 +52,19 @@ def test_a_missing_rank_the_launcher_stopped_is_still_silent() -> None:
     assert f.culprit_ranks == (3,)
     exited = replace(stopped, kind=FailureKind.EXITED, message="exit code 1")
     assert silent.check(_gloo_job().facts(failures=[*waited, exited])) == []
+
+
+def test_a_missing_rank_whose_log_says_it_waited_waited_with_the_others() -> None:
+    """Ranks 1 and 3 left no dump of this attempt (a restart overwrote them, the restart
+    fixture's attempt 0); rank 1's log says it timed out waiting, then the launcher saw it exit
+    (its own timeout's exit, no word of its own): rank 3 alone is suspected, rank 1 waited."""
+    job = Job(world=4, backend="gloo", missing=[1, 3]).done("all_reduce", range(1, 5), ranks=[0, 2])
+    exited = replace(symptom(1), kind=FailureKind.EXITED, message="exit code 1")
+    failures = [symptom(0), symptom(1), exited, symptom(2)]
+    (f,) = silent.check(job.facts(failures=failures))
+    assert (f.culprit_ranks, f.waiting_ranks) == ((3,), (0, 1, 2))
+    assert isinstance(f.detail, WaitedOnTheSilent) and f.detail.lost == (1,)
+    # every missing rank said it waited: nobody silent is left to suspect
+    assert silent.check(job.facts(failures=[*failures, symptom(3)])) == []
+    # a rank with a dump that never said it waited: still nothing
+    assert silent.check(job.facts(failures=[symptom(1), symptom(2)])) == []
