@@ -25,12 +25,13 @@ from frtrace.load.discover import Candidate, Discovery, SkippedFile, discover
 from frtrace.load.dumpset import DumpSet, WorldSize
 from frtrace.load.executors import FileExecutor, LocalProcesses, open_executor
 from frtrace.load.filerows import failed_file_row, storable_rows
+from frtrace.load.gather import Gather
 from frtrace.load.lifetimes import one_attempt  # (loaded dump sets: one attempt's ranks)
 from frtrace.load.members import MemberLists, groups_table, recorded_groups
 from frtrace.load.merging import Dictionary, local_dictionary, remap_stacks
 from frtrace.load.parse import ParsedDump
 from frtrace.load.problems import LoadProblem
-from frtrace.load.shipped import ColumnWriter, Gather, ShippedDump
+from frtrace.load.shipped import ColumnWriter, ShippedDump
 from frtrace.load.spill import spill_directory
 from frtrace.load.stacks import Stack
 from frtrace.progress import Progress, owned
@@ -315,7 +316,7 @@ class _Assembler:
         if self.writer is not None:
             self.writer.close()
         if self.spill_dir is not None:  # (its files are unlinked once mapped)
-            spill.remove_spill_directory(self.spill_dir)
+            spill.remove_spill_directory(self.spill_dir, background=True)
         entries = pa.Table.from_arrays(columns, schema=schema.ENTRIES)
         frames = {sid: stack for stack, sid in self.interned.items()}
         stacks = pa.Table.from_pylist(
@@ -350,7 +351,9 @@ def infer_world_size(files: pa.Table, groups: pa.Table) -> WorldSize:
     file_ranks = files.column("rank").to_pylist()
     highest = max(file_ranks) + 1 if file_ranks else 0
     rows = recorded_groups(groups)
-    recorded = max((max(r.ranks) + 1 for r in rows if r.ranks), default=0)
+    # (each distinct member list once: every rank records the default group's thousands)
+    lists = {id(r.ranks): r.ranks for r in rows if r.ranks}
+    recorded = max((max(ranks) + 1 for ranks in lists.values()), default=0)
     size = max(highest, recorded)
     for row in rows:
         if row.trusted and row.desc == "default_pg" and row.ranks:
