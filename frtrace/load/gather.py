@@ -16,13 +16,16 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import zlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.ipc as ipc
 
-from frtrace.load import native, spill
+from frtrace.load import ipcfile, native, spill
 from frtrace.load.shipped import ShippedColumns, Validity, column_dtype, encode, padded
 
 __all__ = ["Gather", "scatter"]
@@ -81,13 +84,79 @@ class Gather:
             _Output(self.directory, f.name, dtype, self.rows, pa.types.is_boolean(f.type))
             for f, dtype in zip(fields, self.dtypes, strict=True)
         ]
+        try:
+            self._fill(outs)
+            return [
+                self._array(field.type, out.finish(), i)
+                for i, (field, out) in enumerate(zip(fields, outs, strict=True))
+            ]
+        finally:
+            for out in outs:
+                out.close()
+
+    def table(
+        self, path: Path, dictionaries: dict[int, pa.Array]
+    ) -> tuple[pa.Table, int, int] | None:
+        """The table, its dictionary columns' values put on (``dictionaries``), written as an
+        Arrow IPC file at ``path`` (``frtrace.load.ipcfile``) and mapped from it: the table,
+        the file's size and adler32. None (and no file) where Arrow would not write around
+        the values; ``OSError`` (and no file) where the file cannot be written."""
+        if not self.rows:
+            return None
+        fields = list(self.schema)
+        sizes = [
+            -(-self.rows // 8) if pa.types.is_boolean(f.type) else self.rows * dtype.itemsize
+            for f, dtype in zip(fields, self.dtypes, strict=True)
+        ]
+        region, stand_ins = ipcfile.stand_ins(sizes)
+        arrays = []
+        for i, field in enumerate(fields):
+            bitmap, nulls = _bitmap([(c.rows, c.valid[i]) for c in self.chunks], self.rows)
+            type_ = field.type
+            values = [bitmap, stand_ins[i]]
+            if pa.types.is_dictionary(type_):
+                indices = pa.Array.from_buffers(type_.index_type, self.rows, values, nulls)
+                arrays.append(pa.DictionaryArray.from_arrays(indices, dictionaries[i], safe=False))
+            else:
+                arrays.append(pa.Array.from_buffers(type_, self.rows, values, nulls))
+        written = ipcfile.write_around(
+            path, pa.Table.from_arrays(arrays, schema=self.schema), stand_ins
+        )
+        del arrays, stand_ins
+        with contextlib.suppress(BufferError):
+            region.close()
+        if written is None:
+            return None
+        try:
+            outs = [
+                _Hole(written.fd, at, dtype, pa.types.is_boolean(f.type))
+                for f, dtype, at in zip(fields, self.dtypes, written.holes, strict=True)
+            ]
+            self._fill(outs)
+            checksums = {i: out.finish() for i, out in enumerate(outs)}
+            mapped = mmap.mmap(written.fd, written.size, access=mmap.ACCESS_READ)
+        except OSError:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise
+        finally:
+            written.close()
+        spill.track(mapped)
+        table = ipc.open_file(pa.BufferReader(pa.py_buffer(mapped))).read_all()
+        if table.num_rows != self.rows:
+            raise OSError(f"{path}: {table.num_rows} rows read back, not {self.rows}")
+        return table, written.size, written.checksum(checksums)
+
+    def _fill(self, outs: Sequence[_Output | _Hole]) -> None:
+        """Every dump's part, in file order, spread over its columns' outputs."""
+        fields = list(self.schema)
         widths = tuple(dtype.itemsize for dtype in self.dtypes)
         # a plain column with a remap (stack ids): a null's value is 0, as elsewhere
         zero_nulls = [
             i in self.remaps and not pa.types.is_dictionary(f.type) for i, f in enumerate(fields)
         ]
         listed = [self.remaps.get(i) for i in range(len(fields))]
-        rows = min(BLOCK_ROWS, max((c.rows for c in self.chunks), default=0) or 1)
+        rows = max(1, min(BLOCK_ROWS, self.rows))  # (a larger dump: a larger block)
         stage = [np.empty(rows, dtype=dtype) for dtype in self.dtypes]
         source = _Sources(self.kept)
         at = 0
@@ -112,14 +181,8 @@ class Gather:
                 at += count
             for out, staged in zip(outs, stage, strict=True):
                 out.append(staged[:at])
-            return [
-                self._array(field.type, out.finish(), i)
-                for i, (field, out) in enumerate(zip(fields, outs, strict=True))
-            ]
         finally:
             source.close()
-            for out in outs:
-                out.close()
 
     def _array(self, type_: pa.DataType, values: Any, i: int) -> pa.Array:
         bitmap, nulls = _bitmap([(c.rows, c.valid[i]) for c in self.chunks], self.rows)
@@ -208,6 +271,39 @@ class _Sources:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.fds = {}
+
+
+class _Hole:
+    """One column being written into its hole of an IPC file (``Gather.table``), its adler32
+    taken on the way; booleans in memory, packed and written at the end."""
+
+    def __init__(self, fd: int, at: int, dtype: np.dtype[Any], packed: bool) -> None:
+        self.fd = fd
+        self.at = at  # where the next bytes go
+        self.crc = 1
+        self.bits: list[np.ndarray] | None = [] if packed else None
+
+    def append(self, values: np.ndarray) -> None:
+        if self.bits is not None:
+            self.bits.append(values.copy())
+            return
+        self._write(values.data.cast("B"))
+
+    def _write(self, data: memoryview) -> None:
+        self.crc = zlib.adler32(data, self.crc)
+        while data:
+            done = os.pwrite(self.fd, data, self.at)
+            if not done:
+                raise OSError("nothing written")
+            data, self.at = data[done:], self.at + done
+
+    def finish(self) -> int:
+        """Its adler32, once all of it is written."""
+        if self.bits is not None:
+            bits = np.concatenate(self.bits).view(np.bool_) if self.bits else np.zeros(0, bool)
+            self._write(np.packbits(bits, bitorder="little").data.cast("B"))
+            self.bits = None
+        return self.crc
 
 
 class _Output:

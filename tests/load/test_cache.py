@@ -306,3 +306,32 @@ def test_a_background_store_that_fails_is_one_note(
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "not caching the loaded tables (RuntimeError: something unforeseen)" in err
+
+
+@pytest.mark.parametrize("way", ["around holes", "arrow copies", "disk full"])
+def test_a_large_sets_entries_are_written_once_where_the_cache_keeps_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, way: str
+) -> None:
+    """A large set's entries table is written as the cache's file and mapped from it (its
+    checksum combined from its parts, checked by the next load); where Arrow would not write
+    around the values, or the file cannot be written, the columns are built the other way:
+    the tables are the same, and the next load reads them from the cache."""
+    from frtrace.load import ipcfile, spill
+
+    directory = next(d for d in SCENARIOS if "nccl" in str(d))
+    kept = load_dumps(directory)  # (in memory: below the spill threshold)
+    monkeypatch.setattr(spill, "SPILL_MIN_BYTES", 0)
+    if way == "arrow copies":
+        monkeypatch.setattr(ipcfile, "write_around", lambda *args: None)
+    elif way == "disk full":
+
+        def full(*args: object) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(ipcfile, "write_around", full)
+    first = load_dumps(directory, cache=True)
+    _same(first, kept)
+    mapped = Path("/proc/self/maps").read_text()
+    assert ("/sets/" in mapped and "entries.arrow" in mapped) == (way == "around holes")
+    _no_reading(monkeypatch)
+    _same(load_dumps(directory, cache=True), kept)
