@@ -69,3 +69,43 @@ def test_bench_runs_and_gets_the_verdict_right(tmp_path: Path, mesh: str) -> Non
         if "--scheduler" in extra:
             assert row["dask_correct"] is True and row["dask_s"] > 0
     assert "x floor" in proc.stdout and "torchfrtrace" in proc.stdout
+
+
+@pytest.mark.parametrize("cache", [True, False], ids=["cache", "no-cache"])
+def test_profile_first_run_times_every_phase(tmp_path: Path, cache: bool) -> None:
+    """scripts/profile_first_run.py on a fixture set, its entries gathered from the workers'
+    files (the spill threshold at 0): every phase timed, the verdict the CLI's."""
+    import os
+
+    from tests.conftest import fixture_sets
+
+    directory = next(d for d in fixture_sets() if "nccl" in str(d))
+    out = tmp_path / "phases.json"
+    argv = [sys.executable, "scripts/profile_first_run.py", str(directory), "--json", str(out)]
+    argv += ["--workdir", str(tmp_path)] + ([] if cache else ["--no-cache"])
+    env = os.environ | {"FRTRACE_SPILL_MIN_BYTES": "0"}
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    phases = json.loads(out.read_text())
+    names = [p["phase"] for p in phases["phases"]]
+    assert names[0] == "imports" and names[-1] == "total"
+    assert {"load (workers)", "entries table (gather)", "analysis"} <= set(names)
+    assert ("cache's small tables (thread)" in names) == cache
+    expected = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "frtrace",
+            "analyze",
+            str(directory),
+            "-f",
+            "json",
+            "-q",
+            "--no-cache",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert phases["culprits"] == json.loads(expected.stdout)["culprit_ranks"]
