@@ -4,10 +4,9 @@ For a large set (one whose columns go to disk anyway: ``frtrace.load.spill``), e
 appends every file's entry columns to a file of its own in the load's spill directory, one
 ``writev`` per dump, and sends the parent only where they are (``ShippedColumns``: file, offset,
 rows), each column's validity where it has nulls, and each dictionary column's few values. The
-parent neither unpickles nor copies a column per dump: it maps the workers' files once, at the
-end, and gathers each column in file order into the table's column, the dictionary codes and
-stack ids remapped to the shared ones on the way (``frtrace.load.gather``). Measured at 1,024
-ranks, the
+parent neither unpickles nor copies a column per dump as it arrives: once every dump is in, it
+reads the workers' files in file order into the table, the dictionary codes and stack ids
+remapped to the shared ones on the way (``frtrace.load.gather``). Measured at 1,024 ranks, the
 parent's share of the load was half its CPU (receiving, unpickling and appending ~35 column
 chunks per dump, as many times as there are dumps), and on 2 cores the parent was the limit.
 
