@@ -12,7 +12,8 @@ same place, the same size budget and eviction. It is used only when its identity
 - each dump's fingerprint, as the table cache takes it (paths, size, mtime, inode change time
   and identity, ends of the file);
 - each collected Python stack file's fingerprint, and each log and error file's (the side
-  files of the directory's discovery: what ``load_stacks`` and ``load_evidence`` read), and
+  files of the directory's discovery: what ``load_stacks`` and ``load_evidence`` read, every
+  attempt's where the folder holds a restarted job's: the report's history reads them), and
   the discovery's own warnings (a rank with a dump in two folders: the one left out);
 - a digest of the code the Report depends on (``CODE``: the load, analysis and pystack stages,
   the pipeline, this module...) and the Python version (which modules are the standard library).
@@ -114,7 +115,8 @@ class DiagnosisCache:
 
     def _identity(self) -> dict[str, Any]:
         if self.identity is None:
-            side = self.discovery.side_files
+            # (every attempt's: a restarted job's report holds the other attempts' history)
+            side = self.discovery.all_side_files or self.discovery.side_files
             self.identity = {
                 "format": FORMAT,
                 "code": code_digest(),

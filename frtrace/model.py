@@ -47,11 +47,12 @@ from frtrace.detail import CulpritStack, CulpritWhere, Detail, Disagreement, Gro
 from frtrace.detail.notes import DataNote, StragglerBasis
 from frtrace.detail.series import StackSeries
 from frtrace.detail.stacks import StackReading
-from frtrace.evidence.model import Failure
+from frtrace.evidence.model import Failure, FailureKind
 from frtrace.pystack.classes import StackClasses
 
 __all__ = [
     "KIND_CODES",
+    "AttemptSummary",
     "Confidence",
     "CulpritStack",
     "CulpritWhere",
@@ -61,8 +62,10 @@ __all__ = [
     "FindingKind",
     "GroupProgress",
     "GroupRef",
+    "History",
     "OpSignature",
     "RankProcess",
+    "RepeatOffender",
     "Report",
     "Severity",
     "StackEvidence",
@@ -220,6 +223,49 @@ class RankProcess:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AttemptSummary:
+    """Another attempt of a restarted job, in short: what the analysis of its own files
+    concluded (``Report.history``; ``report.words_history`` says it in one line)."""
+
+    attempt: int  # the launcher's number (0 the first)
+    later: bool = False  # after the attempt the report is of (``--attempt`` picked an earlier)
+    verdict: Verdict
+    culprit_ranks: tuple[int, ...]  # its root causes, sorted
+    suspected_ranks: tuple[int, ...] = ()  # its culprits inferred only from missing dumps
+    hosts: tuple[tuple[int, str], ...] = ()  # (rank, host) of those ranks, where known
+    # its leading finding: what, in which op (None: it has none)
+    kind: FindingKind | None = None
+    group: GroupRef | None = None
+    op: str | None = None
+    seq: int | None = None
+    cause: FailureKind | None = None  # what the leading finding's own failure was, if any
+    world_size: int = 0
+    ranks_loaded: int = 0  # the attempt's own dumps read
+    evidence_files: int = 0  # its own logs and error files read
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RepeatOffender:
+    """A rank, or a host, named as a culprit in two or more attempts of one job, the report's
+    own included: the machine is suspect more than the code."""
+
+    attempts: tuple[int, ...]  # the attempts that named it, ascending
+    rank: int | None = None  # the rank named each time; None: a host that held different ones
+    hosts: tuple[str, ...] = ()  # where it ran in those attempts, where known (one: the same)
+    ranks: tuple[int, ...] = ()  # a host's (``rank`` None): the culprits it held
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class History:
+    """A restarted job's other attempts, each in short, beside the one the report is of."""
+
+    this: AttemptSummary  # the attempt the report is of, in short
+    others: tuple[AttemptSummary, ...]  # by attempt number
+    left_out: tuple[int, ...] = ()  # attempts with evidence not analysed (over the limit)
+    repeats: tuple[RepeatOffender, ...] = ()  # ranks first, then hosts
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Report:
     """Everything one analysis concluded, deterministic for the same input."""
 
@@ -247,6 +293,8 @@ class Report:
     disagreements: tuple[Disagreement, ...] = ()
     # Each rank's host and pid where a stack sample (or collect's manifest) says, by rank
     processes: Mapping[int, RankProcess] = field(default_factory=dict)
+    # Of a restarted job's folder: the other attempts' verdicts (None: one attempt)
+    history: History | None = None
 
     @property
     def has_problems(self) -> bool:

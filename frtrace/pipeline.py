@@ -4,6 +4,7 @@ once), diagnose. Wires the steps, decides nothing."""
 from __future__ import annotations
 
 import importlib
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -29,7 +30,7 @@ __all__ = ["analyze", "analyze_dumps", "analyze_loaded", "diagnose_source"]
 
 
 def analyze(
-    directory: Path, *, jobs: int | None = None, progress: bool | Progress = False
+    directory: str | os.PathLike[str], *, jobs: int | None = None, progress: bool | Progress = False
 ) -> Report:
     """Load every dump (and every collected Python stack, log and error file) under
     ``directory``; diagnose. A directory with no dump but logs that report failures is
@@ -120,11 +121,28 @@ def _import_analysis() -> None:
 
 
 def _analysed(dumps: DumpSet, side: SideFiles | None = None) -> Report:
-    """The one diagnosis of a dump set and its side files (read here unless already read)."""
+    """The one diagnosis of a dump set and its side files (read here unless already read);
+    of a restarted job's folder, with the other attempts' history."""
     if side is None:
         side = read_side_files(dumps.directory, dumps.side_files, dumps)
     from frtrace.analysis.diagnose import diagnose
+    from frtrace.analysis.history import with_history
+    from frtrace.load.restarts import other_attempt
 
+    report = diagnose(dumps, side.stacks, side.evidence, side.collected)
+    restarts = dumps.restarts
+    if restarts is None:
+        return report
+    return with_history(
+        report, restarts.attempt, restarts.others, lambda n: _diagnosed(other_attempt(dumps, n))
+    )
+
+
+def _diagnosed(dumps: DumpSet) -> Report:
+    """The diagnosis of one dump set and its own side files, with no history."""
+    from frtrace.analysis.diagnose import diagnose
+
+    side = read_side_files(dumps.directory, dumps.side_files, dumps)
     return diagnose(dumps, side.stacks, side.evidence, side.collected)
 
 

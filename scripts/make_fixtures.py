@@ -1622,6 +1622,19 @@ def capture_manifest_entry(o: Outcome, out: Path) -> dict[str, Any]:
             "tell a death in it from a job that finished it and lost one dump. The rank without "
             "a dump is named as the suspect (what settles it: its log or exit status)"
         )
+        if sc.extra.get("capture_mode", sc.mode) == "recorder":
+            # the recorder's sidecars say each survivor failed waiting (its connection closed
+            # or reset), none with a cause: the dead rank is suspected for its silence
+            expect = {
+                "verdict": "hang",
+                "culprit_ranks": sc.culprit_ranks,
+                "suspected_ranks": sc.culprit_ranks,
+            }
+            extra_why["why_expect"] += (
+                "; here the recorder's sidecars also say that every other rank failed waiting "
+                "(its connection closed or reset by the dead rank) with no cause of its own: a "
+                "hang, the rank without a dump suspected (rules/silent.py)"
+            )
     entry: dict[str, Any] = {
         "fault": sc.fault,
         "capture_mode": sc.extra.get("capture_mode", sc.mode),

@@ -295,3 +295,13 @@ def test_nothing_below_the_renderers_imports_them() -> None:
     }
     assert upward == {}
     assert len(below) > 100 and PACKAGE / "analysis" / "rules" / "hang.py" in below
+
+
+def test_the_entry_points_take_a_path_as_text() -> None:
+    """``frtrace.analyze("dumps/")`` and ``frtrace.load_dumps("dumps/")``, as the package's
+    docstring writes them (load_dumps raised AttributeError on a str)."""
+    import frtrace
+
+    folder = str(Path(__file__).resolve().parent / "fixtures" / "gloo" / "broadcast_root")
+    assert frtrace.load_dumps(folder).loaded_ranks
+    assert frtrace.analyze(folder).verdict is not None

@@ -67,6 +67,7 @@ def test_the_sdist_holds_the_package_and_nothing_of_the_checkout(sdist: Path) ->
         "frtrace/load/_scan.h",
         "frtrace/load/_scan.pyi",
         "frtrace/report/report.schema.json",
+        "frtrace_torch_plugin.py",
     ):
         assert wanted in names, wanted
     assert _sources() <= names, sorted(_sources() - names)
@@ -96,8 +97,11 @@ def test_the_wheel_built_from_the_sdist_is_frtrace_alone(sdist: Path, tmp_path: 
     with zipfile.ZipFile(wheel) as whl:
         names = set(whl.namelist())
         top_level = next(n for n in names if n.endswith(".dist-info/top_level.txt"))
-        assert whl.read(top_level).decode().split() == ["frtrace"]
-    assert {"frtrace/py.typed", "frtrace/load/_scan.pyi"} <= names
+        # (and torch's entry point, a module of its own: frtrace_torch_plugin's docstring)
+        assert whl.read(top_level).decode().split() == ["frtrace", "frtrace_torch_plugin"]
+        points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+        assert "frtrace_watch = frtrace_torch_plugin:load" in whl.read(points).decode()
+    assert {"frtrace/py.typed", "frtrace/load/_scan.pyi", "frtrace_torch_plugin.py"} <= names
     assert not [n for n in names if n.endswith((".c", ".h")) or n.startswith("frsim/")]
     if shutil.which("cc") or shutil.which("gcc"):  # (without one the module is left out)
         assert any(n.startswith("frtrace/load/_scan.") and n.endswith(".so") for n in names)

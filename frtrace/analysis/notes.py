@@ -6,7 +6,7 @@ from __future__ import annotations
 from frtrace.analysis.facts import stateless_ranks
 from frtrace.analysis.facts.groups import Membership
 from frtrace.analysis.facts.ops import MatchResult
-from frtrace.analysis.facts.waitgraph import WaitGraph
+from frtrace.analysis.facts.waitgraph import EdgeKind, WaitGraph
 from frtrace.detail.notes import (
     BuffersWrapped,
     DataNote,
@@ -68,14 +68,17 @@ def data_notes(
 
 
 def unexplained_ranks(matched: MatchResult, waits: WaitGraph) -> list[int]:
-    """Blocked ranks that wait on no one and are not all inside one op together."""
+    """Blocked ranks that wait on no one and are not all inside one op together. A root
+    cause others wait on is explained by why they wait on it (it never joined, never posted,
+    ...), not by others being blocked behind it while it is blocked itself, on no one seen."""
     together = {r for ranks in waits.co_waiting.values() for r in ranks}
     together |= {e.waiter for e in waits.in_flight}
     together |= waits.running  # dumped moments after its newest op: it has not waited long
+    named = {e.target for e in waits.edges if e.kind != EdgeKind.BLOCKED_ELSEWHERE}
     return [
         r
         for r in matched.blocked
         if r not in together
         and (not waits.graph.has_node(r) or waits.graph.out_degree(r) == 0)
-        and r not in waits.roots
+        and not (r in waits.roots and r in named)
     ]

@@ -27,9 +27,11 @@ precedence:
    send/recv, groups no other member recorded): ``HANG`` with medium confidence. Elsewhere
    they are a running job's ordinary picture and are dropped.
 5. **Something is wrong, nobody is named**: an op every member entered that did not finish,
-   a suspect without a dump, a rank blocked in an op that nothing explains (not finished, not
-   in flight at a known dump time, not matched by its group's members), unrecorded send/recv,
-   a reported failure: ``CANNOT_TELL``. Never ``HEALTHY``.
+   members that disagree with no majority where members without a dump would settle which
+   side is wrong (a desync warning), a suspect without a dump, a rank blocked in an op that
+   nothing explains (not finished, not in flight at a known dump time, not matched by its
+   group's members), unrecorded send/recv, a reported failure: ``CANNOT_TELL``. Never
+   ``HEALTHY``.
 6. ``HEALTHY_WITH_STRAGGLERS`` when ranks were consistently late, else ``HEALTHY``.
 7. **What the stacks lend**, once the culprits are decided (it never changes who is named): a
    finding of medium confidence whose culprits' stacks are where its entries put them is of
@@ -78,6 +80,7 @@ WRONG_UNNAMED = frozenset(
         FindingKind.RUNNING_SNAPSHOT,
         FindingKind.NOTHING_RECORDED,
         FindingKind.NEVER_JOINED,  # kept as a warning: the rank may be in an unrecorded op
+        FindingKind.P2P_UNMATCHED,  # kept as a warning: the peer is blocked before it
     }
 )
 
@@ -108,7 +111,7 @@ def verdict(found: list[Finding], facts: Facts, stragglers: tuple[Straggler, ...
     found, job, entries, disagreements = _job_against_entries(found, job, entries, facts)
     has_positive = bool(job or entries)
     something_wrong = bool(
-        any(f.kind in WRONG_UNNAMED for f in found)
+        any(f.kind in WRONG_UNNAMED or f.kind in DESYNC_KINDS for f in found)
         or unexplained_ranks(facts.matched, facts.waits)
         or facts.evidence.failures
     )

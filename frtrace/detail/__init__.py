@@ -21,6 +21,7 @@ from frtrace.detail.desync import (
     SplitPair,
 )
 from frtrace.detail.hang import (
+    HeldUnseen,
     IdleAtDump,
     LastSeen,
     MaybeElsewhere,
@@ -49,6 +50,7 @@ from frtrace.detail.kinds import (
     StuckInCollective,
     UnrecordedOps,
     UnseenMembers,
+    WaitedOnTheSilent,
 )
 from frtrace.detail.values import CulpritStack, CulpritWhere, GroupRef, OpSignature
 
@@ -64,6 +66,7 @@ __all__ = [
     "DumpedAfter",
     "FirstFailure",
     "GroupRef",
+    "HeldUnseen",
     "IdleAtDump",
     "InFlight",
     "LastSeen",
@@ -94,6 +97,7 @@ __all__ = [
     "StuckInCollective",
     "UnrecordedOps",
     "UnseenMembers",
+    "WaitedOnTheSilent",
     "Waits",
 ]
 
@@ -103,6 +107,7 @@ Detail = (
     | NamedByError
     | StackOutlier
     | UnseenMembers
+    | WaitedOnTheSilent
     | RunningSnapshot
     | NothingRecorded
     | UnrecordedOps

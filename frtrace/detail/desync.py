@@ -41,11 +41,14 @@ class Mismatch:
     reference: int  # the rank whose signature is the expected one
     recorded: int  # members that recorded the seq
     group_size: int
-    # how the majority was decided: by count, by the op's size rule, by sibling groups
-    basis: Literal["majority", "size_rule", "siblings", "no_majority"]
+    # how the majority was decided: by count, by the op's size rule, by sibling groups;
+    # none (every side named), or none while members without a dump would decide it
+    # (``undecided``: ``culprits`` are the candidates, the finding names no one)
+    basis: Literal["majority", "size_rule", "siblings", "no_majority", "undecided"]
     backers: int = 0  # members of sibling groups that did what the majority did
     shift: int | None = None  # FR011: >0 skipped this many collectives, <0 made extra calls
     later: int = 0  # later seqs of the group that disagree on the same ranks
+    unseen: tuple[int, ...] = ()  # undecided: the members without a dump that would settle it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

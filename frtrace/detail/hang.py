@@ -9,6 +9,7 @@ from typing import Literal
 from frtrace.detail.values import CulpritWhere, GroupRef
 
 __all__ = [
+    "HeldUnseen",
     "IdleAtDump",
     "LastSeen",
     "MaybeElsewhere",
@@ -65,6 +66,19 @@ class Waits:
     call_site: str | None  # where the waiting ranks called it from
     failed: OpFailed | None
     timed_out: tuple[int, ...]  # NCCL: members that dumped after the watchdog gave up on it
+    held: tuple[HeldUnseen, ...] = ()  # culprits blocked themselves, on no one the dumps show
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeldUnseen:
+    """A culprit that is blocked itself, in an op whose wait no dump explains (its peers' entries
+    of the op are not there, e.g. dropped by an onlyActive dump): it may be held up there, so
+    not having reached the op its peers wait in is no evidence that it is the cause."""
+
+    rank: int
+    op: str
+    seq: int | None  # collective seq, or p2p_seq
+    group: GroupRef
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,11 +103,15 @@ class IdleAtDump:
 class MaybeElsewhere:
     """Why a culprit may be blocked in an op its buffer does not show: its stack is inside a
     torch.distributed call (``in_call``: where its stack is), or it ran ``unrecorded`` Gloo
-    send/recv."""
+    send/recv; or, with neither, ranks absent from the same op of groups like its own wait in
+    send/recv (``neighbours``) behind a rank seen stuck elsewhere (``behind``): a pipeline
+    stage held up by another looks exactly so."""
 
     rank: int
     in_call: CulpritWhere | None
     unrecorded: int
+    neighbours: tuple[int, ...] = ()
+    behind: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -26,6 +26,7 @@ __all__ = [
     "StuckInCollective",
     "UnrecordedOps",
     "UnseenMembers",
+    "WaitedOnTheSilent",
 ]
 
 
@@ -145,10 +146,14 @@ class RunningOps:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StuckInCollective:
-    """FR009: every member entered the op and it did not finish; how many more wait."""
+    """FR009: every member entered the op and it did not finish; how many more wait; where
+    it is on the GPUs, where the dumps say (NCCL with timing on): ``"not_started"`` (no
+    member's GPU started it: earlier work on the stream has not finished), ``"started"``
+    (it runs and does not finish), None (not known: Gloo, or no timing)."""
 
     entered: tuple[int, ...]
     held: int
+    on_gpu: Literal["not_started", "started"] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -166,3 +171,14 @@ class NamedApart:
 
     by_job: tuple[int, ...]
     by_entries: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WaitedOnTheSilent:
+    """A missing dump suspected from the job's words: every rank with a dump says it failed
+    waiting (timed out, its peer closed), none with a cause of its own, and these ranks of
+    the job left no dump (of this attempt) and said nothing."""
+
+    absent: tuple[int, ...]
+    waited: tuple[int, ...]  # the ranks whose own failures say they waited
+    symptoms: tuple[Failure, ...]  # a few of those failures

@@ -22,6 +22,7 @@ from frtrace.budget import LOG_SECONDS, MAX_LINE_CHARS, Deadline, number, rank_n
 from frtrace.evidence.launchers import LineRanks, inside
 from frtrace.evidence.messages import classify, exception_line, short
 from frtrace.evidence.model import Failure, FailureKind, Role
+from frtrace.evidence.retries import RetryWatch
 
 __all__ = ["TEE", "frames_of", "parse_log", "user_frame"]
 
@@ -52,6 +53,7 @@ class _Stream:
     traceback: list[tuple[str, int, str]] = field(default_factory=list)  # (file, line, fn)
     in_traceback: bool = False
     last_at_ns: int | None = None
+    retries: RetryWatch = field(default_factory=RetryWatch)
 
 
 def _time_of(line: str, year: int | None) -> int | None:
@@ -162,13 +164,16 @@ def parse_log(
             if nxt.startswith("what():") or "what():" in nxt:
                 line = f"{line} {nxt}"
         is_exception = exception_line(line) is not None
-        if not is_exception and not _ERRORISH.search(line):
+        errorish = is_exception or _ERRORISH.search(line) is not None
+        stream.retries.see(line, where, at, errorish=errorish)
+        if not errorish:
             continue
         found = classify(line, exception=is_exception)
         if found is not None:
             out.append(found.failure(rank=who, message=line, source=where, at_ns=at))
     if child is not None and "traceback" in child:
         out.extend(_child_failure(child, child_at, said.world))
+    out.extend(f for s in streams.values() if (f := s.retries.failure(s.rank)) is not None)
     return out
 
 

@@ -25,6 +25,7 @@ class FailureKind(StrEnum):
     CRASH = "crash"  # died by a signal: abort, segfault, killed
     EXITED = "exited"  # a rank process ended with a non-zero exit code, no more said
     LEFT_SCHEDULE = "left_schedule"  # the rank said it skipped or left its schedule
+    RETRYING = "retrying"  # the rank retried a failing step to the end of its log
     TIMEOUT = "timeout"  # a collective or p2p op timed out waiting
     PEER_CLOSED = "peer_closed"  # a peer closed or reset the connection
     SIZE_CHECK = "size_check"  # Gloo's check: a peer sent more bytes than expected
@@ -41,6 +42,7 @@ CAUSES = frozenset(
         FailureKind.CUDA_ERROR,
         FailureKind.CRASH,
         FailureKind.LEFT_SCHEDULE,
+        FailureKind.RETRYING,
     }
 )
 

@@ -143,8 +143,10 @@ def _dumping(prefix: str, dump_dir: str | PurePath) -> list[Setting]:
             name="FRTRACE_WATCH",
             value="300",
             since=(2, 8),
-            why="frtrace's own, read by frtrace.recorder.enable(): an op pending this many "
-            "seconds is a stall: every rank dumps, DIR/frtrace-report.html is written",
+            why="frtrace's own: an op pending this many seconds is a stall: every rank "
+            "dumps, DIR/frtrace-report.html is written; read as the job imports torch (no "
+            "code change; torch 2.5+, frtrace installed in the job's environment) or by "
+            "frtrace.recorder.enable()",
             optional=True,
         ),
     ]

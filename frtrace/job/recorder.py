@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import selectors
 import signal
 import socket
 import sys
@@ -46,12 +45,13 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from frtrace.job import registry as reg
+from frtrace.job import triggers
 from frtrace.job import watch as watching
 from frtrace.job.env import DEFAULT_BUFFER_SIZE, DUMP_PREFIX, job_environment
 from frtrace.job.hooks import install_excepthooks
 from frtrace.job.sidecar import TriggerKind, capture_current_stacks, write_stacks
 
-__all__ = ["RecorderState", "disable", "dump", "dump_path", "enable", "state"]
+__all__ = ["RecorderState", "attach", "disable", "dump", "dump_path", "enable", "state"]
 
 STACKS_PREFIX = "stacks_rank_"  # the sidecar: stacks_rank_<rank>.json
 MAX_DETAIL_CHARS = 500  # an exception message is cut here in the sidecar
@@ -131,12 +131,41 @@ def enable(
     sigs = list(signals)
     if sigs:
         _install_signals(st, sigs)
+    _state = _attach(st, sigs, on_exception=on_exception, watch_s=watch_s, on_hang=on_hang)
+    return st
+
+
+def attach(dump_dir: str | os.PathLike[str], watch_s: float) -> RecorderState | None:
+    """``enable()`` for a job already running, from any thread, when nothing enabled the
+    recorder yet (None when something did: that setup wins): no environment set (the job's
+    own was read when its groups were made), no signal handler (only the main thread can
+    install one; ``frtrace collect`` asks through the registry instead), a dump on an
+    unhandled exception, and the stall watch. :mod:`frtrace.job.autowatch` calls it."""
+    global _state
+    with _lock:
+        if _state is not None:
+            return None
+        directory = Path(dump_dir).resolve()
+        st = RecorderState(dump_dir=directory, fmt="pickle", verbose=True)
+        _state = _attach(st, [], on_exception=True, watch_s=watch_s, on_hang=None)
+    return st
+
+
+def _attach(
+    st: RecorderState,
+    sigs: list[int],
+    *,
+    on_exception: bool,
+    watch_s: float | None,
+    on_hang: watching.OnHang | None,
+) -> RecorderState:
+    """The triggers every setup has: the exception hooks, the registry entry and its helper
+    thread, the stall watch."""
     if on_exception:
         _install_excepthooks(st)
     _register(st, sigs)
     _start_watcher(st, sigs)
-    _state = st
-    watching.start(directory, watch_s, on_hang, stop=st.watch_stop, dump=_dump_on_stall)
+    watching.start(st.dump_dir, watch_s, on_hang, stop=st.watch_stop, dump=_dump_on_stall)
     return st
 
 
@@ -319,12 +348,7 @@ def _safe_dump(
         print(f"frtrace.recorder: could not dump ({reason}): {exc}", file=sys.stderr, flush=True)
 
 
-def _noop_handler(signum: int, frame: FrameType | None) -> None:
-    """The main thread's handler: the watcher thread does the dump."""
-
-
-def _dump_in_handler(signum: int, frame: FrameType | None) -> None:
-    """Fallback when the wakeup fd is taken: dump from the main thread's handler."""
+def _on_signal(signum: int, frame: FrameType | None) -> None:
     name = signal.Signals(signum).name
     _safe_dump(f"signal {name}", "signal", name, frame)
 
@@ -332,93 +356,16 @@ def _dump_in_handler(signum: int, frame: FrameType | None) -> None:
 def _install_signals(st: RecorderState, sigs: list[int]) -> None:
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError("frtrace.recorder.enable(signals=...) must run in the main thread")
-    r, w = socket.socketpair()
-    r.setblocking(True)
-    w.setblocking(False)
-    previous = signal.set_wakeup_fd(w.fileno(), warn_on_full_buffer=False)
-    if previous != -1:  # e.g. an asyncio loop owns it: give it back, dump from the main thread
-        signal.set_wakeup_fd(previous)
-        r.close()
-        w.close()
-        warnings.warn(
-            "signal.set_wakeup_fd is in use (an event loop?): frtrace dumps on a signal only "
-            "when the main thread runs Python",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        for signum in sigs:
-            st.signals[signum] = signal.signal(signum, _dump_in_handler)
-        return
-    st.wakeup_r, st.wakeup_w, st.previous_wakeup_fd = r, w, previous
-    for signum in sigs:
-        st.signals[signum] = signal.signal(signum, _noop_handler)
+    st.signals, st.wakeup_r, st.wakeup_w, st.previous_wakeup_fd = triggers.install_signals(
+        sigs, _on_signal
+    )
 
 
 def _start_watcher(st: RecorderState, sigs: list[int]) -> None:
-    """The helper thread: dumps on the signals (through the wakeup fd) and on collect's
-    requests (the registry's socket); it ends when disable() closes ``stop_w``."""
     listener = st.registration.listener if st.registration is not None else None
-    if st.wakeup_r is None and listener is None:
-        return
-    st.stop_r, st.stop_w = socket.socketpair()
-    wanted = frozenset(int(s) for s in sigs)
-    st.watcher = threading.Thread(
-        target=_watch,
-        args=(st.stop_r, st.wakeup_r, listener, wanted),
-        name="frtrace-recorder",
-        daemon=True,
-    )
-    st.watcher.start()
-
-
-def _watch(
-    stop: socket.socket,
-    wakeup: socket.socket | None,
-    listener: socket.socket | None,
-    wanted: frozenset[int],
-) -> None:
-    # (selectors, not select(): a process with more than 1,024 descriptors open is common)
-    with selectors.DefaultSelector() as sel:
-        for s in (stop, wakeup, listener):
-            if s is not None:
-                sel.register(s, selectors.EVENT_READ)
-        _watch_loop(sel, stop, wakeup, listener, wanted)
-
-
-def _watch_loop(
-    sel: selectors.BaseSelector,
-    stop: socket.socket,
-    wakeup: socket.socket | None,
-    listener: socket.socket | None,
-    wanted: frozenset[int],
-) -> None:
-    while True:
-        try:
-            ready = {key.fileobj for key, _ in sel.select()}
-        except (OSError, ValueError) as exc:
-            if stop.fileno() != -1:  # (not disable() closing it: say so, never silently)
-                warnings.warn(
-                    f"frtrace.recorder: its helper thread stopped ({exc}): no dump on a "
-                    "signal or on frtrace collect's request from now on",
-                    RuntimeWarning,
-                    stacklevel=1,
-                )
-            return
-        if stop in ready:
-            return  # disable()
-        if wakeup is not None and wakeup in ready:
-            try:
-                data = wakeup.recv(64)
-            except OSError:
-                return
-            for signum in data:
-                if signum in wanted:
-                    name = signal.Signals(signum).name
-                    _safe_dump(f"signal {name}", "signal", name)
-        if listener is not None and listener in ready:
-            with contextlib.suppress(OSError):  # BlockingIOError: the client gave up
-                conn, _ = listener.accept()
-                reg.answer_request(conn, _dump_on_request)
+    helper = triggers.start_helper(st.wakeup_r, listener, sigs, _on_signal, _dump_on_request)
+    if helper is not None:
+        st.stop_r, st.stop_w, st.watcher = helper
 
 
 def _dump_on_request() -> tuple[Path, Path | None]:

@@ -56,6 +56,7 @@ __all__ = [
     "Stall",
     "StallClock",
     "Watch",
+    "default_group",
     "parse_watch",
     "read_status",
     "resolve",
@@ -141,7 +142,7 @@ class StallClock:
         return max((now - t for _, t in self.since.values()), default=0.0)
 
 
-def _dist() -> Any | None:
+def default_group() -> Any | None:
     """torch.distributed once the job imported it and set up its default group (the watch
     never imports torch itself)."""
     dist = sys.modules.get("torch.distributed")
@@ -231,7 +232,7 @@ class Watch:
     def run(self) -> None:
         self._clock = StallClock(self.watch_s)
         while not self.stop.wait(self.interval_s):
-            dist = _dist()
+            dist = default_group()
             if dist is None:
                 continue
             try:

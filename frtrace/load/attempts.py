@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from frtrace.load.listing import Candidate
 
 __all__ = [
+    "attempt_numbers",
     "attempt_of",
     "drop_copies",
     "drop_side_copies",
@@ -55,6 +56,8 @@ __all__ = [
 _ATTEMPT = re.compile(r"^attempt_(\d{1,6})$")
 _HASH_CHUNK = 1 << 20
 _MAX_SIDECAR_BYTES = 1 << 20  # a sidecar or manifest larger than this is not read for pids
+# a folder of one rank's files (torchrun's <local_rank>/, rank_3/): its files are that rank's
+_RANK_FOLDER = re.compile(r"(?:rank[_-]?)?\d{1,7}", re.IGNORECASE)
 _MAX_SIDE_COPY_BYTES = 64 << 20  # (a stack sample's limit: larger ones are never copies)
 
 
@@ -68,13 +71,18 @@ def attempt_of(relative: str) -> int | None:
     return found
 
 
+def attempt_numbers(side_files: Iterable[SideFile]) -> tuple[int, ...]:
+    """The attempts the side files' ``attempt_<N>`` folders number, ascending."""
+    return tuple(sorted({n for f in side_files if (n := attempt_of(f.relative)) is not None}))
+
+
 def side_files_of_attempt(
     side_files: Sequence[SideFile], attempt: int | None
 ) -> tuple[tuple[SideFile, ...], tuple[LoadProblem, ...], int | None]:
     """The side files of one attempt (``attempt``, else the newest in an ``attempt_<N>``
     folder), those in no such folder kept; a warning per attempt set aside; the attempt kept
     (None where no file is in such a folder)."""
-    numbers = sorted({n for f in side_files if (n := attempt_of(f.relative)) is not None})
+    numbers = attempt_numbers(side_files)
     if not numbers:
         return tuple(side_files), (), None
     chosen = numbers[-1] if attempt is None else attempt
@@ -181,10 +189,15 @@ def drop_copies(
 
 def drop_side_copies(side_files: Sequence[SideFile]) -> tuple[SideFile, ...]:
     """The side files with byte-identical copies of one kind and name read once (the
-    recorder's ``stacks_rank_3.json`` and ``collect``'s copy of it beside)."""
-    by_key: dict[tuple[str, str, int], list[SideFile]] = defaultdict(list)
+    recorder's ``stacks_rank_3.json`` and ``collect``'s copy of it beside). Files in folders
+    of different ranks are never copies, whatever their bytes (torchrun's
+    ``attempt_0/2/error.json`` and ``attempt_0/3/error.json`` of two ranks that timed out
+    alike, in the same second)."""
+    by_key: dict[tuple[str, str, int, str | None], list[SideFile]] = defaultdict(list)
     for f in side_files:
-        by_key[(f.kind, PurePosixPath(f.relative).name, f.size_bytes)].append(f)
+        path = PurePosixPath(f.relative)
+        folder = path.parent.name if _RANK_FOLDER.fullmatch(path.parent.name) else None
+        by_key[(f.kind, path.name, f.size_bytes, folder)].append(f)
     dropped: set[int] = set()
     for same in by_key.values():
         if len(same) < 2:

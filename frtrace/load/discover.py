@@ -38,6 +38,7 @@ from pathlib import Path, PurePosixPath
 from frtrace.errors import DumpDirNotFound, DuplicateRank, NoDumpsFound, SeveralDumpSets
 from frtrace.layout import SideFile, SkippedFile, parse_dump_name, walk, walk_key
 from frtrace.load.attempts import (
+    attempt_numbers,
     drop_copies,
     drop_side_copies,
     newest_snapshot,
@@ -71,8 +72,10 @@ class Discovery:
     skipped: tuple[SkippedFile, ...]
     side_files: tuple[SideFile, ...] = ()
     problems: tuple[LoadProblem, ...] = ()
-    attempt: int | None = None  # the attempt its logs' attempt_<N> folders are of, if any
+    attempt: int | None = None  # the newest attempt its logs' attempt_<N> folders number, if any
     wanted: int | None = None  # --attempt: the attempt asked for (None: the newest)
+    # every attempt's side files, ``side_files`` chosen from them (the other attempts' history)
+    all_side_files: tuple[SideFile, ...] = ()
 
     def describe(self) -> str:
         """What was found, for the progress line: ``1,024 dump files (421.0 MB)``."""
@@ -131,15 +134,18 @@ def discover(directory: Path, *, only: str | None = None, attempt: int | None = 
     side_files = drop_side_copies(listing.side_files)
     if len(sets[0].members) < len(candidates):  # (--only, snapshots: their folders' files out)
         side_files = _side_files_of(sets[0], candidates, side_files)
-    side_files, attempts, newest_attempt = side_files_of_attempt(side_files, attempt)
+    every = side_files
+    side_files, attempts, _ = side_files_of_attempt(every, attempt)
+    numbers = attempt_numbers(every)
     return Discovery(
         directory=directory,
         candidates=tuple(sorted(kept, key=lambda c: c.rank)),
         skipped=listing.skipped,
         side_files=side_files,
         problems=(*copies, *snapshots, *attempts, *problems),
-        attempt=newest_attempt,
+        attempt=numbers[-1] if numbers else None,
         wanted=attempt,
+        all_side_files=every,
     )
 
 

@@ -1,5 +1,6 @@
 """The loaded dump set: every dump of one job as Arrow tables (``DumpSet``), and the job's
-world size with how it was worked out (``WorldSize``). What ``load_dumps`` returns and every
+world size with how it was worked out (``WorldSize``); of a restarted job's folder, the
+attempts it holds besides the one loaded (``Restarts``). What ``load_dumps`` returns and every
 later stage reads."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from frtrace.layout import SideFile, SkippedFile
 from frtrace.load.problems import LoadProblem
 from frtrace.load.stacks import Stack
 
-__all__ = ["DumpSet", "WorldSize"]
+__all__ = ["DumpSet", "Restarts", "WorldSize"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,6 +40,8 @@ class DumpSet:
     problems: tuple[LoadProblem, ...] = ()
     skipped: tuple[SkippedFile, ...] = ()
     side_files: tuple[SideFile, ...] | None = None  # the discovery's (None: not listed)
+    # a restarted job's other attempts (None: one attempt; its whole set is not repeated)
+    restarts: Restarts | None = field(default=None, repr=False)
     _frames: dict[int, Stack] = field(default_factory=dict, repr=False)
     # Worked out once (the analysis asks per rank, and a job can have 10^5 ranks).
     _loaded: tuple[int, ...] = field(init=False, repr=False, compare=False)
@@ -71,3 +74,20 @@ class DumpSet:
         if stack_id is None:
             return ()
         return self._frames.get(stack_id, ())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Restarts:
+    """A folder that holds several attempts of a job (``frtrace.load.lifetimes``): the attempt
+    a ``DumpSet`` is of, the others, and what each other one's own dump set is cut from
+    (``frtrace.load.restarts``)."""
+
+    attempt: int  # the attempt the dump set is of
+    others: tuple[int, ...]  # every other attempt with a dump or an attempt_<N> folder, ascending
+    whole: DumpSet  # every loaded rank, before one attempt's were kept
+    lifetimes: tuple[tuple[int, tuple[int, ...]], ...]  # (attempt, its ranks) of each lifetime
+    side_files: tuple[SideFile, ...]  # every attempt's side files
+    # whether the attempt_<N> folders' numbers are the lifetimes' (the newest folder's is the
+    # newest lifetime's, and every older lifetime has a number of its own): only then is a
+    # folder's content the evidence of the lifetime of its number
+    folders: bool

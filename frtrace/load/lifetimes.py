@@ -11,7 +11,10 @@ say the job restarted, is from an earlier attempt or run. It
 is a rank **without a dump of this attempt**: its file (and the recorder's stack sidecar
 written with it) is set aside with a warning, never evidence; its rank stays in the job.
 ``--attempt N`` keeps an older lifetime instead, numbered from the newest, which is the
-attempt the logs' newest ``attempt_<N>`` folder names (``frtrace.load.attempts``).
+attempt the logs' newest ``attempt_<N>`` folder names (``frtrace.load.attempts``), whichever
+attempt is asked for; an attempt of those folders whose dumps were all overwritten is its logs
+alone (every rank set aside). The set kept carries the folder's other attempts
+(``DumpSet.restarts``): the report's history analyses each (``frtrace.load.restarts``).
 """
 
 from __future__ import annotations
@@ -24,15 +27,23 @@ from typing import TYPE_CHECKING
 
 from frtrace.errors import NoSuchAttempt
 from frtrace.layout import SideFile
+from frtrace.load.attempts import attempt_numbers
+from frtrace.load.dumpset import DumpSet, Restarts
 from frtrace.load.problems import LoadProblem
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from frtrace.load.discover import Discovery
-    from frtrace.load.dumpset import DumpSet
 
-__all__ = ["GAP_NS", "Lifetime", "lifetimes", "one_attempt"]
+__all__ = [
+    "GAP_NS",
+    "Lifetime",
+    "keep_ranks",
+    "lifetimes",
+    "one_attempt",
+    "recorder_stacks_of",
+]
 
 # Two process lifetimes of one job are told apart only across a gap this long between the
 # older one's newest entry and the newer one's first: more than clocks of one cluster differ
@@ -118,38 +129,25 @@ def one_attempt(dumps: DumpSet, discovery: Discovery) -> DumpSet:
     """The dump set of one process lifetime (the newest, or the discovery's ``--attempt``;
     see the module docstring): the other lifetimes' files set aside with a warning each, their
     ranks left in the job without a dump. Lifetimes are numbered as the launcher numbered its
-    attempts where the logs' ``attempt_<N>`` folders say (the newest is the newest folder's)."""
-    attempt, known_attempt = discovery.wanted, discovery.attempt
-    restarted = known_attempt is not None and known_attempt >= 1
+    attempts where the logs' ``attempt_<N>`` folders say (the newest is the newest folder's);
+    an attempt of those folders that left no dump is its logs alone (every rank set aside).
+    Where the folder holds other attempts, the set carries them (``DumpSet.restarts``)."""
+    attempt, newest_folder = discovery.wanted, discovery.attempt
+    restarted = newest_folder is not None and newest_folder >= 1
     spans = _spans(dumps)
-    chains = lifetimes(spans)
-    mtimes = _mtimes(dumps) if len(chains) > 1 and not restarted else {}  # (one stat a file)
-    # Only a file written before the newest lifetime began is taken for an older one (a copy
-    # or an archive member, whose own time is new or unknown, stays in).
-    while len(chains) > 1:
-        newest = chains[-1]
-        # (where the logs' attempt_<N> folders say the job restarted, the entries' gap is
-        # proof enough: a copied folder's new file times do not hide a restart)
-        proven = restarted or all(
-            r in mtimes and mtimes[r] * 1e9 < newest.first_ns for c in chains[:-1] for r in c.ranks
-        )
-        if proven:
-            break
-        merged = chains[-2]
-        chains[-2:] = [
-            Lifetime(
-                number=merged.number,
-                ranks=tuple(sorted((*merged.ranks, *newest.ranks))),
-                first_ns=merged.first_ns,
-                last_ns=max(merged.last_ns, newest.last_ns),
-            )
-        ]
-    offset = 0 if known_attempt is None else max(0, known_attempt - (len(chains) - 1))
-    numbered = [replace(c, number=c.number + offset) for c in chains]
+    chains = _proven(dumps, lifetimes(spans), restarted)
+    offset = 0 if newest_folder is None else newest_folder - (len(chains) - 1)
+    folders = bool(chains) and newest_folder is not None and offset >= 0
+    numbered = [replace(c, number=c.number + max(0, offset)) for c in chains]
+    logs_only = set(attempt_numbers(discovery.all_side_files)) if folders else set()
+    logs_only -= {c.number for c in numbered}
+    chosen: Lifetime | None
     if attempt is None:
         chosen = numbered[-1] if numbered else None
     else:
         chosen = next((c for c in numbered if c.number == attempt), None)
+        if chosen is None and attempt in logs_only:
+            chosen = Lifetime(number=attempt, ranks=(), first_ns=0, last_ns=0)
         if chosen is None:
             said = ", ".join(f"attempt {c.number} (ranks {_ranks(c.ranks)})" for c in numbered)
             raise NoSuchAttempt(
@@ -157,8 +155,21 @@ def one_attempt(dumps: DumpSet, discovery: Discovery) -> DumpSet:
                 f"(the dumps are of {said or 'no attempt that can be told'}); its logs, if "
                 "any, are in its attempt folder."
             )
-    if chosen is None or len(numbered) == 1:
+    if chosen is None:
         return dumps
+    others = tuple(sorted(({c.number for c in numbered} | logs_only) - {chosen.number}))
+    restarts = None
+    if others:
+        restarts = Restarts(
+            attempt=chosen.number,
+            others=others,
+            whole=dumps,
+            lifetimes=tuple((c.number, c.ranks) for c in numbered),
+            side_files=discovery.all_side_files or tuple(dumps.side_files or ()),
+            folders=folders,
+        )
+    if len(numbered) == 1 and chosen is numbered[0]:
+        return replace(dumps, restarts=restarts)
     keep = set(chosen.ranks) | (set(dumps.loaded_ranks) - set(spans))
     problems = [
         LoadProblem(
@@ -174,11 +185,40 @@ def one_attempt(dumps: DumpSet, discovery: Discovery) -> DumpSet:
         for r in c.ranks
         for path in _paths_of(dumps, r)
     ]
-    return _keep_ranks(dumps, keep, tuple(problems))
+    return replace(keep_ranks(dumps, keep, tuple(problems)), restarts=restarts)
+
+
+def _proven(dumps: DumpSet, chains: list[Lifetime], restarted: bool) -> list[Lifetime]:
+    """The lifetimes with each one not shown to be older merged into the next: only a file
+    written before the newest lifetime began is taken for an older one (a copy or an archive
+    member, whose own time is new or unknown, stays in); where the logs' attempt_<N> folders
+    say the job restarted, the entries' gap is proof enough (a copied folder's new file times
+    do not hide a restart)."""
+    mtimes = _mtimes(dumps) if len(chains) > 1 and not restarted else {}  # (one stat a file)
+    while len(chains) > 1:
+        newest = chains[-1]
+        proven = restarted or all(
+            r in mtimes and mtimes[r] * 1e9 < newest.first_ns for c in chains[:-1] for r in c.ranks
+        )
+        if proven:
+            break
+        merged = chains[-2]
+        chains[-2:] = [
+            Lifetime(
+                number=merged.number,
+                ranks=tuple(sorted((*merged.ranks, *newest.ranks))),
+                first_ns=merged.first_ns,
+                last_ns=max(merged.last_ns, newest.last_ns),
+            )
+        ]
+    return chains
 
 
 def _why(earlier: bool, span: tuple[int, int], chosen: Lifetime, restarted: bool) -> str:
     """Why a rank's dump is of another attempt: its entries against the chosen attempt's."""
+    if not chosen.ranks:  # (an attempt that left no dump: its logs alone are analysed)
+        which = "an earlier" if earlier else "a later"
+        return f"{which} attempt (attempt {chosen.number} left no dump)"
     if not earlier:
         gap = _seconds(span[0] - chosen.last_ns)
         return f"a later attempt or run (its entries begin {gap} after attempt {chosen.number}'s)"
@@ -221,7 +261,7 @@ def _shown(directory: Path, path: str) -> str:
         return path
 
 
-def _keep_ranks(dumps: DumpSet, keep: set[int], problems: tuple[LoadProblem, ...]) -> DumpSet:
+def keep_ranks(dumps: DumpSet, keep: set[int], problems: tuple[LoadProblem, ...]) -> DumpSet:
     """The dump set with only ``keep``'s rows (its world, stacks and other files kept)."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -229,13 +269,15 @@ def _keep_ranks(dumps: DumpSet, keep: set[int], problems: tuple[LoadProblem, ...
     wanted = pa.array(sorted(keep), type=pa.int32())
 
     def only(table: pa.Table) -> pa.Table:
+        if not keep:  # (an attempt that left no dump: no pass over a large set's columns)
+            return table.slice(0, 0)
         mask = pc.is_in(pc.cast(table.column("rank"), pa.int32()), value_set=wanted)
         return table.filter(mask)
 
     aside = {r for r in dumps.loaded_ranks if r not in keep}
     side = dumps.side_files
     if side is not None:
-        side = tuple(f for f in side if not _stacks_of(f, aside))
+        side = tuple(f for f in side if not recorder_stacks_of(f, aside))
     return replace(
         dumps,
         entries=only(dumps.entries),
@@ -250,7 +292,7 @@ def _keep_ranks(dumps: DumpSet, keep: set[int], problems: tuple[LoadProblem, ...
 _STACK_RANK = re.compile(r"(\d{1,7})(?:\.\w+)?$")
 
 
-def _stacks_of(f: SideFile, ranks: set[int]) -> bool:
+def recorder_stacks_of(f: SideFile, ranks: set[int]) -> bool:
     """Whether ``f`` is the recorder's stack sidecar of one of ``ranks`` (written with the
     dump set aside: ``stacks_rank_3.json``, in the same lifetime)."""
     name = PurePosixPath(f.relative).name

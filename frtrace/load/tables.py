@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -47,7 +48,7 @@ __all__ = [
 
 
 def load_dumps(
-    directory: Path,
+    directory: str | os.PathLike[str],
     *,
     jobs: int | None = None,
     progress: bool | Progress = False,
@@ -76,6 +77,7 @@ def load_dumps(
     the files are read (imports for the next step): in a thread beside the local workers
     (``parallel.parse_candidates``), else first; not at all when the cache holds the tables.
     """
+    directory = Path(directory)
     with owned(progress) as shown:
         if discovery is None:
             with shown.phase("discover") as phase:

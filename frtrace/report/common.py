@@ -7,6 +7,7 @@ a 4,096-rank report readable live here.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -19,9 +20,11 @@ from frtrace.model import (
     RankProcess,
     Report,
     Severity,
+    StackEvidence,
     Verdict,
 )
-from frtrace.pystack.where import call_site, is_library_text
+from frtrace.pystack.classes import StackClass
+from frtrace.pystack.where import call_site, frame_label, is_library_text
 from frtrace.ranges import format_ranks
 
 __all__ = [
@@ -234,7 +237,9 @@ def culprits_phrase(report: Report, ranks: Sequence[int] | None = None, *, most:
 
 
 def finding_columns(
-    finding: Finding, processes: Mapping[int, RankProcess] | None = None
+    finding: Finding,
+    processes: Mapping[int, RankProcess] | None = None,
+    stacks: StackEvidence | None = None,
 ) -> tuple[list[Column], int]:
     """The majority's column, then one per distinct culprit behaviour; and how many were cut.
     A column of one rank names its process where ``processes`` know it (``rank 2 on node-b,
@@ -244,18 +249,31 @@ def finding_columns(
     the same entry) share a column, so 500 ranks stuck the same way are one column, not 500.
     Where a culprit's column is its newest entry (a hang: not the op its peers wait in), each
     column says which entry it is.
+
+    A column whose entry has no frames (a JSON dump: ``collect --store``, torch's debug
+    server) shows where its ranks' live Python stacks (``stacks``) have them now instead: the
+    ``now (live stack)`` row, never the op's call site.
     """
     columns: list[Column] = []
     entries = _newest_entries(finding)
+    live_of = _LivePlaces(stacks)
     if finding.expected is not None:
-        who = (
-            f"waiting {ranks_phrase(finding.waiting_ranks, max_chars=32)}"
-            if finding.kind not in MISMATCH_KINDS and finding.waiting_ranks
-            else "majority"
-        )
+        waits = finding.kind not in MISMATCH_KINDS and bool(finding.waiting_ranks)
+        who = "majority"
+        if waits:
+            who = f"waiting {ranks_phrase(finding.waiting_ranks, max_chars=32)}"
         label = finding.group.label if finding.group is not None else "?"
         at = f"#{finding.seq} of {label}" if finding.seq is not None else f"in {label}"
-        columns.append(Column(title=who, sig=finding.expected, entry=at if entries else None))
+        if waits:
+            majority: Iterable[int] = finding.waiting_ranks
+        elif finding.group is not None:
+            majority = (r for r in finding.group.members if r not in finding.actual)
+        else:
+            majority = ()
+        now = live_of(majority) if not finding.expected.stack else None
+        columns.append(
+            Column(title=who, sig=finding.expected, entry=at if entries else None, now=now)
+        )
     same: dict[tuple[OpSignature, str | None], list[int]] = {}
     for rank, sig in sorted(finding.actual.items()):
         same.setdefault((sig, entries.get(rank)), []).append(rank)
@@ -268,10 +286,40 @@ def finding_columns(
         title = f"{ranks_phrase(ranks, max_chars=32)}{where}{suffix}"
         w = live.get(ranks[0]) if len(ranks) == 1 and suffix else None
         now = None if w is None else f"{w.function} ({w.file}" + (f":{w.line})" if w.line else ")")
+        if now is None and not sig.stack:
+            now = live_of(ranks)
         columns.append(
             Column(title=title, sig=sig, entry=entry or ("-" if entries else None), now=now)
         )
     return columns, max(0, len(distinct) - MAX_CULPRIT_COLUMNS)
+
+
+class _LivePlaces:
+    """Where ranks' live Python stacks have them, said short: the innermost user frame of
+    their stack class (``train_step (train.py:120)``); the place most of the ranks share,
+    and how many other places the rest are in. The classes are read once, when first asked."""
+
+    def __init__(self, stacks: StackEvidence | None) -> None:
+        self._stacks = stacks
+        self._place: dict[int, str] | None = None
+
+    def __call__(self, ranks: Iterable[int]) -> str | None:
+        if self._stacks is None:
+            return None
+        if self._place is None:
+            self._place = {
+                r: _class_place(c) for c in self._stacks.classes.classes for r in c.ranks
+            }
+        places = Counter(p for r in ranks if (p := self._place.get(r)) is not None)
+        if not places:
+            return None
+        first = min(places, key=lambda p: (-places[p], p))
+        others = len(places) - 1
+        return first + (f" (+{plural(others, 'other place')})" if others else "")
+
+
+def _class_place(c: StackClass) -> str:
+    return c.description if c.user_frame is None else frame_label(c.user_frame)
 
 
 MISMATCH_KINDS = frozenset(
@@ -334,7 +382,7 @@ def _field(sig: OpSignature, key: str) -> str:
     site = call_site(sig.stack)
     if site is not None:
         return short_frame(site)
-    return "(library code only)" if sig.stack else "(no stack)"
+    return "(library code only)" if sig.stack else "(not in the dump)"
 
 
 def short_frame(frame: str, *, parts: int = 2) -> str:

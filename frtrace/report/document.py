@@ -2,7 +2,8 @@
 
 Text, markdown and HTML say the same things in the same order because they draw this one
 document; only the markup differs, and each file is spelled one way in it (``filenames``).
-The order is the answer first (headline and one line per root cause), then the evidence per
+The order is the answer first (headline and one line per root cause), then a restarted job's
+history (this attempt's verdict, then one line per other attempt), then the evidence per
 finding, stragglers, what the dumps could not show, and what to do next.
 """
 
@@ -35,6 +36,7 @@ from frtrace.report.select import Selection
 from frtrace.report.stacks import class_lines, series_lines, where_line
 from frtrace.report.timeline import timeline_lines
 from frtrace.report.wording import disagreement, evidence, summary, why
+from frtrace.report.words_history import history_lines, left_out_line, repeat_line
 from frtrace.report.words_notes import note, straggler_note
 from frtrace.report.words_stacks import stack_statement
 
@@ -106,6 +108,7 @@ def build_document(report: Report, selection: Selection | None = None) -> list[B
     """Every block of the report, in reading order."""
     doc = _Doc()
     _answer(doc, report, selection or Selection())
+    _history(doc, report)
     _timeline(doc, report)
     doc.add(Figure("progress"), Figure("waitgraph"))
     detailed = [f for f in report.findings if f.severity >= Severity.WARNING]
@@ -213,7 +216,7 @@ def _finding(doc: _Doc, f: Finding, report: Report) -> None:
     if because:
         pairs.append(("because", because))
     doc.add(KeyValues(tuple(pairs)))
-    columns, cut = finding_columns(f, report.processes)
+    columns, cut = finding_columns(f, report.processes, report.stacks)
     if columns:
         headers = ("", *(c.title for c in columns))
         rows = tuple(tuple(r) for r in compare_rows(columns, mark=f.kind in MISMATCH_KINDS))
@@ -262,6 +265,22 @@ def _other_findings(doc: _Doc, rest: list[Finding]) -> None:
         counts = Counter(f.code for f in rest[MAX_OTHER_FINDINGS:])
         text = ", ".join(f"{code} ×{n}" for code, n in sorted(counts.items()))
         doc.add(Para(f"… +{len(rest) - MAX_OTHER_FINDINGS} more ({text}); see the JSON report"))
+
+
+def _history(doc: _Doc, report: Report) -> None:
+    """A restarted job's attempts: this one's verdict first, then one line per other attempt
+    (each from its own files), then the ranks and hosts named in several."""
+    history = report.history
+    if history is None:
+        return
+    title = "this attempt first; the others each from its own dumps and attempt_N logs"
+    lines = [shorten_rank_lists(line) for line in history_lines(history)]
+    left = left_out_line(history)
+    doc.add(
+        Heading(2, "Restart history"), Bullets(tuple(lines + ([left] if left else [])), title=title)
+    )
+    for r in history.repeats:
+        doc.add(Para(shorten_rank_lists(repeat_line(r, history.this.attempt)), strong=True))
 
 
 def _timeline(doc: _Doc, report: Report) -> None:

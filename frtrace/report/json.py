@@ -7,7 +7,8 @@ formats do (``filenames``); the structured fields (an op's ``stack``, ``where``'
 stack frames) keep the paths as read. Bump the major version on a breaking change (a field
 removed, renamed or its meaning changed), the minor when fields are added (1.1: ``where`` and
 ``stacks``; 1.2: ``timeline``, ``evidence_files``, ``evidence_problems``, ``disagreements``
-and a finding's ``failures``; 1.3: ``processes``, each rank's host and pid where known).
+and a finding's ``failures``; 1.3: ``processes``, each rank's host and pid where known; 1.4:
+``history``, a restarted job's other attempts).
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ from collections.abc import Callable
 from typing import Any
 
 from frtrace.model import (
+    KIND_CODES,
+    AttemptSummary,
     Finding,
     GroupProgress,
     GroupRef,
+    History,
     OpSignature,
     Report,
     Straggler,
@@ -32,11 +36,12 @@ from frtrace.report.select import Selection
 from frtrace.report.stacks import stacks_to_dict, where_to_dict
 from frtrace.report.timeline import failure_to_dict
 from frtrace.report.wording import disagreement, evidence, summary, why
+from frtrace.report.words_history import attempt_line, repeat_line
 from frtrace.report.words_notes import note, straggler_note
 
 __all__ = ["SCHEMA_VERSION", "dumps_compact", "render_json", "report_to_dict"]
 
-SCHEMA_VERSION = "1.3"
+SCHEMA_VERSION = "1.4"
 
 
 def _group(g: GroupRef | None) -> dict[str, Any] | None:
@@ -118,6 +123,47 @@ def _progress(p: GroupProgress) -> dict[str, Any]:
     }
 
 
+def _attempt(a: AttemptSummary, this: bool) -> dict[str, Any]:
+    return {
+        "attempt": a.attempt,
+        "this": this,
+        "later": a.later,
+        "verdict": str(a.verdict),
+        "summary": attempt_line(a, this=this),
+        "culprit_ranks": list(a.culprit_ranks),
+        "suspected_ranks": list(a.suspected_ranks),
+        "hosts": {str(r): h for r, h in a.hosts},
+        "code": None if a.kind is None else KIND_CODES[a.kind],
+        "kind": None if a.kind is None else str(a.kind),
+        "group": _group(a.group),
+        "op": a.op,
+        "seq": a.seq,
+        "cause": None if a.cause is None else str(a.cause),
+        "world_size": a.world_size,
+        "ranks_loaded": a.ranks_loaded,
+        "evidence_files": a.evidence_files,
+    }
+
+
+def _history(h: History) -> dict[str, Any]:
+    this = h.this.attempt
+    return {
+        "attempt": this,
+        "attempts": [_attempt(h.this, True)] + [_attempt(a, False) for a in h.others],
+        "left_out": list(h.left_out),
+        "repeat_offenders": [
+            {
+                "rank": r.rank,
+                "ranks": list(r.ranks),
+                "hosts": list(r.hosts),
+                "attempts": list(r.attempts),
+                "summary": repeat_line(r, this),
+            }
+            for r in h.repeats
+        ],
+    }
+
+
 def report_to_dict(report: Report, selection: Selection | None = None) -> dict[str, Any]:
     """The report as plain JSON-ready data (schema ``SCHEMA_VERSION``)."""
     say = file_names(report).text  # display strings name each file one way; paths stay
@@ -160,6 +206,8 @@ def report_to_dict(report: Report, selection: Selection | None = None) -> dict[s
         out["processes"] = {
             str(r): {"host": p.host, "pid": p.pid} for r, p in sorted(report.processes.items())
         }
+    if report.history is not None:  # 1.4: only of a folder that holds several attempts
+        out["history"] = _history(report.history)
     return out
 
 

@@ -6,6 +6,7 @@ enough to print for every report.
 
 from __future__ import annotations
 
+from frtrace.detail import StuckInCollective
 from frtrace.model import Finding, FindingKind, Report, Severity
 from frtrace.pystack.where import call_site
 from frtrace.report.common import (
@@ -82,7 +83,7 @@ def finding_steps(finding: Finding, report: Report) -> list[str]:
             "`frtrace.recorder` in the job, and `frtrace env` for the settings",
         ]
     if kind == FindingKind.STUCK_IN_COLLECTIVE:
-        return [_stuck_step(list(finding.waiting_ranks))]
+        return [_stuck_step(list(finding.waiting_ranks), unstarted=_unstarted(finding))]
     return []
 
 
@@ -138,6 +139,12 @@ def _mismatch_steps(finding: Finding) -> list[str]:
         FindingKind.DTYPE_MISMATCH: "dtypes",
         FindingKind.OP_MISMATCH: "collectives",
     }[kind]
+    if finding.expected is None and any(theirs.values()):  # no majority: side against side
+        steps.append(
+            "compare the call sites: "
+            + "; ".join(f"rank {r} at {site or '(no stack)'}" for r, site in theirs.items())
+        )
+        theirs = {}
     for rank, site in theirs.items():
         if site and site == majority and kind != FindingKind.OP_MISMATCH:
             steps.append(
@@ -150,7 +157,7 @@ def _mismatch_steps(finding: Finding) -> list[str]:
                 f"compare the two call sites: the majority at {majority or '(no stack)'}, "
                 f"rank {rank} at {site or '(no stack)'}"
             )
-    if not any(theirs.values()) and not majority:
+    if not steps and not majority:
         steps.append(
             "the dumps carry no Python stacks (JSON dumps never do): dump pickles with "
             "stack traces to see both call sites"
@@ -193,15 +200,18 @@ def next_steps(report: Report, *, limit: int | None = MAX_STEPS) -> list[str]:
     """
     steps: list[str] = []
     stuck: list[int] = []
+    unstarted: list[int] = []
     for finding in report.findings:
         if finding.severity < Severity.WARNING:
             continue
         if finding.kind == FindingKind.STUCK_IN_COLLECTIVE:
-            stuck.extend(finding.waiting_ranks)
+            (unstarted if _unstarted(finding) else stuck).extend(finding.waiting_ranks)
             continue
         steps.extend(finding_steps(finding, report))
     if stuck:
-        steps.append(_stuck_step(stuck))
+        steps.append(_stuck_step(stuck, unstarted=False))
+    if unstarted:
+        steps.append(_stuck_step(unstarted, unstarted=True))
     absent = sorted(set(report.ranks_missing) | set(report.ranks_unreadable))
     if absent and not any(f.kind == FindingKind.MISSING_DUMP for f in report.findings):
         steps.append(f"get the dump of {ranks_phrase(absent)}: {DUMP_LOCATIONS}")
@@ -219,7 +229,19 @@ def next_steps(report: Report, *, limit: int | None = MAX_STEPS) -> list[str]:
     return unique
 
 
-def _stuck_step(ranks: list[int]) -> str:
+def _unstarted(finding: Finding) -> bool:
+    """A stuck op no member's GPU started (NCCL with timing on)."""
+    return isinstance(finding.detail, StuckInCollective) and finding.detail.on_gpu == "not_started"
+
+
+def _stuck_step(ranks: list[int], *, unstarted: bool) -> str:
+    if unstarted:
+        return (
+            f"no GPU of {ranks_phrase(sorted(set(ranks)))} started the op: find the kernel "
+            "before it that does not end, or the wait on another stream (nvidia-smi shows the "
+            "GPU busy; py-spy dump --native shows where the host waits), and check `dmesg` for "
+            "GPU Xid errors"
+        )
     return (
         "every member is inside the op, so look below the recorder: rerun with "
         f"NCCL_DEBUG=INFO, check the network between {ranks_phrase(sorted(set(ranks)))} and "

@@ -26,8 +26,9 @@ from frtrace.detail import (
     StuckInCollective,
     UnrecordedOps,
     UnseenMembers,
+    WaitedOnTheSilent,
 )
-from frtrace.evidence.model import Failure
+from frtrace.evidence.model import Failure, FailureKind
 from frtrace.model import Finding, Severity
 from frtrace.ranges import format_ranks
 from frtrace.report.words import held_too, op_at, who
@@ -106,6 +107,11 @@ def _why(f: Finding) -> str:
         return "read from the ranks' Python stacks; the Flight Recorder entries do not say"
     if isinstance(d, UnseenMembers):
         return "Gloo's pg_config does not say who the other members are"
+    if isinstance(d, WaitedOnTheSilent):
+        return (
+            "read from the job's own failures: every rank with a dump failed waiting, none "
+            "with a cause; the entries do not say whom they waited on"
+        )
     if isinstance(d, RunningSnapshot):
         return (
             "no dump says when it was written; the waits began within "
@@ -126,6 +132,11 @@ def _why(f: Finding) -> str:
             "within the job's own gaps between ops: nobody had waited long"
         )
     if isinstance(d, StuckInCollective):
+        if d.on_gpu == "not_started":
+            return (
+                "all members joined and no member's GPU started it (the recorder times "
+                "starts): earlier work on their streams has not finished"
+            )
         return "all members joined; the cause is below the collective layer"
     if isinstance(d, UnrecordedOps):
         return "Gloo counts send/recv in op_id but writes no entry for them"
@@ -189,6 +200,8 @@ def _summary(f: Finding) -> str:
                 else ""
             )
         )
+    if isinstance(d, WaitedOnTheSilent):
+        return _silent_summary(d)
     if isinstance(d, RunningSnapshot):
         label = f.group.label if f.group is not None else "?"
         return (
@@ -210,11 +223,7 @@ def _summary(f: Finding) -> str:
             "waiting ranks' newest op"
         )
     if isinstance(d, StuckInCollective):
-        label = f.group.label if f.group is not None else "?"
-        return (
-            f"every member of {label} entered {op_at(f)} with matching arguments and it did not "
-            "finish" + held_too(d.held) + ": the Flight Recorder cannot name a rank"
-        )
+        return _stuck_summary(f, d)
     if isinstance(d, NothingRecorded):
         return (
             f"no rank recorded any op (dumps of {who(d.loaded)} are empty): the job is stuck "
@@ -232,6 +241,8 @@ def _summary(f: Finding) -> str:
 
 def _first_what(d: FirstFailure) -> str:
     lead = d.first[0]
+    if lead.kind == FailureKind.RETRYING:
+        return "a step it retried to the end of its log"
     return lead.exc_type or str(lead.kind).replace("_", " ")
 
 
@@ -288,6 +299,12 @@ def _evidence(f: Finding) -> tuple[str, ...]:
             "Python stack, would say who never entered"
         )
         return tuple(lines)
+    if isinstance(d, WaitedOnTheSilent):
+        return (
+            *(_failure_line(x) for x in d.symptoms),
+            f"the dumps or logs of {who(d.absent)} (its host's) would confirm it; its Python "
+            "stack (py-spy dump) if it still runs",
+        )
     if isinstance(d, RunningSnapshot):
         return (
             f"{d.groups} groups each have one member one op behind, holding up no one outside "
@@ -304,10 +321,7 @@ def _evidence(f: Finding) -> tuple[str, ...]:
             for x in d.dumped
         )
     if isinstance(d, StuckInCollective):
-        return (
-            "check the NCCL/transport logs (NCCL_DEBUG=INFO), the network between "
-            f"ranks {format_ranks(d.entered)}, and GPU health (Xid errors in dmesg)",
-        )
+        return (_stuck_evidence(d),)
     if isinstance(d, NothingRecorded):
         return (
             "each rank's Python stack (py-spy dump, or frtrace.recorder's sidecar) and its "
@@ -327,3 +341,37 @@ def _evidence(f: Finding) -> tuple[str, ...]:
         )
         return tuple(lines)
     assert_never(d)
+
+
+def _stuck_summary(f: Finding, d: StuckInCollective) -> str:
+    label = f.group.label if f.group is not None else "?"
+    where = {
+        "not_started": ", and no member's GPU started it",
+        "started": ": it runs on the GPUs",
+        None: "",
+    }[d.on_gpu]
+    return (
+        f"every member of {label} entered {op_at(f)} with matching arguments and it did not "
+        f"finish{where}" + held_too(d.held) + ": the Flight Recorder cannot name a rank"
+    )
+
+
+def _stuck_evidence(d: StuckInCollective) -> str:
+    if d.on_gpu == "not_started":
+        return (
+            f"the GPUs of {who(d.entered)} never started it: look for a kernel that does not "
+            "end, or a wait on another stream, before it (nvidia-smi shows the GPU busy; "
+            "py-spy dump --native, compute-sanitizer), and GPU health (Xid errors in dmesg)"
+        )
+    return (
+        "check the NCCL/transport logs (NCCL_DEBUG=INFO), the network between "
+        f"ranks {format_ranks(d.entered)}, and GPU health (Xid errors in dmesg)"
+    )
+
+
+def _silent_summary(d: WaitedOnTheSilent) -> str:
+    return (
+        f"{who(d.absent)} left no dump and said nothing, while every rank with a dump "
+        f"({who(d.waited)}) failed waiting with no cause of its own: suspected, what they "
+        "waited on"
+    )

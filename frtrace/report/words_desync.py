@@ -68,11 +68,17 @@ def _mismatch(f: Finding, d: Mismatch) -> Words:
     expected = sigs[d.reference]
     named = who(d.culprits)
     n = len(d.waiting)
-    if d.basis == "no_majority":
+    if d.basis in ("no_majority", "undecided"):
         summary = f"members of {label} disagree at #{seq} with no majority: " + "; ".join(
             f"rank {s.rank}: {_describe(s.sig, d.differs_in)}" for s in d.sides
         )
         why = "no majority: any side may be the wrong one"
+        if d.basis == "undecided":
+            summary += f"; cannot tell which of {who(d.culprits)} is wrong"
+            why = (
+                f"no majority among the {d.recorded} of {d.group_size} members that recorded "
+                f"#{seq}; {who(d.unseen)} left no dump: their calls would decide it"
+            )
     else:
         summary = (
             f"{named} {_NOUN[d.differs_in]} at {expected.op} #{seq} of {label}: "
@@ -96,6 +102,11 @@ def _mismatch(f: Finding, d: Mismatch) -> Words:
         f"state={s.sig.state}"
         for s in d.sides
     ]
+    if d.unseen:
+        lines.append(
+            f"the dumps of {who(d.unseen)} (TORCH_FR_DUMP_TEMP_FILE on their hosts) would "
+            f"settle it: the side they called #{seq} like is the right one"
+        )
     if d.shift is not None:
         k = d.shift
         shifted = (

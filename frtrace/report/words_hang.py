@@ -79,7 +79,16 @@ def _common(f: Finding, w: Waits) -> list[str]:
             f"{who(w.timed_out)} dumped after {where} timed out or was aborted (retired "
             "without completing: the watchdog gave up on it)"
         )
+    lines += [
+        f"rank {h.rank} is itself blocked in {h.op} #{h.seq} of {h.group.label}, waiting on no "
+        "one the dumps show (the entries that would say whom are not there): it may be held "
+        "up there, before this op, not a cause; the dumps cannot tell"
+        for h in w.held
+    ]
     return lines
+
+
+_HELD = "the ranks named are blocked themselves, on no one the dumps show: cannot tell"
 
 
 def _pg_status(p: PgStatus, seq: int | None) -> str:
@@ -91,6 +100,15 @@ def _pg_status(p: PgStatus, seq: int | None) -> str:
 
 
 def _doubt(m: MaybeElsewhere) -> str:
+    if m.neighbours:
+        return (
+            f"rank {m.rank} has no Python stack and Gloo counted no send/recv of it, but "
+            f"{who(m.neighbours)}, absent from the same op of groups like this one, "
+            f"{'wait' if len(m.neighbours) > 1 else 'waits'} in a send/recv behind "
+            f"{who(m.behind)}, seen stuck elsewhere: a pipeline stage held up by another looks "
+            f"exactly so; the dumps cannot tell whether rank {m.rank} waits too (its Python "
+            "stack would)"
+        )
     if m.in_call is not None:
         return (
             f"rank {m.rank}'s Python stack is inside a torch.distributed call "
@@ -151,6 +169,8 @@ def _never_joined(f: Finding, d: NeverJoined) -> Words:
     why = (
         "the ranks named may be blocked in an unrecorded op, not in host code"
         if d.doubts
+        else _HELD
+        if w.held
         else _BASIS[d.basis]
     )
     return Words(summary, why, tuple(lines))
@@ -203,5 +223,5 @@ def hang_words(f: Finding, d: HangDetail) -> Words:
     if isinstance(d, NeverPosted):
         peers = ", ".join(f"{a}->{b}" for a, b in d.pairs)
         summary = f"{named} never posted the p2p op matching {where} ({peers}){_also(w)}"
-        return Words(summary, _ALL_DUMPED, tuple(lines))
+        return Words(summary, _HELD if w.held else _ALL_DUMPED, tuple(lines))
     assert_never(d)

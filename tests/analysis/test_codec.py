@@ -14,6 +14,7 @@ import pytest
 from frtrace.analysis import codec
 from frtrace.analysis.codec import CodecError, decode, decode_report, encode, encode_report
 from frtrace.detail import StuckInCollective
+from frtrace.evidence.model import FailureKind
 from frtrace.model import Finding, FindingKind, OpSignature, Report, Severity
 from frtrace.pipeline import analyze
 from frtrace.report.html import render_html
@@ -88,6 +89,28 @@ def test_round_trip_keeps_every_kind_of_note_and_straggler() -> None:
     for reading, _ in READINGS:
         with_reading = replace(report, stacks=replace(stacks, reading=reading))
         assert _through_json(with_reading) == with_reading
+
+
+def test_round_trip_keeps_a_restarted_jobs_history() -> None:
+    """Every field of the history (a summary's optional enums and group, its hosts' pairs, a
+    repeat offender of a rank and of a host): equal after JSON, rendered alike."""
+    from frtrace.model import History, RepeatOffender
+    from tests.report.test_words_history import NEVER
+
+    history = History(
+        this=replace(NEVER, attempt=3, cause=FailureKind.CUDA_ERROR),
+        others=(NEVER, replace(NEVER, attempt=4, later=True, kind=None, group=None)),
+        left_out=(1, 2),
+        repeats=(
+            RepeatOffender(attempts=(0, 3), rank=1, hosts=("node-1",)),
+            RepeatOffender(attempts=(0, 4), hosts=("node-1",), ranks=(1, 2)),
+        ),
+    )
+    report = replace(_stacks_report(), history=history)
+    back = _through_json(report)
+    assert back == report
+    for render in RENDERERS:
+        assert render(back, None) == render(report, None), render.__name__
 
 
 def _damaged(mutate: Any) -> dict[str, Any]:

@@ -66,6 +66,10 @@ def main() -> None:
         import frtrace.recorder
 
         frtrace.recorder.enable(sys.argv[2], verbose=False)
+        # a job that hangs has torch imported: the dump's own import of it is no part of
+        # what collect's --timeout bounds
+        import torch.distributed  # noqa: F401
+
         signal.signal(signal.SIGUSR1, _exit_42)
     elif mode == "signal-exit":
         signal.signal(signal.SIGUSR1, _exit_42)

@@ -6,6 +6,7 @@ jobs on a shared machine are left alone; every child is killed in ``finally``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -48,7 +49,7 @@ def hung_job(
     """Start ``world`` ranks of tests/collect/hung_job.py; yield (tag, processes) once all
     are where they will stay; kill them all afterwards."""
     tag = uuid.uuid4().hex
-    port = free_port()
+    port, debug = free_port(), str(free_port())
     dumps = tmp / "job_dumps"
     procs: list[subprocess.Popen[str]] = []
     try:
@@ -69,6 +70,8 @@ def hung_job(
             )
             if mode == "server":
                 env["TORCH_WORKER_SERVER_SOCKET"] = str(tmp / f"ws{r}.sock")
+            if mode == "debug_server":  # (the job's store in its environment, as torchrun's)
+                env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), DEBUG_PORT=debug)
             procs.append(
                 subprocess.Popen(
                     [sys.executable, str(JOB), str(r), str(world), str(port), str(dumps), mode],
@@ -77,6 +80,7 @@ def hung_job(
                     text=True,
                     env=env,
                     cwd=ROOT,
+                    start_new_session=True,  # (a debug server's frontend goes with rank 0)
                 )
             )
         await_ready(procs)
@@ -86,7 +90,8 @@ def hung_job(
         yield tag, procs
     finally:
         for p in procs:
-            p.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
         for p in procs:
             p.communicate(timeout=20)
 
@@ -163,6 +168,25 @@ def test_collect_through_torchs_worker_server(tmp_path: Path) -> None:
     lines = report.output.splitlines()
     assert lines[0].startswith("HANG: culprit rank 1;"), report.output
     assert f"rank 1: in host code at {STUCK_AT}" in "\n".join(lines[:8])
+
+
+def test_local_collect_of_a_debug_server_job_points_at_store(tmp_path: Path) -> None:
+    """A job that runs torch's debug server and no recorder: collect on its host gets no
+    dump, and says how to reach every rank instead (``--store`` with the job's
+    MASTER_ADDR:MASTER_PORT, from the ranks' environment); run as said, it gets them all."""
+    pytest.importorskip("jinja2")  # the debug server's frontend (rank 0) imports it
+    with hung_job(tmp_path, 2, "debug_server", stuck=1) as (tag, procs):
+        args = ["collect", str(tmp_path / "local"), "--env", f"FRTRACE_TEST_JOB={tag}"]
+        local = CliRunner().invoke(app, [*args, "--no-pyspy", "--no-analyze"])
+        said = " ".join(local.output.split())
+        store = said.split("frtrace collect DIR --store ", 1)[1].split()[0]
+        assert "no rank's dump on this host" in said, local.output
+        assert store.startswith("127.0.0.1:") and "torch's debug server" in said, local.output
+        args = ["collect", str(tmp_path / "store"), "--store", store, "--no-pyspy"]
+        reached = CliRunner().invoke(app, [*args, "--no-analyze"])
+        assert all(p.poll() is None for p in procs)
+    assert reached.exit_code == 0, reached.output
+    assert reached.output.count("debug_server (fr_trace_json)") == 2, reached.output
 
 
 def test_collect_twice_tells_hung_from_slow(tmp_path: Path) -> None:

@@ -152,6 +152,14 @@ def test_collect_store_gets_every_host_and_names_the_culprit(tmp_path: Path) -> 
     assert "load_batch (hung_job.py:" in head, head
     # the host and pid of the culprit, from collect's manifest (py-spy says the pid only)
     assert f"culprits: 3 (on {HOSTS[3]}, pid {procs[3].pid})" in head, head
+    # JSON dumps carry no frames: each column's live stack (collect's py-spy, dump_traceback)
+    # says where its ranks are, labelled as such, never as where the op was called
+    live = next(ln for ln in lines if ln.strip().startswith("now (live stack)")).split("  ")
+    live = [c.strip() for c in live if c.strip()]
+    assert live[1].startswith("train_step (hung_job.py:"), result.output  # waiting 0-2
+    assert live[2].startswith("load_batch (hung_job.py:"), result.output  # culprit 3
+    called = next(ln for ln in lines if ln.strip().startswith("op called from"))
+    assert called.split("from", 1)[1].split() == ["(not", "in", "the", "dump)"] * 2, called
     assert took < 60, f"collect took {took:.1f} s"
 
 

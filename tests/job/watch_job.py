@@ -2,14 +2,15 @@
 
     python3 tests/job/watch_job.py RANK WORLD PORT DUMP_DIR MODE WATCH [PG_TIMEOUT_S [COMPUTE_S]]
 
-``WATCH``: the seconds given to ``frtrace.recorder.enable(watch=...)``; ``env``: none given
-(the job reads ``$FRTRACE_WATCH``, no code of its own changes). MODE ``hang``: a few
+``WATCH``: the seconds given to ``frtrace.recorder.enable(watch=...)``; ``env``: the job calls
+no frtrace code at all (its environment holds ``frtrace env``'s recipe and ``$FRTRACE_WATCH``:
+torch's import starts the watch, :mod:`frtrace.job.autowatch`). MODE ``hang``: a few
 all_reduces, then rank ``STUCK_RANK`` stays in ``load_batch`` (host code, sleeping) while the
 others block in the next all_reduce, until the file ``DUMP_DIR/release`` exists (then the stuck
 rank goes on and every rank finishes: the job was never harmed). MODE ``healthy``: a few
 steps, each with ``COMPUTE_S`` of compute (longer than the watch) between the collectives,
 nothing pending. Each rank prints ``done`` when it ends, and ``hung: culprits [...]`` from
-``on_hang``.
+``on_hang`` (not with ``env``: no code, no hook).
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
-
-import frtrace.recorder
 
 STUCK_RANK = 2
 STEPS = 3
@@ -51,9 +50,9 @@ def main() -> None:
     def on_hang(report: Any) -> None:
         print(f"hung: culprits {list(report.culprit_ranks)}", flush=True)
 
-    if watch == "env":
-        frtrace.recorder.enable(dump_dir, on_hang=on_hang)
-    else:
+    if watch != "env":
+        import frtrace.recorder
+
         frtrace.recorder.enable(dump_dir, watch=float(watch), on_hang=on_hang)
 
     import torch

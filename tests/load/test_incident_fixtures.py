@@ -1,6 +1,7 @@
 """Real folders real jobs left (scripts/make_incident_fixtures.py): a torchrun restart, a
 rerun into the same folder, collect into the recorder's folder, two snapshots, pod logs and a
-Ray session's logs. Each gives its truth, or says it cannot tell: never an innocent rank."""
+Ray session's logs. Each gives its truth, or says it cannot tell: never an innocent rank; the
+two with an earlier attempt or run give its history, each line from its own files."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ import pytest
 from typer.testing import CliRunner
 
 from frtrace.cli.app import app
+from frtrace.report.json_schema import report_schema
 
 TREE = Path(__file__).resolve().parents[1] / "fixtures" / "incidents"
 TRUTH = json.loads((TREE / "MANIFEST.json").read_text())
+SEVERAL = {"restart", "rerun"}  # the folders that hold an earlier attempt or run
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +39,8 @@ def analyze(root: Path, name: str, *args: str) -> tuple[int, dict[str, Any], lis
     )
     assert result.exit_code in (0, 1), result.output
     doc = json.loads(result.stdout[result.stdout.index("{") :])
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.Draft202012Validator(report_schema()).validate(doc)
     warnings = [ln for ln in result.stderr.splitlines() if ln.startswith("warning: ")]
     return result.exit_code, doc, warnings
 
@@ -54,6 +59,22 @@ def test_no_fixture_names_an_innocent_rank_or_one_outside_the_job(
     assert named(doc) <= set(truth["culprit_ranks"])
     ranks = [e["rank"] for e in doc.get("timeline") or () if e["rank"] is not None]
     assert all(0 <= r < truth["world_size"] for r in ranks)
+    assert ("history" in doc) == (name in SEVERAL)
+    for line in doc["history"]["attempts"] if name in SEVERAL else ():
+        said = truth.get("attempts", {}).get(str(line["attempt"]), truth)
+        if line["this"]:
+            said = truth
+        assert set(line["culprit_ranks"]) <= set(said.get("culprit_ranks") or ()), line
+        ranks = line["culprit_ranks"] + line["suspected_ranks"]
+        assert all(0 <= r < truth["world_size"] for r in ranks), line
+
+
+def history(doc: dict[str, Any]) -> list[tuple[int, bool, str, list[int], list[int]]]:
+    """Each line of the report's history: (attempt, later, verdict, culprits, suspects)."""
+    return [
+        (a["attempt"], a["later"], a["verdict"], a["culprit_ranks"], a["suspected_ranks"])
+        for a in doc["history"]["attempts"]
+    ]
 
 
 def test_restart_analyses_the_last_attempt_and_sets_the_stale_dump_aside(incidents: Path) -> None:
@@ -67,7 +88,7 @@ def test_restart_analyses_the_last_attempt_and_sets_the_stale_dump_aside(inciden
         and "rank 3 has no dump of attempt 1" in w
         for w in warnings
     ), warnings
-    assert any("/attempt_0/: 7 logs and error files of an earlier attempt" in w for w in warnings)
+    assert any("/attempt_0/: 11 logs and error files of an earlier attempt" in w for w in warnings)
     assert not {0, 1, 2} & named(doc)
     sources = {e["source"].split(":")[0] for e in doc.get("timeline") or ()}
     assert not any("/attempt_0/" in s for s in sources), sources
@@ -124,3 +145,57 @@ def test_ray_logs_take_ranks_from_rays_table_never_from_a_pid(incidents: Path) -
     seen = {e["rank"] for e in doc.get("timeline") or ()}
     assert seen and seen <= {0, 2, 3, None}, seen  # (rank 1 hung: it never failed)
     assert {0, 2, 3} <= seen  # the driver's (RayTrainWorker pid=...) lines, by Ray's table
+
+
+def test_pod_logs_name_the_pod_that_retried_to_the_end(incidents: Path) -> None:
+    """rank 2 (train-worker-1) left no dump; its pod log retries a refused fetch until the
+    pod is stopped: the first cause, while every other rank failed waiting (it was 'cannot
+    tell', no suspect)."""
+    code, doc, _ = analyze(incidents, "pod_logs")
+    assert (code, doc["verdict"], doc["culprit_ranks"]) == (1, "hang", [2])
+    retrying = [e for e in doc["timeline"] if e["kind"] == "retrying"]
+    assert [(e["rank"], e["role"], e["source"]) for e in retrying] == [
+        (2, "cause", "train-worker-1.log:5")
+    ]
+
+
+def test_restart_reads_as_history_attempt_1_then_attempt_0(incidents: Path) -> None:
+    """Attempt 0's own files (rank 3's dump, its attempt_0 logs) suspect the ranks without a
+    dump (rank 1 never joined: it is among them) and blame nobody; no rank repeats."""
+    _, doc, _ = analyze(incidents, "restart")
+    assert history(doc) == [
+        (1, False, "cannot_tell", [], []),
+        (0, False, "cannot_tell", [], [0, 1, 2]),
+    ]
+    earlier = doc["history"]["attempts"][1]
+    assert (earlier["code"], earlier["op"], earlier["seq"]) == ("FR008", "all_reduce", 7)
+    assert earlier["summary"].startswith(
+        "attempt 0: cannot tell; suspected (no dump) ranks 0-2: the others stopped in "
+        "all_reduce #7 of pg 1 (from 1 of 4 dumps"
+    )
+    assert doc["history"]["repeat_offenders"] == [] and doc["history"]["left_out"] == []
+    _, doc0, _ = analyze(incidents, "restart", "--attempt", "0")
+    assert [(n, later) for n, later, *_ in history(doc0)] == [(0, False), (1, True)]
+    # attempt 1's own files: every rank with a dump failed waiting, rank 3 left none
+    assert doc0["history"]["attempts"][1]["summary"].startswith(
+        "attempt 1 (later): hang; suspected (no dump) rank 3"
+    )
+
+
+def test_rerun_history_is_the_earlier_runs_own_dump_never_todays_logs(incidents: Path) -> None:
+    """Run a's rank 3 finished: healthy from its own dump. Its folder's logs are two runs'
+    attempt_0 (not numbered as the dumps' lifetimes): never its evidence, so run b's rank 3
+    is not named twice (which would blame its machine)."""
+    _, doc, _ = analyze(incidents, "rerun")
+    assert history(doc) == [(1, False, "hang", [3], []), (0, False, "healthy", [], [])]
+    assert doc["history"]["attempts"][1]["evidence_files"] == 0
+    assert doc["history"]["repeat_offenders"] == []
+
+
+def test_ray_logs_suspect_the_rank_that_left_no_dump_and_said_nothing(incidents: Path) -> None:
+    """Ranks 0, 2 and 3 dumped and each failed waiting (Ray's driver lines, by its table);
+    rank 1 left no dump and said nothing: suspected, never confirmed (it was 'cannot tell')."""
+    code, doc, _ = analyze(incidents, "ray_logs")
+    assert (code, doc["verdict"], doc["suspected_ranks"]) == (1, "hang", [1])
+    (f,) = [f for f in doc["findings"] if f["kind"] == "missing_dump"]
+    assert (f["culprit_ranks"], f["waiting_ranks"], f["confidence"]) == ([1], [0, 2, 3], "low")

@@ -299,3 +299,32 @@ def test_a_copy_of_a_rank_in_another_host_folder_is_read_once(
     for key in ("verdict", "culprit_ranks", "ranks_loaded", "stacks"):
         assert doc[key] == flat[key], key
     assert stack_evidence(doc) == stack_evidence(flat)
+
+
+def test_alike_error_files_of_two_ranks_are_not_copies(tmp_path: Path) -> None:
+    """Two ranks that timed out alike in the same second leave byte-identical error.json
+    files in torchrun's attempt_0/2/ and attempt_0/3/: both read (dropped as copies, every
+    log read 'rank ?'); the recorder's stacks_rank_3.json and collect's copy of it beside are
+    one file."""
+    from frtrace.layout import SideFile, SideKind
+    from frtrace.load.attempts import drop_side_copies
+
+    def side(relative: str, kind: SideKind, data: bytes) -> SideFile:
+        return SideFile(
+            path=tmp_path / relative, relative=relative, kind=kind, size_bytes=len(data), data=data
+        )
+
+    error = b'{"message": {"message": "Timed out", "extraInfo": {"timestamp": "1"}}}'
+    stacks = b'{"format": "frtrace-stacks"}'
+    files = [
+        side("logs/attempt_0/2/error.json", "error_file", error),
+        side("logs/attempt_0/3/error.json", "error_file", error),
+        side("stacks_rank_3.json", "stacks", stacks),
+        side("node-1/stacks_rank_3.json", "stacks", stacks),
+    ]
+    kept = [f.relative for f in drop_side_copies(files)]
+    assert kept == [
+        "logs/attempt_0/2/error.json",
+        "logs/attempt_0/3/error.json",
+        "stacks_rank_3.json",
+    ]

@@ -13,7 +13,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -140,15 +139,16 @@ def test_a_generated_incident_never_names_an_innocent_or_a_rank_outside_the_job(
     _check(root, base, stale, other, copies, blamed, restart, far_rank)
 
 
-@pytest.mark.xfail(
-    reason="known: two of a 4-rank group's members set aside as stale, the two left disagree "
-    "at one seq (a tie): the desync rule names both (DESYNC 2-3), where rank 2 is innocent "
-    "and only 'cannot tell which' is honest",
-    strict=True,
-)
 def test_a_tie_left_by_stale_ranks_set_aside_names_no_innocent(tmp_path: Path) -> None:
-    """size_mismatch with ranks 0 and 1's files an earlier run's: 2 and 3 are left."""
-    _check(tmp_path, "size_mismatch", {0, 1}, "broadcast_root", set(), 0, False, 4)
+    """size_mismatch with ranks 0 and 1's files an earlier run's: 2 and 3 are left, and
+    disagree at one seq with no majority. Ranks 0 and 1 have no dump of this run, so the
+    desync rule cannot tell which of 2 and 3 is wrong: it names neither (cannot tell), and
+    says that the dumps of 0 and 1 would settle it."""
+    report = _check(tmp_path, "size_mismatch", {0, 1}, "broadcast_root", set(), 0, False, 4)
+    assert report["verdict"] == "cannot_tell" and not _names(report)
+    (tie,) = [f for f in report["findings"] if f["code"] == "FR003"]
+    assert "cannot tell which of ranks 2-3" in tie["summary"]
+    assert "ranks 0-1 left no dump" in tie["why"]
 
 
 def _check(
@@ -160,7 +160,7 @@ def _check(
     blamed: int,
     restart: bool,
     far_rank: int,
-) -> None:
+) -> dict[str, Any]:
     job = root / "job"
     shutil.copytree(GLOO / base, job)
     without = set()
@@ -190,3 +190,4 @@ def _check(
     allowed = _clean(base) | without
     assert _names(report) <= allowed, (base, stale, other, copies, report["headline"])
     assert all(0 <= r < 4 for r in _all_ranks(report)), report["headline"]
+    return report

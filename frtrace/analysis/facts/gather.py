@@ -1,10 +1,11 @@
 """Everything the rules read, computed once: the ``Facts`` of one dump set.
 
 Membership, the matched ops, when each dump was written, the wait graph, the ops the recorder
-counted but did not write, the failures the job's logs, error files and sidecars report
-(``frtrace.evidence``), where each rank's Python stack says it is and the classes those stacks
-fall into, and each rank's process (host, pid). Each rule (``analysis.rules``) is a function
-of this one frozen value; none computes a fact of its own that another rule also needs.
+counted but did not write (and the ranks that may be blocked in one), the failures the job's
+logs, error files and sidecars report (``frtrace.evidence``), where each rank's Python stack
+says it is and the classes those stacks fall into, and each rank's process (host, pid). Each
+rule (``analysis.rules``) is a function of this one frozen value; none computes a fact of its
+own that another rule also needs.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from frtrace.analysis.facts.capture import DumpMoments, dump_moments, dump_times_from_entries
+from frtrace.analysis.facts.elsewhere import maybe_elsewhere
 from frtrace.analysis.facts.groups import Membership, resolve_groups
 from frtrace.analysis.facts.match import match
 from frtrace.analysis.facts.ops import MatchResult
@@ -20,6 +22,7 @@ from frtrace.analysis.facts.places import culprit_where
 from frtrace.analysis.facts.processes import rank_processes, seen_in_collected, seen_in_stacks
 from frtrace.analysis.facts.unrecorded import unrecorded_ops
 from frtrace.analysis.facts.waitgraph import WaitGraph, build_wait_graph
+from frtrace.detail import MaybeElsewhere
 from frtrace.detail.notes import ManifestTimes
 from frtrace.evidence.collected import Collected, manifest_times
 from frtrace.evidence.model import JobEvidence
@@ -50,6 +53,9 @@ class Facts:
     classes: StackClasses | None = None  # the sampled ranks' stacks, STAT-style
     processes: Mapping[int, RankProcess] = field(default_factory=dict)  # host, pid per rank
     claimed: tuple[ManifestTimes, ...] = ()  # dump times only collect's manifest gave
+    # ranks that never joined an op their peers wait in, but may be blocked in one their
+    # buffer does not show (a send/recv Gloo does not record): why (``elsewhere``)
+    elsewhere: Mapping[int, MaybeElsewhere] = field(default_factory=dict)
 
     @property
     def loaded(self) -> frozenset[int]:
@@ -107,20 +113,23 @@ def gather_facts(
         sampled = {r: s for r, s in stacks.by_rank.items() if r < world}
         classes = group_stacks(sampled) if sampled else None
     seen = seen_in_stacks(stacks) + seen_in_collected(collected)
+    unrecorded = unrecorded_ops(dumps, membership)
+    evidence = evidence if evidence is not None else JobEvidence()  # (problems, no failure)
     return Facts(
         dumps=dumps,
         membership=membership,
         matched=matched,
         moments=moments,
         waits=waits,
-        unrecorded=unrecorded_ops(dumps, membership),
+        unrecorded=unrecorded,
         stateless=stateless_ranks(dumps),
-        evidence=evidence if evidence is not None else JobEvidence(),  # (problems, no failure)
+        evidence=evidence,
         stacks=stacks,
         places=places,
         sampled=sampled,
         classes=classes,
         processes=rank_processes(seen, dumps.world.size),
+        elsewhere=maybe_elsewhere(waits, matched, membership, places, unrecorded, evidence),
     )
 
 

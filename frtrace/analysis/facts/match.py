@@ -13,7 +13,9 @@ Matching produces, vectorised over all entries:
 - per (rank, group): the highest and lowest seq its buffer holds, to tell "never reached this
   seq" (above its highest) from "cannot know" (below its lowest, once the buffer wrapped);
 - per rank: the oldest op it has not finished (where it is blocked), including p2p ops, whose
-  state in a ``batch_isend_irecv`` is carried by the batch's closing ``coalesced`` entry.
+  state in a ``batch_isend_irecv`` is carried by the batch's closing ``coalesced`` entry (or,
+  where that entry is gone, by the rank's ``pg_status``: ``p2pstatus``);
+- per unfinished send/recv: the op of its peer it meets, counted in posting order (``p2ppairs``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from frtrace.analysis.facts.ops import (
     MatchResult,
     codes,
 )
+from frtrace.analysis.facts.p2ppairs import pair_p2p
+from frtrace.analysis.facts.p2pstatus import settle_by_status
 from frtrace.analysis.facts.pending import (
     blocked_ops,
     consensus_of,
@@ -200,6 +204,11 @@ def match(dumps: DumpSet, membership: Membership) -> MatchResult:
     }
     del spans
     p2p = p2p_ops(p2p_rows, membership, entries)
+    # each p2p entry's batch: its p2p_seq (torch 2.4+), else the seq_id that before 2.4
+    # counted collectives and p2p alike
+    keys = p2p_rows[["rank", "gid"]].assign(p2p_seq=p2p_rows["p2p_seq"].fillna(p2p_rows["seq"]))
+    closed = keys[p2p_rows["op"].eq("coalesced").to_numpy()].dropna().astype(np.int64)
+    p2p = settle_by_status(p2p, closed, dumps, set(extent))
     pending = pending_collectives(collectives, consensus)
     pending_p2p = pending_p2p_ops(p2p)
     return MatchResult(
@@ -211,7 +220,14 @@ def match(dumps: DumpSet, membership: Membership) -> MatchResult:
         pending_p2p=pending_p2p,
         blocked=blocked_ops(pending, pending_p2p),
         failed=failed,
+        p2p_partners=pair_p2p(p2p, keys, _wrapped(dumps)),
     )
+
+
+def _wrapped(dumps: DumpSet) -> set[int]:
+    files = dumps.files
+    ranks, wrapped = files.column("rank").to_pylist(), files.column("wrapped").to_pylist()
+    return {int(r) for r, w in zip(ranks, wrapped, strict=True) if w}
 
 
 def _entry_frame(dumps: DumpSet, membership: Membership) -> tuple[pd.DataFrame, bool]:

@@ -88,6 +88,9 @@ class MatchResult:
     blocked: dict[int, OpRef]
     # Collectives retired on some members that cannot have completed, by (gid, seq).
     failed: dict[tuple[int, int], FailedOp] = field(default_factory=dict)
+    # Unfinished send/recv (entries row) -> the row of the op it meets, -1 where its peer has
+    # not posted that one; absent where the pair's histories cannot be counted (``p2ppairs``).
+    p2p_partners: dict[int, int] = field(default_factory=dict)
 
 
 def codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str | None]]:

@@ -9,7 +9,13 @@ from frtrace.model import CulpritWhere
 from frtrace.pystack.model import Frame, ProcessStacks
 from frtrace.pystack.where import frame_label, short_filename, where
 
-__all__ = ["culprit_where"]
+__all__ = ["culprit_where", "in_send_recv"]
+
+# What a torch.distributed call that sends or receives point to point is called, as its
+# innermost library frame shows it: send, recv, isend, irecv, batch_isend_irecv,
+# send/recv_object_list, a P2POp, a pipeline schedule's wait on its batched p2p
+# (torch.distributed.pipelining: ``_wait_batch_p2p``, anywhere in ``pipelining/``).
+_P2P_WORDS = ("send", "recv", "p2p", "torch/distributed/pipelining/")
 
 
 def _is_collective_call(frame: Frame | None) -> bool:
@@ -42,3 +48,10 @@ def culprit_where(rank: int, sample: ProcessStacks) -> CulpritWhere:
         sampled="no_thread" if thread is None else "frames" if thread.frames else "empty_thread",
         off_main=off_main,
     )
+
+
+def in_send_recv(place: CulpritWhere) -> bool:
+    """Is the rank's stack inside a torch.distributed point-to-point call (or a pipeline
+    schedule waiting on one)? Gloo records none of them."""
+    call = (place.library_call or "").replace("\\", "/")
+    return place.place == "collective" and any(word in call for word in _P2P_WORDS)

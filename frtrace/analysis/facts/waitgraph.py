@@ -20,7 +20,9 @@ something. For u blocked in collective (group, seq), member v is waited on when:
   from the graph (``WaitGraph.in_flight``).
 
 For u blocked in a send/recv, the peer is waited on if it never posted the matching op
-(``p2p_unmatched``) or is blocked elsewhere.
+(``p2p_unmatched``) or is blocked elsewhere; the matching op is the one counted in posting
+order (``p2ppairs``: a peer that finished its half holds no one), else any pending op of the
+other kind with u.
 
 Root causes are the ranks others wait on that wait on no one (sinks), and the ranks of a cycle
 that waits on no one outside it (a cross-group deadlock). Everyone upstream is a victim.
@@ -289,11 +291,16 @@ def _p2p_edges(ctx: _Context, first: OpRef) -> list[Edge]:
         if peer not in ctx.loaded:
             edge(peer, EdgeKind.NO_DUMP)
             continue
-        theirs = [
-            o
-            for o in ctx.match.pending_p2p.get(peer, [])
-            if o.gid == op.gid and o.op == want and o.peer == u
-        ]
+        partner = ctx.match.p2p_partners.get(op.row)
+        pending = ctx.match.pending_p2p.get(peer, [])
+        if partner is None:  # not counted: any pending op of the other kind with u
+            theirs = [o for o in pending if o.gid == op.gid and o.op == want and o.peer == u]
+        elif partner < 0:  # the peer has not posted the one this op meets
+            theirs = []
+        else:  # posted: finished on its side (it holds no one), or pending there
+            theirs = [o for o in pending if o.row == partner]
+            if not theirs:
+                continue
         if not theirs:
             edge(peer, EdgeKind.P2P_UNMATCHED)
         elif not any(ctx.same_op(peer, o) for o in theirs):

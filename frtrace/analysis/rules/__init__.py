@@ -12,6 +12,7 @@ joined, a p2p peer never posted, a GPU never started, a dump is missing), ``dead
 recorded), ``snapshot`` (a running job dumped at one instant, no dump time),
 ``nothing_recorded`` (empty buffers). From the rest of the evidence: ``first_failure``
 (which rank failed first, and with a cause), ``named`` (an error message naming ranks),
+``silent`` (every rank with a dump failed waiting: the ranks without one, suspected),
 ``stack_outlier`` (the ranks' Python stacks, where the entries are silent).
 
 How to add a rule: docs/architecture.md, "Adding a rule".
@@ -30,6 +31,7 @@ from frtrace.analysis.rules import (
     in_flight,
     named,
     nothing_recorded,
+    silent,
     snapshot,
     split_sizes,
     stack_outlier,
@@ -55,5 +57,6 @@ RULES: tuple[Rule, ...] = (
     nothing_recorded.check,
     first_failure.check,
     named.check,
+    silent.check,
     stack_outlier.check,
 )

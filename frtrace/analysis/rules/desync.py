@@ -5,7 +5,9 @@ what the op should have been; the minority are the culprits. The kind is the fir
 differs: op name, then sizes (under each op family's rules), then dtypes. A tie at the top
 (two-rank groups are common: pipeline pairs, tp=2) is broken by the sibling groups of the same
 kind, which in SPMD training run the same op at the same seq; failing that, every side is
-named and the confidence is low.
+named and the confidence is low, unless members without a dump did not vote: their calls
+would make the majority, so the rule cannot tell which side is wrong and names no one (a
+warning that keeps the sides as candidates and says whose dumps would settle it).
 
 A rank that skipped or added a collective disagrees with its group at every later seq. When its
 later ops line up with the majority's shifted by a few positions, that is reported once as a
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import pandas as pd
@@ -47,6 +49,7 @@ class _Disagreement:
     ops: dict[int, str]
     sibling_backers: int = 0  # >0: the majority was decided by sibling groups (a tie inside)
     by_size_rule: bool = False  # the tie was decided by the op family's size rule
+    unseen: tuple[int, ...] = ()  # a tie members without a dump would settle: undecided
 
 
 _DIFFERS_IN: dict[FindingKind, Literal["op", "sizes", "dtypes"]] = {
@@ -73,10 +76,15 @@ def check(facts: Facts) -> list[Finding]:
     rows = match.collectives.merge(bad, on=["gid", "seq"], how="inner")
     by_group: dict[int, list[_Disagreement]] = defaultdict(list)
     siblings = _Siblings(membership, match)
+    loaded = facts.loaded
     for _, part in rows.groupby(["gid", "seq"], sort=True):
         gid, seq = int(part["gid"].iloc[0]), int(part["seq"].iloc[0])
-        size_rule = _SizeRule(dumps, len(membership.groups[gid].members))
+        members = membership.groups[gid].members
+        size_rule = _SizeRule(dumps, len(members))
         d = _disagreement(seq, part, lambda g=gid, q=seq: siblings.votes(g, q), size_rule)
+        if d is not None and not d.majority:
+            unseen = tuple(m for m in members if m not in loaded)
+            d = replace(d, unseen=unseen) if unseen else d
         if d is not None:
             by_group[gid].append(d)
     findings: list[Finding] = []
@@ -245,7 +253,8 @@ def _finding(
     waiting = tuple(sorted(d.majority))
     shift = _shift(match, gid, d.seq, culprits) if d.majority else None
     differs_in = _DIFFERS_IN[kind]
-    basis: Literal["majority", "size_rule", "siblings", "no_majority"] = "no_majority"
+    basis: Literal["majority", "size_rule", "siblings", "no_majority", "undecided"]
+    basis = "undecided" if d.unseen else "no_majority"
     confidence = Confidence.LOW
     if d.majority:
         confidence, basis = Confidence.HIGH, "majority"
@@ -258,8 +267,9 @@ def _finding(
     sides = sorted({ref_rank: expected, **actual}.items())
     return Finding(
         kind=kind,
-        severity=Severity.ERROR,
-        culprit_ranks=culprits,
+        # undecided: which side is wrong rests on calls no dump shows, so no one is named
+        severity=Severity.WARNING if d.unseen else Severity.ERROR,
+        culprit_ranks=() if d.unseen else culprits,
         waiting_ranks=waiting,
         group=group,
         seq=d.seq,
@@ -279,6 +289,7 @@ def _finding(
             backers=d.sibling_backers,
             shift=shift,
             later=n_later,
+            unseen=d.unseen,
         ),
     )
 

@@ -5,11 +5,16 @@ the culprit was last seen, and what ``pg_status`` says about it.
 
 "Never joined" is positive evidence only when the rank could not be blocked somewhere the
 entries do not show. A rank whose buffer holds nothing pending may still be blocked in a
-send or recv that Gloo does not record: when its Python stack is inside a torch.distributed
-send, recv or barrier call (or any such call, where it ran unrecorded ops), or it has no
-stack and ran unrecorded ops, the finding is a warning of low confidence (it may be waiting,
-not holding anyone up), and the rank's place and the ops it ran are its evidence
-(``NeverJoined.doubts``).
+send or recv that Gloo does not record (``facts.elsewhere``: its Python stack is inside a
+torch.distributed send, recv, pipeline schedule's p2p wait or barrier, or any such call where
+it ran unrecorded ops; it has no stack and ran unrecorded ops; or, with neither, the ranks
+absent beside it in a pipeline wait in send/recv behind a rank seen stuck). Such ranks are
+told apart from the others of their op: a finding of low confidence and warning severity
+(they may be waiting, not holding anyone up), their place and the ops they ran as its
+evidence (``NeverJoined.doubts``); the ranks of the same op that nothing doubts keep their
+own finding, an error. Likewise a rank that never joined, or never posted, while blocked
+itself in an op that waits on no one the dumps show (``Waits.held``: an onlyActive dump
+dropped the entries that would say whom): it may not have reached the op yet.
 """
 
 from __future__ import annotations
@@ -26,9 +31,9 @@ from frtrace.analysis.facts.ops import MatchResult
 from frtrace.analysis.facts.signatures import call_site, entry_at, signature_at
 from frtrace.analysis.facts.waitgraph import Edge, EdgeKind, victims_of
 from frtrace.detail import (
+    HeldUnseen,
     IdleAtDump,
     LastSeen,
-    MaybeElsewhere,
     NeverJoined,
     NeverPosted,
     NewestEntry,
@@ -39,10 +44,12 @@ from frtrace.detail import (
     Waits,
 )
 from frtrace.load.tables import DumpSet
-from frtrace.model import Confidence, Finding, FindingKind, GroupRef, Severity
+from frtrace.model import Confidence, Finding, FindingKind, GroupRef, OpSignature, Severity
 
 __all__ = ["check"]
 
+# The edges whose target may only be blocked before the op (it has not reached it yet)
+_MAY_BE_HELD = frozenset({EdgeKind.NEVER_JOINED, EdgeKind.P2P_UNMATCHED})
 _HANG_KINDS = {
     EdgeKind.NEVER_JOINED: FindingKind.NEVER_JOINED,
     EdgeKind.JOINED_LATE: FindingKind.NEVER_JOINED,
@@ -53,26 +60,53 @@ _HANG_KINDS = {
 
 
 def check(facts: Facts) -> list[Finding]:
-    """One finding per (kind, op waited in) over the edges that end at a root cause."""
+    """One finding per (kind, op waited in) over the edges that end at a root cause; for
+    "never joined", the culprits that may be blocked elsewhere apart from the others."""
     waits = facts.waits
     roots = set(waits.roots)
     cyclic = {r for component in waits.sink_components for r in component}
-    grouped: dict[tuple[FindingKind, int, int | None, int | None], list[Edge]] = defaultdict(list)
+    held = _held_unseen(facts)
+    Key = tuple[FindingKind, int, int | None, int | None, bool]
+    grouped: dict[Key, list[Edge]] = defaultdict(list)
     for e in waits.edges:
         kind = _HANG_KINDS.get(e.kind)
         if kind is None or e.target not in roots:
             continue
         if e.target in cyclic:
             continue  # told by the deadlock finding, with its waiters
-        key = (kind, e.gid, e.seq, e.p2p_seq if e.seq is None else None)
+        doubted = (kind == FindingKind.NEVER_JOINED and e.target in facts.elsewhere) or (
+            e.kind in _MAY_BE_HELD and e.target in held
+        )
+        key = (kind, e.gid, e.seq, e.p2p_seq if e.seq is None else None, doubted)
         grouped[key].append(e)
     findings = []
-    for (kind, gid, seq, _), edges in sorted(
+    for (kind, gid, seq, _, _), edges in sorted(
         grouped.items(),
-        key=lambda kv: (kv[0][0], kv[0][1], -1 if kv[0][2] is None else kv[0][2], kv[0][3] or -1),
+        key=lambda kv: (
+            kv[0][0],
+            kv[0][1],
+            -1 if kv[0][2] is None else kv[0][2],
+            kv[0][3] or -1,
+            kv[0][4],
+        ),
     ):
-        findings.append(_hang_finding(facts, kind, gid, seq, edges))
+        findings.append(_hang_finding(facts, kind, gid, seq, edges, held))
     return findings
+
+
+def _held_unseen(facts: Facts) -> dict[int, HeldUnseen]:
+    """Ranks blocked in an op that waits on no one the dumps show (not every member inside
+    it, not in flight): the op their peers wait in may be one they have not reached yet."""
+    waits, matched = facts.waits, facts.matched
+    together = {r for ranks in waits.co_waiting.values() for r in ranks}
+    together |= {e.waiter for e in waits.in_flight} | waits.running
+    out = {}
+    for r, op in matched.blocked.items():
+        if r in together or (waits.graph.has_node(r) and waits.graph.out_degree(r) > 0):
+            continue
+        seq = op.seq if op.seq is not None else op.p2p_seq
+        out[r] = HeldUnseen(rank=r, op=op.op, seq=seq, group=facts.membership.groups[op.gid])
+    return out
 
 
 def _last_seen(facts: Facts, rank: int) -> tuple[LastSeen, int | None]:
@@ -97,9 +131,14 @@ def _last_seen(facts: Facts, rank: int) -> tuple[LastSeen, int | None]:
 
 
 def _hang_finding(
-    facts: Facts, kind: FindingKind, gid: int, seq: int | None, edges: list[Edge]
+    facts: Facts,
+    kind: FindingKind,
+    gid: int,
+    seq: int | None,
+    edges: list[Edge],
+    held: dict[int, HeldUnseen],
 ) -> Finding:
-    dumps, matched, waits = facts.dumps, facts.matched, facts.waits
+    dumps, matched = facts.dumps, facts.matched
     group = facts.membership.groups[gid]
     culprits = tuple(sorted({e.target for e in edges}))
     waiting = tuple(sorted({e.waiter for e in edges}))
@@ -117,23 +156,13 @@ def _hang_finding(
                 actual[c] = signature_at(dumps, row)
                 newest_row[c] = row
     failure = matched.failed.get((gid, seq)) if seq is not None else None
-    context = Waits(
-        culprits=culprits,
-        waiting=waiting,
-        # the group's members that wait on them, directly or not (the job's are the headline's)
-        blocked=len(victims_of(waits, culprits) & set(group.members)),
-        last_seen=tuple(seen),
-        waiting_state=expected.state,
-        call_site=call_site(expected.stack),
-        failed=_op_failed(failure),
-        timed_out=() if failure is not None else _timed_out(dumps, matched, gid, seq),
-    )
+    context = _waits(facts, gid, seq, edges, failure, held, expected, tuple(seen))
     confidence = Confidence.HIGH
     severity = Severity.ERROR
     detail: NeverJoined | NotStarted | NeverPosted | NoDump
     if kind == FindingKind.NEVER_JOINED:
         detail, confidence = _never_joined(facts, context, group, seq, failure, edges, newest_row)
-        doubts = tuple(d for r in culprits if (d := _maybe_elsewhere(r, facts)) is not None)
+        doubts = tuple(d for r in culprits if (d := facts.elsewhere.get(r)) is not None)
         if doubts:  # it may be blocked in an op its buffer does not show: not positive
             severity, confidence = Severity.WARNING, Confidence.LOW
             detail = replace(detail, doubts=doubts)
@@ -154,6 +183,8 @@ def _hang_finding(
         if stopped:
             severity = Severity.WARNING
         detail = NoDump(waits=context, failed_it=tuple(failed), stopped=stopped)
+    if context.held:  # blocked itself, on no one seen: it may not have reached the op yet
+        severity, confidence = Severity.WARNING, Confidence.LOW
     return Finding(
         kind=kind,
         severity=severity,
@@ -166,6 +197,38 @@ def _hang_finding(
         actual=actual,
         confidence=confidence,
         detail=detail,
+    )
+
+
+def _waits(
+    facts: Facts,
+    gid: int,
+    seq: int | None,
+    edges: list[Edge],
+    failure: FailedOp | None,
+    held: dict[int, HeldUnseen],
+    expected: OpSignature,
+    seen: tuple[LastSeen, ...],
+) -> Waits:
+    """What every hang finding rests on: who holds up whom, where the culprits were last
+    seen, what shows the op failed, and which culprits are blocked themselves on no one seen."""
+    culprits = tuple(sorted({e.target for e in edges}))
+    group = facts.membership.groups[gid]
+    return Waits(
+        culprits=culprits,
+        waiting=tuple(sorted({e.waiter for e in edges})),
+        # the group's members that wait on them, directly or not (the job's are the headline's)
+        blocked=len(victims_of(facts.waits, culprits) & set(group.members)),
+        last_seen=seen,
+        waiting_state=expected.state,
+        call_site=call_site(expected.stack),
+        failed=_op_failed(failure),
+        timed_out=() if failure is not None else _timed_out(facts.dumps, facts.matched, gid, seq),
+        held=tuple(
+            held[e.target]
+            for e in _first_per_target(edges)
+            if e.kind in _MAY_BE_HELD and e.target in held
+        ),
     )
 
 
@@ -195,7 +258,8 @@ def _never_joined(
     unretired = {
         c: newest_row[c] for c in done if c in facts.stateless and _unretired(dumps, newest_row[c])
     }
-    host = [c for c in done if c not in hidden and c not in unretired]
+    # (a rank that may be blocked in an unrecorded op is not said to be in host code)
+    host = [c for c in done if c not in hidden and c not in unretired and c not in facts.elsewhere]
     unretired_op = None
     if unretired:
         unretired_op = signature_at(dumps, next(iter(unretired.values()))).op
@@ -296,18 +360,9 @@ def _timed_out(dumps: DumpSet, matched: MatchResult, gid: int, seq: int | None) 
     )
 
 
-def _maybe_elsewhere(rank: int, facts: Facts) -> MaybeElsewhere | None:
-    """Why the rank may be blocked in an op its buffer does not show, or None."""
-    if rank in facts.matched.blocked:
-        return None  # its buffer shows where it is blocked
-    in_comm = facts.in_comm(rank)
-    ran = sum(n for (r, _), n in facts.unrecorded.items() if r == rank)
-    place = facts.places.get(rank)
-    p2p_call = place is not None and any(
-        word in (place.library_call or "") for word in ("send", "recv", "barrier")
-    )
-    if in_comm and place is not None and (ran or p2p_call):
-        return MaybeElsewhere(rank=rank, in_call=place, unrecorded=ran)
-    if in_comm is None and ran:
-        return MaybeElsewhere(rank=rank, in_call=None, unrecorded=ran)
-    return None
+def _first_per_target(edges: list[Edge]) -> list[Edge]:
+    """One edge per target, in rank order."""
+    first: dict[int, Edge] = {}
+    for e in sorted(edges, key=lambda e: (e.target, e.waiter)):
+        first.setdefault(e.target, e)
+    return list(first.values())

@@ -6,12 +6,17 @@ the same picture is also a healthy dump taken a moment after an op, so it is inf
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from frtrace.analysis.facts import Facts
-from frtrace.analysis.facts.signatures import signature_at
+from frtrace.analysis.facts.signatures import entry_at, signature_at
 from frtrace.analysis.facts.waitgraph import victims_of
 from frtrace.detail import InFlight, StuckInCollective
+from frtrace.load.dumpset import DumpSet
 from frtrace.model import Confidence, Finding, FindingKind, Severity
 
 __all__ = ["check"]
@@ -27,7 +32,7 @@ def check(facts: Facts) -> list[Finding]:
     for (gid, seq), ranks in sorted(waits.co_waiting.items()):
         group = membership.groups[gid]
         loaded_members = [m for m in group.members if m in set(dumps.loaded_ranks)]
-        if sorted(ranks) != sorted(loaded_members) or len(group.members) < 2:
+        if sorted(ranks) != sorted(loaded_members):
             continue
         row = int(
             matched.collectives[
@@ -71,7 +76,39 @@ def check(facts: Facts) -> list[Finding]:
                 op=sig.op,
                 expected=sig,
                 confidence=Confidence.MEDIUM,
-                detail=StuckInCollective(entered=tuple(ranks), held=len(held)),
+                detail=StuckInCollective(
+                    entered=tuple(ranks),
+                    held=len(held),
+                    on_gpu=None if set(ranks) & stateless else _on_gpu(facts, gid, seq, ranks),
+                ),
             )
         )
     return findings
+
+
+def _on_gpu(
+    facts: Facts, gid: int, seq: int, ranks: Sequence[int]
+) -> Literal["not_started", "started"] | None:
+    """Where the op is on the members' GPUs: started on any (``"started"`` is only recorded
+    with timing on), or still ``scheduled`` on every member of a job that records starts
+    (``pg_status.last_started`` set, or an entry with a start time): not started."""
+    m = facts.matched.collectives
+    rows = m[(m["gid"] == gid) & (m["seq"] == seq) & m["rank"].isin(ranks)]["row"]
+    states = {entry_at(facts.dumps, int(r))["state"] for r in rows}
+    if "started" in states:
+        return "started"
+    if states == {"scheduled"} and _timed(facts.dumps, ranks):
+        return "not_started"
+    return None
+
+
+def _timed(dumps: DumpSet, ranks: Sequence[int]) -> bool:
+    """Whether these ranks' recorders record when an op starts (NCCL's timing)."""
+    members = pa.array(ranks, pa.int32())
+    status = dumps.pg_status.filter(pc.is_in(dumps.pg_status["rank"], members))
+    if pc.any(pc.greater_equal(status["last_started"], 0)).as_py():
+        return True
+    e = dumps.entries
+    mine = pc.is_in(e["rank"], pa.array(ranks, e.schema.field("rank").type))
+    started = e.filter(mine)["time_discovered_started_ns"]
+    return bool(started.null_count < len(started))

@@ -56,6 +56,34 @@ def test_a_two_member_tie_names_both_with_low_confidence() -> None:
     assert isinstance(f.detail, Mismatch) and f.detail.basis == "no_majority"
 
 
+def test_a_tie_that_members_without_a_dump_would_settle_names_no_one() -> None:
+    """Ranks 2 and 3 of a 4-rank group disagree at #7, ranks 0 and 1 left no dump: their
+    calls would make the majority, so the rule cannot tell which of the two is wrong. It names
+    no one (a warning), keeps both as candidates and says whose dumps would settle it."""
+    job = Job(world=4, missing=(0, 1)).done("all_reduce", range(1, 7), ranks=(2, 3))
+    job.enter("all_reduce", 7, ranks=(2,), sizes=(8,)).enter("all_reduce", 7, ranks=(3,))
+    (f,) = desync.check(job.facts())
+    assert (f.kind, f.severity, f.confidence) == (
+        FindingKind.SIZE_MISMATCH,
+        Severity.WARNING,
+        Confidence.LOW,
+    )
+    assert f.culprit_ranks == () and f.waiting_ranks == ()
+    assert isinstance(f.detail, Mismatch) and f.detail.basis == "undecided"
+    assert f.detail.culprits == (2, 3) and f.detail.unseen == (0, 1)
+    assert {s.rank for s in f.detail.sides} == {2, 3}
+
+
+def test_a_tie_with_every_member_recorded_still_names_both() -> None:
+    """A 4-rank group split 2 against 2 with every member's dump: no member is unseen, so the
+    tie is the dumps' last word: both sides named, low confidence (as a two-member tie)."""
+    job = Job(world=4).done("all_reduce", range(1, 7))
+    job.enter("all_reduce", 7, ranks=(0, 1), sizes=(8,)).enter("all_reduce", 7, ranks=(2, 3))
+    (f,) = desync.check(job.facts())
+    assert f.culprit_ranks == (0, 1, 2, 3) and f.severity == Severity.ERROR
+    assert isinstance(f.detail, Mismatch) and f.detail.basis == "no_majority"
+
+
 def test_a_sibling_group_breaks_a_two_member_tie() -> None:
     """Group {0, 1} disagrees at #1; its sibling {2, 3} ran all_reduce there: rank 1, which
     called broadcast, is the culprit (medium confidence, decided by the siblings)."""

@@ -55,3 +55,31 @@ def test_gloo_all_entered_is_in_flight() -> None:
     (f,) = stuck.check(_all_entered("gloo").facts())
     assert (f.kind, f.confidence) == (FindingKind.IN_FLIGHT, Confidence.MEDIUM)
     assert isinstance(f.detail, InFlight) and f.detail.because == "gloo"
+
+
+def _scheduled(*, timed: bool) -> Job:
+    """Every rank finished #1-#6 (with start times when ``timed``: NCCL's timing on) and
+    entered #7, which is still ``scheduled`` on every rank."""
+    job = Job(world=4, backend="nccl")
+    for seq in range(1, 7):
+        start = {"time_discovered_started_ns": 1} if timed else {}
+        job.enter("all_reduce", seq, state="completed", **start)
+    return job.enter("all_reduce", 7, state="scheduled")
+
+
+@pytest.mark.parametrize(
+    ("job", "on_gpu"),
+    [
+        (_all_entered(), "started"),  # a start recorded: it runs on the GPUs
+        (_scheduled(timed=True), "not_started"),  # starts are timed, none of #7
+        (_scheduled(timed=False), None),  # no timing: "scheduled" says nothing of the GPU
+    ],
+    ids=["started", "timed-never-started", "untimed"],
+)
+def test_where_the_stuck_op_is_on_the_gpus(job: Job, on_gpu: str | None) -> None:
+    """With NCCL's timing on, a stuck op still ``scheduled`` on every member never started
+    on their GPUs (earlier work on the stream has not ended: look at the GPU, not the
+    network); one ``started`` runs and does not finish; without timing, nobody can tell."""
+    (f,) = stuck.check(job.facts())
+    assert f.kind == FindingKind.STUCK_IN_COLLECTIVE
+    assert isinstance(f.detail, StuckInCollective) and f.detail.on_gpu == on_gpu
