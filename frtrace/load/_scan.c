@@ -521,6 +521,11 @@ static PyObject *scatter(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "a target, a width, a remap and flags per column");
         goto done;
     }
+    /* (rows * 8 and at + rows below cannot overflow: neither is anywhere near this) */
+    if (rows > PY_SSIZE_T_MAX / 16 || at > PY_SSIZE_T_MAX / 16) {
+        PyErr_SetString(PyExc_ValueError, "more rows than a buffer can hold");
+        goto done;
+    }
     Py_ssize_t offset = 0;
     for (Py_ssize_t k = 0; k < m; k++) {
         Py_ssize_t width = PyLong_AsSsize_t(PyTuple_GET_ITEM(widths, k));
@@ -551,9 +556,16 @@ static PyObject *scatter(PyObject *self, PyObject *args) {
                 PyErr_SetString(PyExc_ValueError, "a remapped column is int32");
                 goto done;
             }
-            if (PyObject_GetBuffer(remap, &views[1], PyBUF_SIMPLE) < 0) goto done;
+            if (PyObject_GetBuffer(remap, &views[1], PyBUF_FORMAT) < 0) goto done;
             held[1] = 1;
-            const int32_t *table = (const int32_t *)views[1].buf;
+            const char *format = views[1].format;
+            size_t chars = format == NULL ? 0 : strlen(format);
+            if (views[1].itemsize != 4 || chars == 0 ||
+                (format[chars - 1] != 'i' && format[chars - 1] != 'l')) {
+                PyErr_SetString(PyExc_ValueError, "a remap is int32");
+                goto done;
+            }
+            const char *table = (const char *)views[1].buf;
             Py_ssize_t size = views[1].len / 4;
             for (Py_ssize_t j = 0; j < rows; j++) {
                 int32_t value;
@@ -564,7 +576,7 @@ static PyObject *scatter(PyObject *self, PyObject *args) {
                                  (int)value, size);
                     goto done;
                 }
-                memcpy(target + 4 * j, &table[index], 4);
+                memcpy(target + 4 * j, table + 4 * index, 4);  /* (either may be unaligned) */
             }
         }
         if (flags != Py_None) {

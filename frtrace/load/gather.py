@@ -127,7 +127,7 @@ class Gather:
             region.close()
         if written is None:
             return None
-        try:
+        try:  # (on any failure, no file left behind: it holds the dumps' contents)
             outs = [
                 _Hole(written.fd, at, dtype, pa.types.is_boolean(f.type))
                 for f, dtype, at in zip(fields, self.dtypes, written.holes, strict=True)
@@ -135,16 +135,19 @@ class Gather:
             self._fill(outs)
             checksums = {i: out.finish() for i, out in enumerate(outs)}
             mapped = mmap.mmap(written.fd, written.size, access=mmap.ACCESS_READ)
-        except OSError:
+            spill.track(mapped)
+            try:
+                table = ipc.open_file(pa.BufferReader(pa.py_buffer(mapped))).read_all()
+            except pa.ArrowException as exc:
+                raise OSError(f"{path}: not read back ({exc})") from exc
+            if table.num_rows != self.rows:
+                raise OSError(f"{path}: {table.num_rows} rows read back, not {self.rows}")
+        except BaseException:
             with contextlib.suppress(OSError):
                 path.unlink()
             raise
         finally:
             written.close()
-        spill.track(mapped)
-        table = ipc.open_file(pa.BufferReader(pa.py_buffer(mapped))).read_all()
-        if table.num_rows != self.rows:
-            raise OSError(f"{path}: {table.num_rows} rows read back, not {self.rows}")
         return table, written.size, written.checksum(checksums)
 
     def _fill(self, outs: Sequence[_Output | _Hole]) -> None:

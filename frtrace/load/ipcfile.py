@@ -151,15 +151,15 @@ def write_around(path: Path, table: pa.Table, stand_ins: list[pa.Buffer]) -> Hol
         if len(sink.holes) != len(sink.wanted):
             raise _NotAsIs
         os.ftruncate(fd, sink.at)  # (a hole at the very end has no byte written after it)
-    except (_NotAsIs, OSError, pa.ArrowException) as exc:
+    except BaseException as exc:  # (no file left behind, whatever stopped the writing)
         os.close(fd)
         with contextlib.suppress(OSError):
             path.unlink()
-        if isinstance(exc, OSError):
-            raise
-        if isinstance(exc, pa.ArrowException):
+        if isinstance(exc, _NotAsIs):
+            return None
+        if isinstance(exc, pa.ArrowException) and not isinstance(exc, OSError):
             raise OSError(f"{path}: {exc}") from exc
-        return None
+        raise
     holes = [sink.holes.get(i, -1) for i in range(len(stand_ins))]
     return HoleyFile(path=path, fd=fd, size=sink.at, holes=holes, pieces=sink.pieces)
 

@@ -97,17 +97,22 @@ def load_dumps(
         # (the executor counts the files in this phase; the tables are assembled and stored)
         with shown.phase("load", total=len(discovery.candidates)):
             assembler = _Assembler(directory, discovery.candidates)
-            with open_executor(scheduler, jobs=jobs, progress=shown) as executor:
-                if isinstance(executor, LocalProcesses):
-                    executor = dataclasses.replace(
-                        executor, ship_to=assembler.spill_dir, meanwhile=meanwhile
-                    )
-                elif meanwhile is not None:
-                    meanwhile()
-                executor.parse(discovery.candidates, assembler.add)
-            # a large set's entries written once, where they stay: the cache's file
-            at = store.prepare("entries") if store is not None and assembler.gather else None
-            dumps = assembler.finish(discovery.skipped, discovery, entries_at=at)
+            try:
+                with open_executor(scheduler, jobs=jobs, progress=shown) as executor:
+                    if isinstance(executor, LocalProcesses):
+                        executor = dataclasses.replace(
+                            executor, ship_to=assembler.spill_dir, meanwhile=meanwhile
+                        )
+                    elif meanwhile is not None:
+                        meanwhile()
+                    executor.parse(discovery.candidates, assembler.add)
+                # a large set's entries written once, where they stay: the cache's file
+                at = store.prepare("entries") if store is not None and assembler.gather else None
+                dumps = assembler.finish(discovery.skipped, discovery, entries_at=at)
+            except BaseException:  # (the workers' files hold the dumps' contents: removed now)
+                if assembler.spill_dir is not None:
+                    spill.remove_spill_directory(assembler.spill_dir)
+                raise
             give_back_memory()
             if store is not None:
                 loaded = {name: getattr(dumps, name) for name in TABLES}

@@ -167,3 +167,51 @@ def test_scatter_in_c_is_scatter_in_numpy(monkeypatch: pytest.MonkeyPatch) -> No
         if c is not None and py is not None:
             for a, b in zip(c, py, strict=True):
                 assert a.tobytes() == b.tobytes()
+
+
+def test_scatter_in_c_refuses_a_remap_that_is_not_int32() -> None:
+    """A remap of another width would be read as int32s (wrong values, reads past its end):
+    refused, as numpy's take would not write int64s into an int32 column either."""
+    from frtrace.load import native
+
+    if not native.active():
+        pytest.skip("the C module is not built here")
+    part = np.arange(4, dtype=np.int32).tobytes()
+    target = [np.zeros(4, dtype=np.int32)]
+    for remap in (np.arange(8, dtype=np.int64), np.arange(8, dtype=np.float32)):
+        with pytest.raises(ValueError, match="int32"):
+            native.scatter(part, 4, 0, target, (4,), [remap], [None])
+    native.scatter(part, 4, 0, target, (4,), [np.arange(10, 14, dtype=np.int32)], [None])
+    assert target[0].tolist() == [10, 11, 12, 13]
+
+
+@pytest.mark.parametrize("cache", [False, True])
+def test_a_worker_lost_midway_costs_only_its_file_when_gathered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache: bool
+) -> None:
+    """A worker killed (SIGSEGV) after shipping some dumps: the dumps it wrote before are
+    gathered from its file, its replacement writes its own, the rest are the same as in
+    memory; no file of the load's is left."""
+    import struct
+
+    from frtrace.load import parallel
+    from tests.conftest import make_dump, make_entry, write_pickle
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 0)
+    sets = tmp_path / "set"
+    sets.mkdir()
+    for rank in range(12):
+        entries = [make_entry(record_id=i, collective_seq_id=i + 1) for i in range(rank + 3)]
+        write_pickle(sets / f"rank_{rank}", make_dump(entries, world=12, rank=rank))
+    # (hashing a tuple nested 300,000 deep as a dict key kills the reader: SIGSEGV)
+    (sets / "rank_5").write_bytes(b"\x80\x02}" + b")" + b"\x85" * 300_000 + b"K\x01s.")
+    # (a memo index of 2**31: the reader runs out of memory, says so and exits)
+    (sets / "rank_9").write_bytes(b"\x80\x02]r" + struct.pack("<I", 2**31 - 1) + b".")
+    kept = _load(sets, monkeypatch, gathered=False)
+    monkeypatch.setattr(spill, "SPILL_MIN_BYTES", 0)
+    gathered = load_dumps(sets, jobs=2, cache=cache)
+    assert gathered.loaded_ranks == tuple(r for r in range(12) if r not in (5, 9))
+    _same(gathered, kept)
+    spill.finish_removing()
+    assert not any((tmp_path / "cache" / "frtrace" / "spill").iterdir())
