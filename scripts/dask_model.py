@@ -8,7 +8,9 @@ brings every dump's entries to the coordinator); this script measures what such 
 cost rests on and prints the model's prediction. What it measures, on the set's first
 ``--sample`` files, on one core of this machine:
 
-- parse: one file read by frtrace's reader (``try_parse``), the mean;
+- parse: one file read by frtrace's reader (``try_parse``), the mean (with ``--smaller``,
+  also on a set of fewer ranks, and taken as linear in the ranks: every file records the
+  default group's member list);
   (every cost is CPU time, steadier than wall time on a shared machine)
 - fold: per entry, the sample's entries folded into per-(group, seq) summaries (Arrow's
   ``group_by``: the ranks' count, lowest and highest rank, lowest and highest state, sizes'
@@ -96,18 +98,22 @@ def _timed(call: Any, *args: Any, repeat: int = 3) -> tuple[Any, float]:
     return result, best
 
 
-def measure(dumps: Path, sample: int, small: int) -> dict[str, float]:
-    """The costs the model rests on, measured on the first ``sample`` files of ``dumps``."""
+def measure(dumps: Path, sample: int, small: int, only_parse: bool = False) -> dict[str, float]:
+    """The costs the model rests on, measured on the first ``sample`` files of ``dumps``
+    (``only_parse``: the parse alone)."""
     sys.path.insert(0, str(ROOT))
     from frtrace.load.discover import discover
     from frtrace.load.parse import try_parse
     from frtrace.load.tables import build_dump_set
 
-    candidates = discover(dumps).candidates[:sample]
+    every = discover(dumps).candidates
+    candidates = every[:sample]
     try_parse(candidates[-1])  # (warm)
     start = time.process_time()
     results = [try_parse(c) for c in candidates]
     parse_s = (time.process_time() - start) / len(candidates)
+    if only_parse:
+        return {"world": len(every), "parse_s": parse_s}
     loaded = build_dump_set(dumps, candidates, results)
     entries = loaded.entries
     folded, fold_s = _timed(summaries, entries)
@@ -124,6 +130,7 @@ def measure(dumps: Path, sample: int, small: int) -> dict[str, float]:
     is_small = pa.array([sizes.get(g, 0) <= small for g in folded.column("group").to_pylist()])
     small_keys = int(pc.sum(is_small).as_py() or 0)
     return {
+        "world": len(every),
         "sample_files": len(candidates),
         "entries_per_file": entries.num_rows / len(candidates),
         "parse_s": parse_s,
@@ -138,7 +145,8 @@ def measure(dumps: Path, sample: int, small: int) -> dict[str, float]:
 def model(costs: dict[str, float], ranks: int, entries: int, workers: int) -> dict[str, float]:
     """The prediction for ``ranks`` x ``entries`` on ``workers`` single-core workers."""
     per_worker = ranks / workers
-    read_s = per_worker * (costs["parse_s"] + entries * costs["fold_s_per_entry"])
+    parse_s = costs["parse_s"] + costs.get("parse_s_per_member", 0.0) * (ranks - costs["world"])
+    read_s = per_worker * (parse_s + entries * costs["fold_s_per_entry"])
     levels = math.ceil(math.log2(workers)) if workers > 1 else 0
     keys = costs["small_keys_per_rank"] * ranks + costs["large_keys"]
     tree_s = blocks_s = 0.0
@@ -151,6 +159,7 @@ def model(costs: dict[str, float], ranks: int, entries: int, workers: int) -> di
     summary_bytes = keys * costs["bytes_per_key"]
     transfer_s = summary_bytes / 1.25e9
     return {
+        "parse_s": parse_s,
         "keys": keys,
         "workers_s": read_s,
         "tree_levels": levels,
@@ -171,9 +180,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=[32])
     parser.add_argument("--sample", type=int, default=64, help="files measured")
     parser.add_argument("--small", type=int, default=8, help="ranks of a 'small' group")
+    parser.add_argument(
+        "--smaller",
+        type=Path,
+        help="a set of fewer ranks: a file's parse measured on both, and taken as growing "
+        "linearly with the ranks (each file records the default group's member list)",
+    )
     parser.add_argument("--json", type=Path, help="also write the costs and predictions here")
     args = parser.parse_args(argv)
     costs = measure(args.dumps, args.sample, args.small)
+    if args.smaller is not None:
+        other = measure(args.smaller, args.sample, args.small, only_parse=True)
+        if other["world"] != costs["world"]:
+            slope = (costs["parse_s"] - other["parse_s"]) / (costs["world"] - other["world"])
+            costs["parse_s_per_member"] = max(0.0, slope)
+        print(
+            f"a file's parse: {other['parse_s'] * 1e3:.2f} ms at {other['world']:,.0f} ranks, "
+            f"{costs['parse_s'] * 1e3:.2f} ms at {costs['world']:,.0f}: "
+            f"{costs.get('parse_s_per_member', 0.0) * 1e9:.0f} ns more a rank of the job"
+        )
     print(
         f"measured on {costs['sample_files']:.0f} files of {args.dumps.name} "
         f"({costs['entries_per_file']:.0f} entries each), one core: parse "
@@ -183,15 +208,17 @@ def main(argv: list[str] | None = None) -> int:
         f"rank in small groups, {costs['large_keys']:.0f} in large ones"
     )
     print(
-        "ranks  entries  workers  keys  workers s  tree levels  tree s (any files; in rank"
-        " blocks)  to coordinator s  total s (any; blocks)  coordinator GB"
+        "ranks  entries  workers  parse ms a file  keys  workers s  tree levels"
+        "  tree s (any files; in rank blocks)  to coordinator s  total s (any; blocks)"
+        "  coordinator GB"
     )
     predictions = []
     for workers in args.workers:
         p = model(costs, args.ranks, args.entries, workers)
         predictions.append({"workers": workers, **p})
         print(
-            f"{args.ranks:5d}  {args.entries:7d}  {workers:7d}  {p['keys']:,.0f}  "
+            f"{args.ranks:5d}  {args.entries:7d}  {workers:7d}  {p['parse_s'] * 1e3:15.1f}  "
+            f"{p['keys']:,.0f}  "
             f"{p['workers_s']:9.1f}  {int(p['tree_levels']):11d}  "
             f"{p['tree_s']:6.1f}; {p['tree_blocks_s']:.1f}  {p['transfer_s']:16.2f}  "
             f"{p['total_s']:7.1f}; {p['total_blocks_s']:.1f}  {p['coordinator_gb']:14.2f}"
