@@ -92,6 +92,8 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=None, help="where the cache goes")
     parser.add_argument("--json", type=Path, default=None, help="also write the phases here")
     args = parser.parse_args()
+    if args.workdir is not None:
+        args.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="frprofile-", dir=args.workdir))
     os.environ["XDG_CACHE_HOME"] = str(workdir)
     phases = Phases()

@@ -83,7 +83,8 @@ def test_profile_first_run_times_every_phase(tmp_path: Path, cache: bool) -> Non
     directory = next(d for d in fixture_sets() if "nccl" in str(d))
     out = tmp_path / "phases.json"
     argv = [sys.executable, "scripts/profile_first_run.py", str(directory), "--json", str(out)]
-    argv += ["--workdir", str(tmp_path)] + ([] if cache else ["--no-cache"])
+    argv += ["--workdir", str(tmp_path / "not" / "yet")]  # (made where missing)
+    argv += [] if cache else ["--no-cache"]
     env = os.environ | {"FRTRACE_SPILL_MIN_BYTES": "0"}
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
