@@ -9,22 +9,22 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from frtrace.diagnosis_cache import Diagnosis, DiagnosisCache
 from frtrace.errors import FrtraceError, NoDumpsFound
-from frtrace.evidence.collected import Collected, read_collected
-from frtrace.evidence.discover import load_evidence
-from frtrace.evidence.injob import dump_files, within_job, world_named
-from frtrace.evidence.model import JobEvidence
-from frtrace.load import tables
 from frtrace.load.discover import Discovery, SideFile, discover, list_files
-from frtrace.load.empty import empty_dump_set
-from frtrace.load.restarts import other_attempt
-from frtrace.load.tables import DumpSet
 from frtrace.model import Report
 from frtrace.progress import Progress, owned
-from frtrace.pystack import discover as stack_files
-from frtrace.pystack.discover import StackSet
+
+# The loader, the side files' readers and the analysis are imported where used: a run that
+# finds its diagnosis in the cache (``diagnose_source``) imports none of them (numpy, Arrow,
+# pandas: most of what such a run took).
+if TYPE_CHECKING:
+    from frtrace.evidence.collected import Collected
+    from frtrace.evidence.model import JobEvidence
+    from frtrace.load.tables import DumpSet
+    from frtrace.pystack.discover import StackSet
 
 __all__ = ["analyze", "analyze_dumps", "analyze_loaded", "diagnose_source"]
 
@@ -35,6 +35,8 @@ def analyze(
     """Load every dump (and every collected Python stack, log and error file) under
     ``directory``; diagnose. A directory with no dump but logs that report failures is
     analysed from those alone. ``progress``: the phases shown (``frtrace.progress``)."""
+    from frtrace.load import tables
+
     directory = Path(directory)
     with owned(progress) as shown:
         side: SideFiles | None = None
@@ -64,6 +66,11 @@ def read_side_files(
 ) -> SideFiles:
     """The side files of a folder or archive (``files``: those its discovery listed; None:
     list them); with the ``dumps`` loaded, only what lies within the job (``evidence.injob``)."""
+    from frtrace.evidence.collected import read_collected
+    from frtrace.evidence.discover import load_evidence
+    from frtrace.evidence.injob import dump_files, within_job
+    from frtrace.pystack import discover as stack_files
+
     world = None if dumps is None else dumps.world.size
     stacks = stack_files.load_stacks(where, files)
     collected = read_collected(where, files)
@@ -101,6 +108,9 @@ def _without_dumps(directory: Path, missing: NoDumpsFound) -> tuple[DumpSet, Sid
     """The job left no dump (every rank died or exited before writing one): an empty set and
     its side files, if its logs, error files or stacks (a folder's or an archive's) name ranks
     that failed; else the error stands."""
+    from frtrace.evidence.injob import world_named
+    from frtrace.load.empty import empty_dump_set
+
     try:
         listed = list_files(directory).side_files
     except FrtraceError:
@@ -133,6 +143,7 @@ def _analysed(dumps: DumpSet, side: SideFiles | None = None) -> Report:
         side = read_side_files(dumps.directory, dumps.side_files, dumps)
     from frtrace.analysis.diagnose import diagnose
     from frtrace.analysis.history import with_history
+    from frtrace.load.restarts import other_attempt
 
     report = diagnose(dumps, side.stacks, side.evidence, side.collected)
     restarts = dumps.restarts
@@ -211,6 +222,8 @@ def _diagnose_source(
     if cached is not None:
         shown.record("analyse", "the diagnosis from the cache (files unchanged)", started)
         return cached
+    from frtrace.load import tables
+
     side = None
     try:
         dumps = tables.load_dumps(

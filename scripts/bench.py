@@ -192,6 +192,7 @@ class Row:
     cache_load_s: float | None = None  # load_dumps(cache=True) alone, warm, fresh process
     cache_correct: bool | None = None
     dask_s: float | None = None  # analyze --scheduler (2 local workers)
+    dask_mb: float | None = None  # its peak: the coordinator's alone (the workers are not in it)
     dask_correct: bool | None = None
     # with --repeat: frtrace / floor of each pair measured back to back
     pair_ratios: list[float] = field(default_factory=list)
@@ -324,6 +325,7 @@ def bench_one(args: argparse.Namespace, ranks: int) -> Row:
             _analyze(dumps, "--no-cache", "--scheduler", args.scheduler_address), args.timeout
         )
         row.dask_s, row.dask_correct = remote.wall_s, _verdict_ok(remote, truth)
+        row.dask_mb = remote.peak_mb
     return row
 
 
@@ -376,7 +378,8 @@ def render(rows: list[Row]) -> str:
     if extra:
         lines.append(
             "ranks  load avg  no cache x floor  cache 1st x floor  cache 2nd x floor"
-            "  cached load x floor  dask 2 workers x floor  dask overhead s  correct"
+            "  cached load x floor  dask 2 workers x floor  dask overhead s"
+            "  dask coordinator MB  correct"
         )
 
     def ratio(x: float | None, width: int) -> str:
@@ -389,7 +392,7 @@ def render(rows: list[Row]) -> str:
             f"{r.ranks:5d}  {r.load_avg:8.1f}  {r.vs_floor:16.2f}  "
             f"{ratio(r.x_floor(r.cache_first_s), 17)}  {ratio(r.x_floor(r.cache_second_s), 17)}"
             f"  {ratio(r.x_floor(r.cache_load_s), 19)}  {ratio(r.x_floor(r.dask_s), 22)}"
-            f"  {ratio(overhead, 15)}  {'yes' if ok else 'NO':>7}"
+            f"  {ratio(overhead, 15)}  {ratio(r.dask_mb, 19)}  {'yes' if ok else 'NO':>7}"
         )
     return "\n".join(lines)
 

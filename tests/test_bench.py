@@ -68,4 +68,71 @@ def test_bench_runs_and_gets_the_verdict_right(tmp_path: Path, mesh: str) -> Non
             assert len(row["cache_pair_ratios"]) == 2
         if "--scheduler" in extra:
             assert row["dask_correct"] is True and row["dask_s"] > 0
+            assert row["dask_mb"] > 0  # (the coordinator's peak)
     assert "x floor" in proc.stdout and "torchfrtrace" in proc.stdout
+
+
+@pytest.mark.parametrize("cache", [True, False], ids=["cache", "no-cache"])
+def test_profile_first_run_times_every_phase(tmp_path: Path, cache: bool) -> None:
+    """scripts/profile_first_run.py on a fixture set, its entries gathered from the workers'
+    files (the spill threshold at 0): every phase timed, the verdict the CLI's."""
+    import os
+
+    from tests.conftest import fixture_sets
+
+    directory = next(d for d in fixture_sets() if "nccl" in str(d))
+    out = tmp_path / "phases.json"
+    argv = [sys.executable, "scripts/profile_first_run.py", str(directory), "--json", str(out)]
+    argv += ["--workdir", str(tmp_path / "not" / "yet")]  # (made where missing)
+    argv += [] if cache else ["--no-cache"]
+    env = os.environ | {"FRTRACE_SPILL_MIN_BYTES": "0"}
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    phases = json.loads(out.read_text())
+    names = [p["phase"] for p in phases["phases"]]
+    assert names[0] == "imports" and names[-1] == "total"
+    assert {"load (workers)", "entries table (gather)", "analysis"} <= set(names)
+    assert ("cache's small tables (thread)" in names) == cache
+    expected = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "frtrace",
+            "analyze",
+            str(directory),
+            "-f",
+            "json",
+            "-q",
+            "--no-cache",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert phases["culprits"] == json.loads(expected.stdout)["culprit_ranks"]
+
+
+def test_dask_model_measures_its_costs_and_predicts(tmp_path: Path) -> None:
+    """scripts/dask_model.py on a 16-rank frsim set: every cost measured, the keys split into
+    small groups' (tp: 8 ranks) and large ones', the prediction built from them."""
+    dumps = tmp_path / "set"
+    frsim = [sys.executable, "-m", "frsim", "--world", "16", "--tp", "8", "--pp", "1"]
+    frsim += ["--no-coalesced", "--no-all-to-all", "--entries", "120", "--fault", "host_stall"]
+    subprocess.run([*frsim, "--out", str(dumps)], cwd=ROOT, check=True, capture_output=True)
+    out = tmp_path / "model.json"
+    argv = [sys.executable, "scripts/dask_model.py", str(dumps), "--sample", "16"]
+    argv += ["--ranks", "1000", "--workers", "1", "4", "--json", str(out)]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    model = json.loads(out.read_text())
+    costs = model["costs"]
+    assert costs["sample_files"] == 16 and costs["entries_per_file"] > 0
+    assert costs["parse_s"] > 0 and costs["fold_s_per_entry"] > 0 and costs["bytes_per_key"] > 0
+    assert costs["small_keys_per_rank"] > 0 and costs["large_keys"] > 0
+    one, four = model["predictions"]
+    keys = costs["small_keys_per_rank"] * 1000 + costs["large_keys"]
+    assert one["keys"] == four["keys"] == pytest.approx(keys)
+    assert one["tree_levels"] == 0 and four["tree_levels"] == 2
+    assert four["workers_s"] == pytest.approx(one["workers_s"] / 4)
+    assert four["total_s"] >= four["total_blocks_s"] >= four["workers_s"]

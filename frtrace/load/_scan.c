@@ -488,8 +488,121 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(scatter_doc,
+"scatter(part, rows, at, targets, widths, remaps, zeroed) -> None\n\n"
+"One dump's part of a writer's file (its columns one after another, each padded to 8 bytes)\n"
+"into the targets (writable buffers, one per column) from row `at`: each column's values\n"
+"copied, or where its remap is not None (int32) each value replaced by remap[value] (a\n"
+"negative value counts from the end, as numpy's take), then set to 0 where its zeroed flags\n"
+"(one byte per row) are 0. What numpy does column by column (frtrace.load.gather).");
+
+/* Release the buffers taken (held[k] set), and forget them. */
+static void release_all(Py_buffer *views, int *held) {
+    for (int k = 0; k < 3; k++) {
+        if (held[k]) PyBuffer_Release(&views[k]);
+        held[k] = 0;
+    }
+}
+
+static PyObject *scatter(PyObject *self, PyObject *args) {
+    Py_buffer part;
+    Py_ssize_t rows, at;
+    PyObject *targets, *widths, *remaps, *zeroed;
+    if (!PyArg_ParseTuple(args, "y*nnO!O!O!O!", &part, &rows, &at, &PyList_Type, &targets,
+                          &PyTuple_Type, &widths, &PyList_Type, &remaps, &PyList_Type, &zeroed)) {
+        return NULL;
+    }
+    Py_ssize_t m = PyList_GET_SIZE(targets);
+    PyObject *result = NULL;
+    Py_buffer views[3];
+    int held[3] = {0, 0, 0};
+    if (PyTuple_GET_SIZE(widths) != m || PyList_GET_SIZE(remaps) != m ||
+        PyList_GET_SIZE(zeroed) != m || rows < 0 || at < 0) {
+        PyErr_SetString(PyExc_ValueError, "a target, a width, a remap and flags per column");
+        goto done;
+    }
+    /* (rows * 8 and at + rows below cannot overflow: neither is anywhere near this) */
+    if (rows > PY_SSIZE_T_MAX / 16 || at > PY_SSIZE_T_MAX / 16) {
+        PyErr_SetString(PyExc_ValueError, "more rows than a buffer can hold");
+        goto done;
+    }
+    Py_ssize_t offset = 0;
+    for (Py_ssize_t k = 0; k < m; k++) {
+        Py_ssize_t width = PyLong_AsSsize_t(PyTuple_GET_ITEM(widths, k));
+        if (width == -1 && PyErr_Occurred()) goto done;
+        if (width != 1 && width != 4 && width != 8) {
+            PyErr_SetString(PyExc_ValueError, "a column is 1, 4 or 8 bytes a value");
+            goto done;
+        }
+        Py_ssize_t bytes = rows * width;
+        if (offset > part.len - bytes) {
+            PyErr_SetString(PyExc_ValueError, "the part ends before its columns");
+            goto done;
+        }
+        const char *source = (const char *)part.buf + offset;
+        offset += (bytes + 7) / 8 * 8;
+        if (PyObject_GetBuffer(PyList_GET_ITEM(targets, k), &views[0], PyBUF_WRITABLE) < 0) goto done;
+        held[0] = 1;
+        if (views[0].len / width < at + rows) {
+            PyErr_SetString(PyExc_ValueError, "a target is shorter than its rows");
+            goto done;
+        }
+        char *target = (char *)views[0].buf + at * width;
+        PyObject *remap = PyList_GET_ITEM(remaps, k), *flags = PyList_GET_ITEM(zeroed, k);
+        if (remap == Py_None) {
+            memcpy(target, source, (size_t)bytes);
+        } else {
+            if (width != 4) {
+                PyErr_SetString(PyExc_ValueError, "a remapped column is int32");
+                goto done;
+            }
+            if (PyObject_GetBuffer(remap, &views[1], PyBUF_FORMAT) < 0) goto done;
+            held[1] = 1;
+            const char *format = views[1].format;
+            size_t chars = format == NULL ? 0 : strlen(format);
+            if (views[1].itemsize != 4 || chars == 0 ||
+                (format[chars - 1] != 'i' && format[chars - 1] != 'l')) {
+                PyErr_SetString(PyExc_ValueError, "a remap is int32");
+                goto done;
+            }
+            const char *table = (const char *)views[1].buf;
+            Py_ssize_t size = views[1].len / 4;
+            for (Py_ssize_t j = 0; j < rows; j++) {
+                int32_t value;
+                memcpy(&value, source + 4 * j, 4);
+                Py_ssize_t index = value < 0 ? value + size : value;
+                if (index < 0 || index >= size) {
+                    PyErr_Format(PyExc_IndexError, "index %d is out of bounds for size %zd",
+                                 (int)value, size);
+                    goto done;
+                }
+                memcpy(target + 4 * j, table + 4 * index, 4);  /* (either may be unaligned) */
+            }
+        }
+        if (flags != Py_None) {
+            if (PyObject_GetBuffer(flags, &views[2], PyBUF_SIMPLE) < 0) goto done;
+            held[2] = 1;
+            if (views[2].len < rows) {
+                PyErr_SetString(PyExc_ValueError, "fewer flags than rows");
+                goto done;
+            }
+            const char *ok = (const char *)views[2].buf;
+            for (Py_ssize_t j = 0; j < rows; j++) {
+                if (!ok[j]) memset(target + width * j, 0, (size_t)width);
+            }
+        }
+        release_all(views, held);
+    }
+    result = Py_NewRef(Py_None);
+done:
+    release_all(views, held);
+    PyBuffer_Release(&part);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"columns", columns, METH_VARARGS, columns_doc},
+    {"scatter", scatter, METH_VARARGS, scatter_doc},
     {"read", tree_read, METH_O, tree_read_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -30,3 +30,12 @@ def columns(
     specs: tuple[tuple[str | tuple[str, ...], int, bool], ...],
     max_leaves: int,
 ) -> list[Any]: ...
+def scatter(
+    part: Any,
+    rows: int,
+    at: int,
+    targets: list[Any],
+    widths: tuple[int, ...],
+    remaps: list[Any],
+    zeroed: list[Any],
+) -> None: ...

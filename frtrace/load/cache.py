@@ -215,6 +215,7 @@ class DirectoryCache:
         self.candidates = candidates
         self.identity: dict[str, Any] | None = None  # worked out on first use
         self.usable = True  # False once a dump could not be fingerprinted: nothing is saved
+        self.token: str | None = None  # the folder ``prepare`` made for the next save
 
     def _identity(self) -> dict[str, Any]:
         if self.identity is None:
@@ -273,41 +274,73 @@ class DirectoryCache:
             tables[name] = table
         return tables
 
-    def save_in_background(self, tables: Mapping[str, pa.Table]) -> None:
+    def prepare(self, name: str) -> Path | None:
+        """Where table ``name`` is to be written by the caller before ``save`` (a new folder
+        of this entry's), or None where nothing can be stored."""
+        finish_saving()
+        if not self.usable:
+            return None
+        try:
+            self._identity()
+            if not private_directory(self.entry, narrow=self.root.parent):
+                return None
+            token = secrets.token_hex(8)
+            (self.entry / token).mkdir(mode=0o700)
+        except OSError:
+            return None
+        self.token = token
+        return self.entry / token / f"{name}.arrow"
+
+    def save_in_background(
+        self, tables: Mapping[str, pa.Table], written: Mapping[str, tuple[int, int]] | None = None
+    ) -> None:
         """``save`` in a thread, while the caller goes on (the analysis: on a second core,
         a first run then costs what a run without the cache does). ``finish_saving`` waits
         for it; so do the next ``load``, ``save`` and sidecar write, and the interpreter's
         exit. The thread only reads the tables (immutable) and writes this entry."""
         finish_saving()
-        thread = threading.Thread(target=self._save, args=(dict(tables),), name="frtrace-cache")
+        args = (dict(tables), dict(written or {}))
+        thread = threading.Thread(target=self._save, args=args, name="frtrace-cache")
         thread.start()
         _SAVING.append(thread)
 
-    def _save(self, tables: Mapping[str, pa.Table]) -> None:
+    def _save(self, tables: Mapping[str, pa.Table], written: Mapping[str, tuple[int, int]]) -> None:
         try:
-            self.save(tables)
+            self.save(tables, written)
         except Exception as exc:  # (in a thread: one note, as for a full disk, not a trace;
             # a folder left half written is removed by the next save, as an earlier one)
             _note(f"not caching the loaded tables ({type(exc).__name__}: {str(exc)[:120]})")
 
-    def save(self, tables: Mapping[str, pa.Table]) -> None:
-        """Store the tables for the next run; on any failure the run goes on without."""
+    def save(
+        self, tables: Mapping[str, pa.Table], written: Mapping[str, tuple[int, int]] | None = None
+    ) -> None:
+        """Store the tables for the next run; on any failure the run goes on without.
+        ``written``: the tables already written where ``prepare`` said, (bytes, adler32)."""
         import pyarrow as pa
         import pyarrow.ipc as ipc
 
         finish_saving()
-        if not self.usable:
-            return
-        token = secrets.token_hex(8)
+        written = written or {}
+        prepared = self.token is not None
+        token, self.token = self.token or secrets.token_hex(8), None
         folder = self.entry / token
+        if not self.usable:
+            shutil.rmtree(folder, ignore_errors=True)
+            return
         try:
             identity = self._identity()
             if not private_directory(self.entry, narrow=self.root.parent):
                 raise OSError(errno.EPERM, "not a folder of this user's", str(self.entry))
-            folder.mkdir(mode=0o700)
+            folder.mkdir(mode=0o700, exist_ok=prepared)
             described = {}
             for name in TABLES:
                 path = folder / f"{name}.arrow"
+                if name in written:
+                    size, crc = written[name]
+                    if path.stat().st_size != size:
+                        raise OSError(errno.EIO, "not the size it was written at", str(path))
+                    described[name] = {"bytes": size, "crc": crc, "rows": tables[name].num_rows}
+                    continue
                 with open(_private_file(path), "wb") as raw:
                     sink = _Checksummed(raw)
                     with ipc.new_file(sink, tables[name].schema) as writer:

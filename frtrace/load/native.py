@@ -42,6 +42,7 @@ __all__ = [
     "location",
     "notice",
     "read_pickle",
+    "scatter",
     "shapes",
 ]
 
@@ -190,3 +191,20 @@ def shapes(
         raise LookupError("the C pass did not read these sizes and dtypes")
     codes, firsts = read[keys]
     return codes, firsts
+
+
+def scatter(
+    part: Any,
+    rows: int,
+    at: int,
+    targets: list[Any],
+    widths: tuple[int, ...],
+    remaps: list[Any],
+    zeroed: list[Any],
+) -> bool:
+    """``frtrace.load.gather.scatter`` in C: one dump's part spread over its columns' blocks.
+    False where the C module is not active (the caller does it in numpy)."""
+    if not active() or _SCAN is None:
+        return False
+    _SCAN.scatter(part, rows, at, targets, widths, remaps, zeroed)
+    return True

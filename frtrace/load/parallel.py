@@ -34,7 +34,7 @@ from typing import Any
 import pyarrow as pa
 
 from frtrace.errors import DumpTooLargeError, ReaderFailedError
-from frtrace.load import native
+from frtrace.load import native, spill
 from frtrace.load.discover import Candidate
 from frtrace.load.parse import try_parse
 from frtrace.load.worker import Result, serve
@@ -242,6 +242,7 @@ class _WatchedPool:
 
     def start(self) -> _Worker | None:
         self.beside_join()  # (never fork while the thread may hold a lock: see parse_candidates)
+        spill.finish_removing()  # (nor while an earlier load's files are being removed)
         recv, send = self.ctx.Pipe(duplex=True)
         _widen(recv, send)
         process = self.ctx.Process(  # type: ignore[attr-defined]

@@ -26,12 +26,13 @@ from frtrace.load.discover import Candidate, Discovery, SkippedFile, discover
 from frtrace.load.dumpset import DumpSet, WorldSize
 from frtrace.load.executors import FileExecutor, LocalProcesses, open_executor
 from frtrace.load.filerows import failed_file_row, storable_rows
+from frtrace.load.gather import Gather
 from frtrace.load.lifetimes import one_attempt  # (loaded dump sets: one attempt's ranks)
 from frtrace.load.members import MemberLists, groups_table, recorded_groups
 from frtrace.load.merging import Dictionary, local_dictionary, remap_stacks
 from frtrace.load.parse import ParsedDump
 from frtrace.load.problems import LoadProblem
-from frtrace.load.shipped import ColumnWriter, Gather, ShippedDump
+from frtrace.load.shipped import ColumnWriter, ShippedDump
 from frtrace.load.spill import spill_directory
 from frtrace.load.stacks import Stack
 from frtrace.progress import Progress, owned
@@ -96,22 +97,30 @@ def load_dumps(
         # (the executor counts the files in this phase; the tables are assembled and stored)
         with shown.phase("load", total=len(discovery.candidates)):
             assembler = _Assembler(directory, discovery.candidates)
-            with open_executor(scheduler, jobs=jobs, progress=shown) as executor:
-                if isinstance(executor, LocalProcesses):
-                    executor = dataclasses.replace(
-                        executor, ship_to=assembler.spill_dir, meanwhile=meanwhile
-                    )
-                elif meanwhile is not None:
-                    meanwhile()
-                executor.parse(discovery.candidates, assembler.add)
-            dumps = assembler.finish(discovery.skipped, discovery)
+            try:
+                with open_executor(scheduler, jobs=jobs, progress=shown) as executor:
+                    if isinstance(executor, LocalProcesses):
+                        executor = dataclasses.replace(
+                            executor, ship_to=assembler.spill_dir, meanwhile=meanwhile
+                        )
+                    elif meanwhile is not None:
+                        meanwhile()
+                    executor.parse(discovery.candidates, assembler.add)
+                # a large set's entries written once, where they stay: the cache's file
+                at = store.prepare("entries") if store is not None and assembler.gather else None
+                dumps = assembler.finish(discovery.skipped, discovery, entries_at=at)
+            except BaseException:  # (the workers' files hold the dumps' contents: removed now)
+                if assembler.spill_dir is not None:
+                    spill.remove_spill_directory(assembler.spill_dir)
+                raise
             give_back_memory()
             if store is not None:
                 loaded = {name: getattr(dumps, name) for name in TABLES}
+                written = assembler.written
                 if background:
-                    store.save_in_background(loaded)
+                    store.save_in_background(loaded, written)
                 else:
-                    store.save(loaded)
+                    store.save(loaded, written)
         return one_attempt(dumps, discovery)
 
 
@@ -209,6 +218,8 @@ class _Assembler:
             i: Dictionary() for i, f in enumerate(fields) if pa.types.is_dictionary(f.type)
         }
         self.stack_column = schema.ENTRIES.get_field_index("stack_id")
+        # tables written where they stay (the cache's files): name -> (bytes, adler32)
+        self.written: dict[str, tuple[int, int]] = {}
 
     def add(self, index: int, result: ParsedDump | ShippedDump | DumpFormatError) -> None:
         """Merge the result of ``candidates[index]``; call in index order."""
@@ -257,6 +268,31 @@ class _Assembler:
             }
         )
 
+    def _entries_file(self, gather: Gather, at: Path | None) -> pa.Table | None:
+        """The entries written as an Arrow IPC file (at ``at``, else in the spill directory,
+        unlinked once mapped) and mapped from it; None where that cannot be (the columns are
+        then built one by one)."""
+        assert self.spill_dir is not None
+        path = at if at is not None else self.spill_dir / "entries.arrow"
+        values = {
+            i: self.coded[i].dictionary(spec.type)
+            for i, spec in enumerate(schema.ENTRIES)
+            if i in self.coded
+        }
+        try:
+            made = gather.table(path, values)
+        except OSError:  # (the disk is full, say)
+            return None
+        if made is None:
+            return None
+        entries, size, crc = made
+        if at is None:
+            with contextlib.suppress(OSError):
+                path.unlink()  # (the mapping keeps it)
+        else:
+            self.written["entries"] = (size, crc)
+        return entries
+
     def _gather(self, gather: Gather, result: ParsedDump | ShippedDump) -> None:
         """Note where a dump's columns are (written here first where a worker did not) and
         how its dictionary codes and stack ids map to the shared ones."""
@@ -285,7 +321,15 @@ class _Assembler:
             assert isinstance(result, ShippedDump)
             gather.add(result.columns, remaps)
 
-    def finish(self, skipped: Iterable[SkippedFile] = (), of: Discovery | None = None) -> DumpSet:
+    def finish(
+        self,
+        skipped: Iterable[SkippedFile] = (),
+        of: Discovery | None = None,
+        entries_at: Path | None = None,
+    ) -> DumpSet:
+        """The DumpSet. A large set's entries are written as an Arrow IPC file and mapped
+        from it: at ``entries_at`` (the cache's file, its size and adler32 then in
+        ``written``), else in the spill directory."""
         if not self.loaded:
             if self.spill_dir is not None:
                 spill.remove_spill_directory(self.spill_dir)
@@ -295,8 +339,11 @@ class _Assembler:
                 f"read (first: {first})"
             )
         columns: list[pa.Array] = []
-        gathered = self.gather.columns() if self.gather is not None else None
-        for i, spec in enumerate(schema.ENTRIES):
+        entries = None
+        if self.gather is not None:
+            entries = self._entries_file(self.gather, entries_at)
+        gathered = self.gather.columns() if self.gather is not None and not entries else None
+        for i, spec in enumerate(schema.ENTRIES if entries is None else ()):
             # Each column's chunks are freed once it is joined. They came from Python's
             # allocator and the joined column from Arrow's, which can reuse that memory only
             # once it is given back to the OS: the peak is then the tables plus one column.
@@ -317,8 +364,9 @@ class _Assembler:
         if self.writer is not None:
             self.writer.close()
         if self.spill_dir is not None:  # (its files are unlinked once mapped)
-            spill.remove_spill_directory(self.spill_dir)
-        entries = pa.Table.from_arrays(columns, schema=schema.ENTRIES)
+            spill.remove_spill_directory(self.spill_dir, background=True)
+        if entries is None:
+            entries = pa.Table.from_arrays(columns, schema=schema.ENTRIES)
         frames = {sid: stack for stack, sid in self.interned.items()}
         stacks = pa.Table.from_pylist(
             [
@@ -352,7 +400,9 @@ def infer_world_size(files: pa.Table, groups: pa.Table) -> WorldSize:
     file_ranks = files.column("rank").to_pylist()
     highest = max(file_ranks) + 1 if file_ranks else 0
     rows = recorded_groups(groups)
-    recorded = max((max(r.ranks) + 1 for r in rows if r.ranks), default=0)
+    # (each distinct member list once: every rank records the default group's thousands)
+    lists = {id(r.ranks): r.ranks for r in rows if r.ranks}
+    recorded = max((max(ranks) + 1 for ranks in lists.values()), default=0)
     size = max(highest, recorded)
     for row in rows:
         if row.trusted and row.desc == "default_pg" and row.ranks:

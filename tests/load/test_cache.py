@@ -7,6 +7,7 @@ import shutil
 import stat
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -247,9 +248,17 @@ def test_an_edit_in_the_middle_with_size_and_mtime_kept_is_read_again(tmp_path: 
     _same(cached, fresh)
 
 
-def test_the_cache_is_private_whatever_the_umask(tmp_path: Path) -> None:
-    """Folders 0700, files 0600 (tables written by Arrow, the manifest, a sidecar) under umask
-    022; a cache folder an earlier version left 0755 is narrowed."""
+@pytest.mark.parametrize("large", [False, True], ids=["in memory", "written around holes"])
+def test_the_cache_is_private_whatever_the_umask(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, large: bool
+) -> None:
+    """Folders 0700, files 0600 (tables written by Arrow, the manifest, a sidecar; a large
+    set's entries written around holes, ``frtrace.load.ipcfile``) under umask 022; a cache
+    folder an earlier version left 0755 is narrowed."""
+    from frtrace.load import spill
+
+    if large:
+        monkeypatch.setattr(spill, "SPILL_MIN_BYTES", 0)
     directory = healthy_set(tmp_path / "d", world=2, steps=3)
     top = cache_mod.cache_root().parent  # .../frtrace
     top.mkdir(parents=True, mode=0o755)
@@ -306,3 +315,66 @@ def test_a_background_store_that_fails_is_one_note(
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "not caching the loaded tables (RuntimeError: something unforeseen)" in err
+
+
+@pytest.mark.parametrize("way", ["around holes", "arrow copies", "disk full", "fills in a hole"])
+def test_a_large_sets_entries_are_written_once_where_the_cache_keeps_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, way: str
+) -> None:
+    """A large set's entries table is written as the cache's file and mapped from it (its
+    checksum combined from its parts, checked by the next load); where Arrow would not write
+    around the values, or the file cannot be written, the columns are built the other way:
+    the tables are the same, and the next load reads them from the cache."""
+    from frtrace.load import ipcfile, spill
+
+    directory = next(d for d in SCENARIOS if "nccl" in str(d))
+    kept = load_dumps(directory)  # (in memory: below the spill threshold)
+    monkeypatch.setattr(spill, "SPILL_MIN_BYTES", 0)
+    if way == "arrow copies":
+        monkeypatch.setattr(ipcfile, "write_around", lambda *args: None)
+    elif way == "disk full":
+
+        def full(*args: object) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(ipcfile, "write_around", full)
+    elif way == "fills in a hole":
+        from frtrace.load import gather
+
+        def fills(self: object, data: object) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(gather._Hole, "_write", fills)
+    first = load_dumps(directory, cache=True)
+    _same(first, kept)
+    mapped = Path("/proc/self/maps").read_text()
+    assert ("/sets/" in mapped and "entries.arrow" in mapped) == (way == "around holes")
+    _no_reading(monkeypatch)
+    _same(load_dumps(directory, cache=True), kept)
+
+
+def test_an_unforeseen_failure_while_the_holes_are_filled_leaves_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The entries' file holds the dumps' contents: whatever stops its writing (here a bug
+    in spreading a dump's part), it is removed, as on a full disk; the next load is whole."""
+    from frtrace.load import gather, spill
+
+    directory = next(d for d in SCENARIOS if "nccl" in str(d))
+    kept = load_dumps(directory)
+    monkeypatch.setattr(spill, "SPILL_MIN_BYTES", 0)
+    real = gather.scatter
+
+    def broken(*args: Any) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(gather, "scatter", broken)
+    with pytest.raises(RuntimeError, match="a bug"):
+        load_dumps(directory, cache=True)
+    spill.finish_removing()
+    top = cache_mod.cache_root().parent  # (the cache's folders and the spill directory)
+    assert not [p for p in top.rglob("*") if p.is_file() and p.name != spill.LOCK_NAME]
+    monkeypatch.setattr(gather, "scatter", real)
+    _same(load_dumps(directory, cache=True), kept)
+    _no_reading(monkeypatch)
+    _same(load_dumps(directory, cache=True), kept)

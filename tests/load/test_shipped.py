@@ -15,10 +15,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from frtrace.load import schema, spill
+from frtrace.load import gather, schema, spill
 from frtrace.load.discover import discover
+from frtrace.load.gather import Gather
 from frtrace.load.parse import ParsedDump, try_parse
-from frtrace.load.shipped import ColumnWriter, Gather, ShippedDump
+from frtrace.load.shipped import ColumnWriter, ShippedDump
 from frtrace.load.tables import DumpSet, build_dump_set, load_dumps
 from tests.conftest import fixture_sets
 
@@ -113,7 +114,7 @@ def test_a_column_whose_file_cannot_be_written_goes_on_in_memory(
     monkeypatch.setattr(spill, "SPILL_MIN_BYTES", 1 << 62)
     kept = build_dump_set(NCCL, candidates, results)
     monkeypatch.setattr(spill, "SPILL_MIN_BYTES", 0)
-    monkeypatch.setattr(spill, "WRITE_BYTES", 64)  # (a flush every few dumps)
+    monkeypatch.setattr(gather, "BLOCK_ROWS", 8)  # (a write every dump or so)
     writes = 0
     pwrite = os.pwrite
 
@@ -127,3 +128,90 @@ def test_a_column_whose_file_cannot_be_written_goes_on_in_memory(
     monkeypatch.setattr(os, "pwrite", fills)
     _same(build_dump_set(NCCL, candidates, results), kept)
     assert writes > 40
+
+
+def test_scatter_in_c_is_scatter_in_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One dump's part spread over its columns: the C pass and numpy give the same blocks
+    (copied, remapped with numpy's take, a remapped value past the table refused), zeroed."""
+    from frtrace.load import native
+    from frtrace.load.shipped import padded
+
+    if not native.active():
+        pytest.skip("the C module is not built here")
+    rng = np.random.default_rng(32)
+    dtypes = [np.dtype(t) for t in ("int64", "int32", "uint8", "float64", "int32", "uint32")]
+    widths = tuple(d.itemsize for d in dtypes)
+    for _ in range(200):
+        rows, at = int(rng.integers(0, 40)), int(rng.integers(0, 5))
+        columns = [rng.integers(-3, 9, rows).astype(d) for d in dtypes]
+        part = b"".join(c.tobytes() + bytes(padded(c.nbytes) - c.nbytes) for c in columns)
+        remaps: list[np.ndarray | None] = [None] * len(dtypes)
+        zeroed: list[np.ndarray | None] = [None] * len(dtypes)
+        remaps[1] = rng.integers(-1, 100, 9).astype(np.int32)
+        remaps[4] = rng.integers(-1, 100, int(rng.integers(1, 12))).astype(np.int32)
+        zeroed[4] = (rng.random(rows) < 0.7).astype(np.uint8)
+        zeroed[0] = (rng.random(rows) < 0.7).astype(np.uint8)
+        blocks = []
+        for pure in (False, True):
+            if pure:
+                monkeypatch.setenv("FRTRACE_PURE_PYTHON", "1")
+            targets = [np.zeros(at + rows, dtype=d) for d in dtypes]
+            try:
+                gather.scatter(part, rows, at, targets, widths, remaps, zeroed)
+                blocks.append(targets)
+            except IndexError:
+                blocks.append(None)
+            monkeypatch.delenv("FRTRACE_PURE_PYTHON", raising=False)
+        c, py = blocks
+        assert (c is None) == (py is None)
+        if c is not None and py is not None:
+            for a, b in zip(c, py, strict=True):
+                assert a.tobytes() == b.tobytes()
+
+
+def test_scatter_in_c_refuses_a_remap_that_is_not_int32() -> None:
+    """A remap of another width would be read as int32s (wrong values, reads past its end):
+    refused, as numpy's take would not write int64s into an int32 column either."""
+    from frtrace.load import native
+
+    if not native.active():
+        pytest.skip("the C module is not built here")
+    part = np.arange(4, dtype=np.int32).tobytes()
+    target = [np.zeros(4, dtype=np.int32)]
+    for remap in (np.arange(8, dtype=np.int64), np.arange(8, dtype=np.float32)):
+        with pytest.raises(ValueError, match="int32"):
+            native.scatter(part, 4, 0, target, (4,), [remap], [None])
+    native.scatter(part, 4, 0, target, (4,), [np.arange(10, 14, dtype=np.int32)], [None])
+    assert target[0].tolist() == [10, 11, 12, 13]
+
+
+@pytest.mark.parametrize("cache", [False, True])
+def test_a_worker_lost_midway_costs_only_its_file_when_gathered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache: bool
+) -> None:
+    """A worker killed (SIGSEGV) after shipping some dumps: the dumps it wrote before are
+    gathered from its file, its replacement writes its own, the rest are the same as in
+    memory; no file of the load's is left."""
+    import struct
+
+    from frtrace.load import parallel
+    from tests.conftest import make_dump, make_entry, write_pickle
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 0)
+    sets = tmp_path / "set"
+    sets.mkdir()
+    for rank in range(12):
+        entries = [make_entry(record_id=i, collective_seq_id=i + 1) for i in range(rank + 3)]
+        write_pickle(sets / f"rank_{rank}", make_dump(entries, world=12, rank=rank))
+    # (hashing a tuple nested 300,000 deep as a dict key kills the reader: SIGSEGV)
+    (sets / "rank_5").write_bytes(b"\x80\x02}" + b")" + b"\x85" * 300_000 + b"K\x01s.")
+    # (a memo index of 2**31: the reader runs out of memory, says so and exits)
+    (sets / "rank_9").write_bytes(b"\x80\x02]r" + struct.pack("<I", 2**31 - 1) + b".")
+    kept = _load(sets, monkeypatch, gathered=False)
+    monkeypatch.setattr(spill, "SPILL_MIN_BYTES", 0)
+    gathered = load_dumps(sets, jobs=2, cache=cache)
+    assert gathered.loaded_ranks == tuple(r for r in range(12) if r not in (5, 9))
+    _same(gathered, kept)
+    spill.finish_removing()
+    assert not any((tmp_path / "cache" / "frtrace" / "spill").iterdir())

@@ -1,0 +1,406 @@
+"""The parent's side of a large set's hand-over: the workers' files gathered into the table.
+
+Each dump's columns sit in a writer's file (``frtrace.load.shipped``); the parent notes where,
+with the remaps of its dictionary codes and stack ids into the shared ones (``Gather.add``),
+and once every dump is in builds the table's columns in one pass over the dumps, in file
+order: each dump's part read once (``pread`` into a buffer kept for the next) and spread over
+a block of rows per column in one call (``_scan.scatter``, else numpy), each block appended to
+its column's file (``pwrite``), mapped once complete. No page of a writer's file or of a column
+is faulted into this process on the way. Measured at 4,096 ranks (8.2 million entries): the
+columns built column by column from the mapped writers' files faulted every page of those in
+again for each of the 35 columns; a numpy call per column per dump (143,000) took 2 s more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from frtrace.load import ipcfile, native, spill
+from frtrace.load.shipped import ShippedColumns, Validity, column_dtype, encode, padded
+
+__all__ = ["Gather", "scatter"]
+
+# Rows of every column staged before they are written: 65,536 rows of 35 columns, ~12 MB.
+BLOCK_ROWS = 1 << 16
+
+
+class Gather:
+    """Each dump's place in the writers' files, in file order, and the remaps of its
+    dictionary codes and stack ids; ``columns`` builds the table's columns."""
+
+    def __init__(self, schema: pa.Schema, directory: Path | None) -> None:
+        self.schema = schema
+        self.directory = directory  # where the columns are built (None: in memory)
+        self.dtypes = [column_dtype(f.type) for f in schema]
+        self.chunks: list[ShippedColumns] = []
+        self.remaps: dict[int, list[np.ndarray | None]] = {}  # column -> per dump
+        self.rows = 0
+        self.kept: dict[str, bytes] = {}  # the parts kept in memory (no writer's file)
+        self.built: list[pa.Array] | None = None
+
+    def add(self, columns: ShippedColumns, remaps: dict[int, np.ndarray]) -> None:
+        """A dump's columns, and for the columns whose values change on the way, the new
+        value of each old one (indexed by the old)."""
+        for i, remap in remaps.items():
+            self.remaps.setdefault(i, [None] * len(self.chunks)).append(remap)
+        self.chunks.append(columns)
+        for listed in self.remaps.values():
+            if len(listed) < len(self.chunks):
+                listed.append(None)
+        self.rows += columns.rows
+
+    def keep(self, batch: pa.RecordBatch, remaps: dict[int, np.ndarray]) -> None:
+        """A dump's columns kept in memory, laid out as in a writer's file (where no file
+        can be written here)."""
+        parts, valid, dictionaries = encode(batch)
+        name = f"(in memory {len(self.chunks)})"
+        self.kept[name] = b"".join(bytes(p) for p in parts)
+        self.add(ShippedColumns(name, 0, batch.num_rows, valid, dictionaries), remaps)
+
+    def column(self, i: int) -> pa.Array:
+        """Column ``i`` of the table (see ``columns``)."""
+        return self.columns()[i]
+
+    def columns(self) -> list[pa.Array]:
+        """The table's columns, every dump's part in order (a dictionary column: its codes,
+        where a null is -1, for the caller to put the shared values on)."""
+        if self.built is None:
+            self.built = self._build()
+        return self.built
+
+    def _build(self) -> list[pa.Array]:
+        fields = list(self.schema)
+        outs = [
+            _Output(self.directory, f.name, dtype, self.rows, pa.types.is_boolean(f.type))
+            for f, dtype in zip(fields, self.dtypes, strict=True)
+        ]
+        try:
+            self._fill(outs)
+            return [
+                self._array(field.type, out.finish(), i)
+                for i, (field, out) in enumerate(zip(fields, outs, strict=True))
+            ]
+        finally:
+            for out in outs:
+                out.close()
+
+    def table(
+        self, path: Path, dictionaries: dict[int, pa.Array]
+    ) -> tuple[pa.Table, int, int] | None:
+        """The table, its dictionary columns' values put on (``dictionaries``), written as an
+        Arrow IPC file at ``path`` (``frtrace.load.ipcfile``) and mapped from it: the table,
+        the file's size and adler32. None (and no file) where Arrow would not write around
+        the values; ``OSError`` (and no file) where the file cannot be written."""
+        if not self.rows:
+            return None
+        fields = list(self.schema)
+        sizes = [
+            -(-self.rows // 8) if pa.types.is_boolean(f.type) else self.rows * dtype.itemsize
+            for f, dtype in zip(fields, self.dtypes, strict=True)
+        ]
+        region, stand_ins = ipcfile.stand_ins(sizes)
+        arrays = []
+        for i, field in enumerate(fields):
+            bitmap, nulls = _bitmap([(c.rows, c.valid[i]) for c in self.chunks], self.rows)
+            type_ = field.type
+            values = [bitmap, stand_ins[i]]
+            if pa.types.is_dictionary(type_):
+                indices = pa.Array.from_buffers(type_.index_type, self.rows, values, nulls)
+                arrays.append(pa.DictionaryArray.from_arrays(indices, dictionaries[i], safe=False))
+            else:
+                arrays.append(pa.Array.from_buffers(type_, self.rows, values, nulls))
+        written = ipcfile.write_around(
+            path, pa.Table.from_arrays(arrays, schema=self.schema), stand_ins
+        )
+        del arrays, stand_ins
+        with contextlib.suppress(BufferError):
+            region.close()
+        if written is None:
+            return None
+        try:  # (on any failure, no file left behind: it holds the dumps' contents)
+            outs = [
+                _Hole(written.fd, at, dtype, pa.types.is_boolean(f.type))
+                for f, dtype, at in zip(fields, self.dtypes, written.holes, strict=True)
+            ]
+            self._fill(outs)
+            checksums = {i: out.finish() for i, out in enumerate(outs)}
+            mapped = mmap.mmap(written.fd, written.size, access=mmap.ACCESS_READ)
+            spill.track(mapped)
+            try:
+                table = ipc.open_file(pa.BufferReader(pa.py_buffer(mapped))).read_all()
+            except pa.ArrowException as exc:
+                raise OSError(f"{path}: not read back ({exc})") from exc
+            if table.num_rows != self.rows:
+                raise OSError(f"{path}: {table.num_rows} rows read back, not {self.rows}")
+        except BaseException:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise
+        finally:
+            written.close()
+        return table, written.size, written.checksum(checksums)
+
+    def _fill(self, outs: Sequence[_Output | _Hole]) -> None:
+        """Every dump's part, in file order, spread over its columns' outputs."""
+        fields = list(self.schema)
+        widths = tuple(dtype.itemsize for dtype in self.dtypes)
+        # a plain column with a remap (stack ids): a null's value is 0, as elsewhere
+        zero_nulls = [
+            i in self.remaps and not pa.types.is_dictionary(f.type) for i, f in enumerate(fields)
+        ]
+        listed = [self.remaps.get(i) for i in range(len(fields))]
+        rows = max(1, min(BLOCK_ROWS, self.rows))  # (a larger dump: a larger block)
+        stage = [np.empty(rows, dtype=dtype) for dtype in self.dtypes]
+        source = _Sources(self.kept)
+        at = 0
+        try:
+            for k, chunk in enumerate(self.chunks):
+                count = chunk.rows
+                if not count:
+                    continue
+                if at + count > len(stage[0]):
+                    for out, staged in zip(outs, stage, strict=True):
+                        out.append(staged[:at])
+                    at = 0
+                    if count > len(stage[0]):
+                        stage = [np.empty(count, dtype=dtype) for dtype in self.dtypes]
+                part = source.read(chunk.path, chunk.offset, _part_bytes(widths, count))
+                remaps = [None if r is None else r[k] for r in listed]
+                zeroed = [
+                    None if not z or chunk.valid[i] is True else _flags(chunk.valid[i], count)
+                    for i, z in enumerate(zero_nulls)
+                ]
+                scatter(part, count, at, stage, widths, remaps, zeroed)
+                at += count
+            for out, staged in zip(outs, stage, strict=True):
+                out.append(staged[:at])
+        finally:
+            source.close()
+
+    def _array(self, type_: pa.DataType, values: Any, i: int) -> pa.Array:
+        bitmap, nulls = _bitmap([(c.rows, c.valid[i]) for c in self.chunks], self.rows)
+        if pa.types.is_boolean(type_):
+            bits = np.frombuffer(values, dtype=np.bool_) if self.rows else np.zeros(0, np.bool_)
+            packed = pa.py_buffer(np.packbits(bits, bitorder="little"))
+            return pa.Array.from_buffers(type_, self.rows, [bitmap, packed], null_count=nulls)
+        if pa.types.is_dictionary(type_):
+            type_ = type_.index_type
+        buffer = pa.py_buffer(values)
+        return pa.Array.from_buffers(type_, self.rows, [bitmap, buffer], null_count=nulls)
+
+    def close(self) -> None:
+        """Forget the parts kept in memory (the columns built hold what they need)."""
+        self.kept = {}
+
+
+def scatter(
+    part: Any,
+    rows: int,
+    at: int,
+    targets: list[np.ndarray],
+    widths: tuple[int, ...],
+    remaps: list[np.ndarray | None],
+    zeroed: list[np.ndarray | None],
+) -> None:
+    """One dump's part (its columns one after another, each padded) into the targets from
+    row ``at``: each column's values copied, or where its remap is not None each replaced by
+    ``remap[value]``, then 0 where its ``zeroed`` flags are 0. In C where it is built
+    (``native.scatter``), else here, the same."""
+    if native.scatter(part, rows, at, targets, widths, remaps, zeroed):
+        return
+    offset = 0
+    for target, width, remap, flags in zip(targets, widths, remaps, zeroed, strict=True):
+        values = np.frombuffer(part, target.dtype, rows, offset)
+        offset += padded(rows * width)
+        out = target[at : at + rows]
+        if remap is None:
+            out[:] = values
+        else:
+            np.take(remap, values, out=out)
+        if flags is not None:
+            out[~flags.view(np.bool_)] = 0
+
+
+def _flags(valid: Validity, rows: int) -> np.ndarray:
+    """One byte per row, 0 where the value is null."""
+    if isinstance(valid, bool):
+        return np.full(rows, valid, dtype=np.uint8)
+    return np.ascontiguousarray(valid, dtype=np.bool_).view(np.uint8)
+
+
+def _part_bytes(widths: tuple[int, ...], rows: int) -> int:
+    """The bytes of one dump's part in a writer's file: every column, each padded."""
+    return sum(padded(rows * width) for width in widths)
+
+
+class _Sources:
+    """The writers' files, opened once, each dump's part read into one reused buffer."""
+
+    def __init__(self, kept: dict[str, bytes]) -> None:
+        self.kept = kept
+        self.fds: dict[str, int] = {}
+        self.buffer = bytearray()
+
+    def read(self, path: str, offset: int, size: int) -> Any:
+        kept = self.kept.get(path)
+        if kept is not None:
+            return memoryview(kept)[offset : offset + size]
+        fd = self.fds.get(path)
+        if fd is None:
+            fd = self.fds[path] = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        if len(self.buffer) < size:
+            self.buffer = bytearray(size)
+        view = memoryview(self.buffer)[:size]
+        done = 0
+        while done < size:
+            got = os.preadv(fd, [view[done:]], offset + done)
+            if not got:
+                raise OSError(f"{path}: ends before the columns it was said to hold")
+            done += got
+        return view
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.fds = {}
+
+
+class _Hole:
+    """One column being written into its hole of an IPC file (``Gather.table``), its adler32
+    taken on the way; booleans in memory, packed and written at the end."""
+
+    def __init__(self, fd: int, at: int, dtype: np.dtype[Any], packed: bool) -> None:
+        self.fd = fd
+        self.at = at  # where the next bytes go
+        self.crc = 1
+        self.bits: list[np.ndarray] | None = [] if packed else None
+
+    def append(self, values: np.ndarray) -> None:
+        if self.bits is not None:
+            self.bits.append(values.copy())
+            return
+        self._write(values.data.cast("B"))
+
+    def _write(self, data: memoryview) -> None:
+        self.crc = zlib.adler32(data, self.crc)
+        while data:
+            done = os.pwrite(self.fd, data, self.at)
+            if not done:
+                raise OSError("nothing written")
+            data, self.at = data[done:], self.at + done
+
+    def finish(self) -> int:
+        """Its adler32, once all of it is written."""
+        if self.bits is not None:
+            bits = np.concatenate(self.bits).view(np.bool_) if self.bits else np.zeros(0, bool)
+            self._write(np.packbits(bits, bitorder="little").data.cast("B"))
+            self.bits = None
+        return self.crc
+
+
+class _Output:
+    """One column being built: appended block by block to a file of its own in the spill
+    directory, mapped once complete (its pages the kernel's to drop, as
+    ``frtrace.load.spill``'s); in memory where there is no directory, for booleans (packed
+    afterwards), or where the file cannot be written."""
+
+    def __init__(
+        self, directory: Path | None, name: str, dtype: np.dtype[Any], rows: int, in_memory: bool
+    ) -> None:
+        self.dtype = dtype
+        self.rows = rows
+        self.fd: int | None = None
+        self.filled = 0  # rows appended so far
+        self.array: np.ndarray | None = None
+        size = rows * dtype.itemsize
+        if not in_memory and directory is not None and size:
+            path = directory / f"{name}.values"
+            fd = None
+            try:
+                # (not fallocated: writing into allocated but unwritten blocks took twice as
+                # long; a disk that fills says so on a write, and the column goes on in memory)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                path.unlink()  # (the descriptor, then the mapping, keep it)
+                self.fd = fd
+            except OSError:
+                if fd is not None:
+                    os.close(fd)
+                self.fd = None
+        if self.fd is None:
+            self.array = np.empty(rows, dtype=dtype)
+
+    def append(self, values: np.ndarray) -> None:
+        """The next rows' values."""
+        count = len(values)
+        if self.fd is not None:
+            data = values.data.cast("B")
+            at = self.filled * self.dtype.itemsize
+            try:
+                while data:
+                    done = os.pwrite(self.fd, data, at)
+                    if not done:
+                        raise OSError("nothing written")
+                    data, at = data[done:], at + done
+            except OSError:  # (the disk filled after all): the column goes on in memory
+                self._to_memory()
+        if self.array is not None:
+            self.array[self.filled : self.filled + count] = values
+        self.filled += count
+
+    def _to_memory(self) -> None:
+        """Move what was written into memory; go on there."""
+        assert self.fd is not None
+        array = np.empty(self.rows, dtype=self.dtype)
+        done = self.filled * self.dtype.itemsize
+        view = array.data.cast("B")
+        got = 0
+        while got < done:
+            read = os.preadv(self.fd, [view[got:done]], got)
+            if not read:
+                raise OSError("a column's file ends before what was written to it")
+            got += read
+        os.close(self.fd)
+        self.fd = None
+        self.array = array
+
+    def finish(self) -> Any:
+        """The column's values: a mapping of its file, else the array."""
+        if self.fd is None:
+            assert self.array is not None
+            return self.array
+        try:
+            mapped = mmap.mmap(self.fd, self.rows * self.dtype.itemsize, access=mmap.ACCESS_READ)
+        except OSError:
+            self._to_memory()
+            assert self.array is not None
+            return self.array
+        spill.track(mapped)
+        return mapped
+
+    def close(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+        self.fd = None
+
+
+def _bitmap(valid: list[tuple[int, Validity]], rows: int) -> tuple[pa.Buffer | None, int]:
+    """The validity bitmap of parts' validity, and the null count (None, 0: no null)."""
+    if all(v is True for _, v in valid):
+        return None, 0
+    joined = np.concatenate(
+        [np.full(count, v, dtype=bool) if isinstance(v, bool) else v for count, v in valid]
+    )
+    nulls = int(rows - joined.sum())
+    return pa.py_buffer(np.packbits(joined, bitorder="little")), nulls
