@@ -47,7 +47,10 @@ from tests.load.fuzzlib import Seed, build_corpus, make_case, run_case, run_case
 CASES = int(os.environ.get("FRTRACE_FUZZ_CASES", "300"))
 SEED = int(os.environ.get("FRTRACE_FUZZ_SEED", "20260611"))
 ONLY = os.environ.get("FRTRACE_FUZZ_ONLY")
-CASE_TIMEOUT_S = 60.0  # a case past this is a hang (the loader's own limit per file is 60 s)
+# a case past this is a hang: the loader's own limit per file is 60 s of wall time, so a case
+# that loads a slow file and analyses it may take longer on a busy machine (one took over 60 s
+# at a load average of 8-10); a real hang never ends, whatever the limit
+CASE_TIMEOUT_S = 180.0
 MAX_RSS_MIB = 3072.0  # a fuzz worker, or a loader worker under it, past this is a failure
 
 
