@@ -218,6 +218,16 @@ def _registry_child(host: str, port: int, timeout_s: float) -> dict[str, Any]:
     return {"error": "store", "why": f"its reader ended with code {proc.returncode}"}
 
 
+def _accepts(host: str, port: int, timeout_s: float) -> bool:
+    """Does anything accept a TCP connection at ``host:port``? (Asked once, where the child
+    gave no answer in time, so that the line says which of the two it was.)"""
+    try:
+        with socket.create_connection((host, port), timeout=max(0.5, min(timeout_s, 2.0))):
+            return True
+    except OSError:
+        return False
+
+
 def read_registry(host: str, port: int, timeout_s: float) -> tuple[list[Worker], list[str]]:
     """Every rank's worker server registered in the store at ``host:port``, and one line per
     registry value that cannot be used. ``CollectError`` when no store answers within
@@ -241,6 +251,12 @@ def read_registry(host: str, port: int, timeout_s: float) -> tuple[list[Worker],
             raise CollectError(
                 f"{where}: torch could not be imported within {_IMPORT_S:g} s, to speak to "
                 "the store; try again on a less loaded host"
+            )
+        if not _accepts(host, port, timeout_s):  # (torch's client still retrying, on a busy host)
+            raise CollectError(
+                f"{where}: no TCPStore answered within {timeout_s:g} s (nothing accepts "
+                "connections there); give the job's MASTER_ADDR:MASTER_PORT, from a host that "
+                "can reach it"
             )
         raise CollectError(
             f"{where}: the store did not give its debug server registry within {timeout_s:g} "

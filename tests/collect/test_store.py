@@ -187,6 +187,28 @@ def test_collect_store_with_no_store_there_is_one_line(tmp_path: Path) -> None:
     assert not out.exists()  # nothing written
 
 
+def test_a_registry_given_late_says_whether_anything_accepted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The child's deadline passed with no answer (on a busy host, torch's client may still be
+    retrying a refused connection): the line says "nothing accepts" where nothing listens, and
+    "accepted, then silent or slow" only where something did (CI saw the latter for a port
+    nothing listened on)."""
+    import socket
+
+    from frtrace.collect import store
+
+    late = {"error": "deadline", "what": "answer"}
+    monkeypatch.setattr(store, "_registry_child", lambda *_: late)
+    port = free_port()  # nothing listens there
+    with pytest.raises(CollectError, match=r"no TCPStore answered within 1 s \(nothing accepts"):
+        store.read_registry("127.0.0.1", port, 1.0)
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        taken = listening.getsockname()[1]
+        with pytest.raises(CollectError, match="accepted, then silent or slow"):
+            store.read_registry("127.0.0.1", taken, 1.0)
+
+
 def test_collect_store_without_a_registry_says_how_to_start_one(tmp_path: Path) -> None:
     torch_dist = pytest.importorskip("torch.distributed")
     from datetime import timedelta
