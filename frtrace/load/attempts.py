@@ -33,7 +33,7 @@ import hashlib
 import json
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -237,16 +237,8 @@ def _pids_in(folder: str, side_files: Sequence[SideFile]) -> dict[int, tuple[str
     """Each rank's (host, pid) as the manifest and the recorder's sidecars in ``folder`` (not
     below) give them; a rank given two different ones is left out."""
     seen: dict[int, set[tuple[str, int]]] = defaultdict(set)
-    for f in side_files:
-        if _folder(f.relative) != folder or f.refused is not None:
-            continue
-        if f.kind == "manifest":
-            doc = _json_of(f)
-            ranks = doc.get("ranks") if isinstance(doc, dict) else None
-            for item in ranks if isinstance(ranks, list) else ():
-                _note(seen, item)
-        elif f.kind == "stacks" and f.relative.endswith(".json"):
-            _note(seen, _json_of(f))
+    for item in _rank_records(folder, side_files):
+        _note(seen, item)
     return {r: next(iter(v)) for r, v in seen.items() if len(v) == 1}
 
 
@@ -254,21 +246,25 @@ def _dumped_at(folder: str, side_files: Sequence[SideFile]) -> int | None:
     """The newest dump time (ns) the manifest and the recorder's sidecars in ``folder`` (not
     below) give its ranks, else None."""
     times: list[int] = []
+    for item in _rank_records(folder, side_files):
+        at = item.get("dumped_at_ns") if isinstance(item, dict) else None
+        if type(at) is int and at > 0:
+            times.append(at)
+    return max(times) if times else None
+
+
+def _rank_records(folder: str, side_files: Sequence[SideFile]) -> Iterator[Any]:
+    """What collect's manifest (an item a rank) and the recorder's sidecars (one each) in
+    ``folder`` (not below) say of their ranks, unchecked: the callers take what they need."""
     for f in side_files:
         if _folder(f.relative) != folder or f.refused is not None:
             continue
         if f.kind == "manifest":
             doc = _json_of(f)
-            items = doc.get("ranks") if isinstance(doc, dict) else None
+            ranks = doc.get("ranks") if isinstance(doc, dict) else None
+            yield from ranks if isinstance(ranks, list) else ()
         elif f.kind == "stacks" and f.relative.endswith(".json"):
-            items = [_json_of(f)]
-        else:
-            continue
-        for item in items if isinstance(items, list) else ():
-            at = item.get("dumped_at_ns") if isinstance(item, dict) else None
-            if type(at) is int and at > 0:
-                times.append(at)
-    return max(times) if times else None
+            yield _json_of(f)
 
 
 def _note(seen: dict[int, set[tuple[str, int]]], item: Any) -> None:
