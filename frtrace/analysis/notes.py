@@ -10,6 +10,7 @@ from frtrace.analysis.facts.waitgraph import EdgeKind, WaitGraph
 from frtrace.detail.notes import (
     BuffersWrapped,
     DataNote,
+    HistoryCut,
     LoadWarnings,
     NoDumpFor,
     OldDumps,
@@ -61,6 +62,9 @@ def data_notes(
     unexplained = unexplained_ranks(matched, waits)
     if unexplained:
         notes.append(UnexplainedBlocked(ranks=tuple(unexplained)))
+    if dumps.window is not None:
+        read = sum(c for c in dumps.files.column("entry_count").to_pylist() if c)
+        notes.append(HistoryCut(margin=dumps.window.margin, dropped=read - dumps.entries.num_rows))
     warnings = [p for p in dumps.problems if not p.fatal]
     if warnings:
         notes.append(LoadWarnings(count=len(warnings)))

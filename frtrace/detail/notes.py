@@ -12,6 +12,7 @@ from frtrace.detail.values import GroupRef
 __all__ = [
     "BuffersWrapped",
     "DataNote",
+    "HistoryCut",
     "InferredFrom",
     "LoadWarnings",
     "ManifestTimes",
@@ -130,6 +131,15 @@ class ManifestTimes:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class HistoryCut:
+    """A cluster's load kept each group's history from ``margin`` ops before its first
+    unsettled op (``load.frontier``): ``dropped`` entries of settled ops were not read in."""
+
+    margin: int
+    dropped: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StackFileProblem:
     """A stack file that could not be read: the reader's message (``pystack``), as is."""
 
@@ -151,6 +161,7 @@ DataNote = (
     | NoStackFor
     | StackFileProblem
     | ManifestTimes
+    | HistoryCut
 )
 
 

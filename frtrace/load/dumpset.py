@@ -7,12 +7,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from frtrace.layout import SideFile, SkippedFile
 from frtrace.load.problems import LoadProblem
 from frtrace.load.stacks import Stack
+
+if TYPE_CHECKING:
+    from frtrace.load.frontier import Frontier
 
 __all__ = ["DumpSet", "Restarts", "WorldSize"]
 
@@ -43,6 +47,8 @@ class DumpSet:
     # a restarted job's other attempts (None: one attempt; its whole set is not repeated)
     restarts: Restarts | None = field(default=None, repr=False)
     _frames: dict[int, Stack] = field(default_factory=dict, repr=False)
+    # where a cluster's load cut the settled history (None: every entry read)
+    window: Frontier | None = field(default=None, repr=False)
     # Worked out once (the analysis asks per rank, and a job can have 10^5 ranks).
     _loaded: tuple[int, ...] = field(init=False, repr=False, compare=False)
     _missing: tuple[int, ...] = field(init=False, repr=False, compare=False)

@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from frtrace.errors import ReaderFailedError, SchedulerUnavailable
+from frtrace.load.cluster import FRONTIER_MIN_BYTES, Prepare, dask_frontier, parse_kept
 from frtrace.load.discover import Candidate
+from frtrace.load.frontier import Frontier
 from frtrace.load.parallel import Result, file_timeout_s, parse_candidates
 from frtrace.load.parse import ParsedDump
 from frtrace.load.shipped import ShippedDump
@@ -114,6 +116,7 @@ class FuturesExecutor:
         files_per_task: int = FILES_PER_TASK,
         progress: bool | Progress = False,
         engine: str = "cluster",
+        prepare: Prepare | None = None,
     ) -> None:
         self.executor = executor
         self.workers = max(1, workers)
@@ -121,6 +124,9 @@ class FuturesExecutor:
         self.files_per_task = max(1, files_per_task)
         self.progress = progress
         self.engine = engine  # named in messages: "Dask"
+        # a first pass that cuts a large set's history to its frontier (``load.cluster``)
+        self.prepare = prepare
+        self.window: Frontier | None = None  # the frontier the last parse cut at, if any
 
     def parse(self, candidates: Sequence[Candidate], consume: Consumer) -> None:
         with owned(self.progress) as shown, shown.phase("load", total=len(candidates)) as bar:
@@ -134,6 +140,13 @@ class FuturesExecutor:
             _Batch(i, tuple(absolute[i : i + size]), 0.0, False)
             for i in range(0, len(candidates), size)
         ]
+        task: Callable[..., list[Result]] = self.task
+        extra: tuple[Any, ...] = ()
+        self.window = None
+        cut = self.prepare([b.candidates for b in todo]) if self.prepare is not None else None
+        if cut is not None:
+            (handle, self.window), task = cut, parse_kept
+            extra = (handle,)
         todo.reverse()  # popped from the end: file order
         ready: dict[int, Result] = {}
         handed = 0
@@ -151,7 +164,7 @@ class FuturesExecutor:
                         break
                     batch = todo.pop()
                     batch.sent = time.monotonic()
-                    running[self.executor.submit(self.task, batch.candidates)] = batch
+                    running[self.executor.submit(task, batch.candidates, *extra)] = batch
                 done, _ = cf.wait(
                     running, timeout=self._next_deadline(running), return_when=cf.FIRST_COMPLETED
                 )
@@ -234,8 +247,15 @@ def _relocate(result: Result, remote: Candidate, local: Candidate) -> Result:
 
 
 @contextmanager
-def dask_executor(address: str, *, progress: bool | Progress = False) -> Iterator[FuturesExecutor]:
-    """A FuturesExecutor on the Dask cluster whose scheduler is at ``address``."""
+def dask_executor(
+    address: str,
+    *,
+    progress: bool | Progress = False,
+    frontier_min_bytes: int = FRONTIER_MIN_BYTES,
+) -> Iterator[FuturesExecutor]:
+    """A FuturesExecutor on the Dask cluster whose scheduler is at ``address``; from
+    ``frontier_min_bytes`` of dumps it cuts the history to its frontier on the workers
+    (``load.cluster``), so this process never holds every entry."""
     try:
         from distributed import Client
     except ImportError:
@@ -257,7 +277,10 @@ def dask_executor(address: str, *, progress: bool | Progress = False) -> Iterato
         # reading a pickle holds the GIL)
         workers = max(1, sum(client.nthreads().values()))
         pool = client.get_executor(pure=False)
-        yield FuturesExecutor(pool, workers=workers, progress=progress, engine="Dask")
+        prepare = dask_frontier(client, workers=workers, min_bytes=frontier_min_bytes)
+        yield FuturesExecutor(
+            pool, workers=workers, progress=progress, engine="Dask", prepare=prepare
+        )
     finally:
         client.close()
 

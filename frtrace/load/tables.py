@@ -106,9 +106,14 @@ def load_dumps(
                     elif meanwhile is not None:
                         meanwhile()
                     executor.parse(discovery.candidates, assembler.add)
+                    window = getattr(executor, "window", None)
+                if window is not None:  # (the tables lack the settled history: not cached)
+                    store = None
                 # a large set's entries written once, where they stay: the cache's file
                 at = store.prepare("entries") if store is not None and assembler.gather else None
                 dumps = assembler.finish(discovery.skipped, discovery, entries_at=at)
+                if window is not None:
+                    dumps = dataclasses.replace(dumps, window=window)
             except BaseException:  # (the workers' files hold the dumps' contents: removed now)
                 if assembler.spill_dir is not None:
                     spill.remove_spill_directory(assembler.spill_dir)

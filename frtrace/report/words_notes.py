@@ -9,6 +9,7 @@ from typing import assert_never
 from frtrace.detail.notes import (
     BuffersWrapped,
     DataNote,
+    HistoryCut,
     InferredFrom,
     LoadWarnings,
     ManifestTimes,
@@ -98,6 +99,13 @@ def note(n: DataNote) -> str:
         )
     if isinstance(n, StackFileProblem):
         return n.message
+    if isinstance(n, HistoryCut):
+        return (
+            f"the cluster kept each group's history from {n.margin} ops before its first op "
+            f"that not every member finished alike ({n.dropped:,} entries of settled ops left "
+            "out): stragglers are judged on those ops only. Without --scheduler every entry "
+            "is read"
+        )
     assert_never(n)
 
 

@@ -10,6 +10,7 @@ import pandas as pd
 import pyarrow as pa
 
 from frtrace.analysis.facts.failure import FailedOp
+from frtrace.load.opkinds import COMPARE_INPUT_ONLY, COMPARE_OUTPUT_ONLY, UNEVEN_OPS
 
 __all__ = [
     "COLLECTIVE",
@@ -23,22 +24,6 @@ __all__ = [
     "codes",
 ]
 
-# Ops whose members legitimately pass different sizes: only op and dtypes are compared.
-UNEVEN_OPS = frozenset(
-    {
-        "all_to_all",
-        "all_to_all_single",
-        "all_to_all_v_single",
-        "alltoall",
-        "alltoall_base",
-        "all_gather_v",
-        "reduce_scatter_v",
-        "allgather_v",
-    }
-)
-# The root passes a list (gather: output, scatter: input), the others pass nothing there.
-COMPARE_INPUT_ONLY = frozenset({"gather", "_gather_base"})
-COMPARE_OUTPUT_ONLY = frozenset({"scatter", "_scatter_base"})
 # Sizes are compared only where the ops are equal; these never carry sizes of their own.
 MARKER_OPS = frozenset({"coalesced", "barrier", "all_reduce_barrier"})
 

@@ -1,0 +1,160 @@
+"""A large set on a Dask cluster, in two passes: the frontier, folded and merged on the
+workers; then the files read again, each keeping only its entries at and near the frontier.
+
+1. ``summarize_files`` (a task per batch of files) folds each dump it reads into a
+   ``frontier.Partial``; ``merge_partials`` tasks merge them ``FAN_IN`` at a time on the
+   workers, level by level; the last, ``cut_partials``, merges and cuts: only a cutoff per
+   group (and the paths it folded) comes back to the coordinator.
+2. ``parse_kept``: the ordinary read of a batch (``executors.parse_files``), each dump's
+   entries cut by the frontier (``Frontier.keep``) before they travel. A dump the first pass
+   did not fold (it failed there, or appeared since) is kept whole.
+
+A first pass that fails (a worker lost beyond the scheduler's retries, a bug) costs only the
+cut: the second pass then keeps every entry, as a small set does, and says so.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from frtrace.load.discover import Candidate
+from frtrace.load.frontier import MARGIN, Frontier, Partial, cut, fold, merge
+from frtrace.load.parallel import Result, file_timeout_s, parse_candidates
+from frtrace.load.parse import ParsedDump, try_parse
+
+__all__ = [
+    "FAN_IN",
+    "FRONTIER_MIN_BYTES",
+    "Folded",
+    "Prepare",
+    "cut_partials",
+    "dask_frontier",
+    "local_frontier",
+    "merge_partials",
+    "parse_kept",
+    "summarize_files",
+]
+
+# Partials merged per task: a tree of log_8(tasks) levels (100,000 ranks in 16-file tasks:
+# 6,250 leaves, 5 levels), each merge reading 8 partials of the same few groups.
+FAN_IN = 8
+# Torch 2.3 and older (``DumpMeta.layout``) name a group by a per-process id: two groups can
+# share a name across ranks, and their history is never cut.
+OLD_LAYOUTS = frozenset({"list", "1.x"})
+# Dumps (bytes) from which a cluster's load cuts the history: below it the coordinator holds
+# every entry (~130 bytes each: 1 GB of dumps is ~1 GB there) and the report is exact.
+FRONTIER_MIN_BYTES = 1 << 30
+
+
+Cut = tuple[Frontier, frozenset[str]]  # the frontier, and the dumps it was folded from
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Folded:
+    """A partial and the dumps it folded."""
+
+    partial: Partial | None
+    paths: frozenset[str]
+    whole: bool = False  # a dump the frontier cannot speak for was read: keep every entry
+
+
+def summarize_files(candidates: Sequence[Candidate]) -> Folded:
+    """The first pass's task: fold a batch of dumps (a file that cannot be read folds nothing:
+    the second pass reports it)."""
+    partials, paths, whole = [], set(), False
+    for cand in candidates:
+        result = try_parse(cand)
+        if isinstance(result, ParsedDump):
+            partials.append(fold(result.entries))
+            paths.add(str(cand.path))
+            whole |= result.meta.layout in OLD_LAYOUTS
+    return Folded(merge(*partials) if partials else None, frozenset(paths), whole)
+
+
+def merge_partials(*folded: Folded) -> Folded:
+    """An inner node of the tree."""
+    partials = [f.partial for f in folded if f.partial is not None]
+    paths = frozenset().union(*(f.paths for f in folded))
+    whole = any(f.whole for f in folded)
+    return Folded(merge(*partials) if partials else None, paths, whole)
+
+
+def cut_partials(*folded: Folded, margin: int = MARGIN) -> Cut:
+    """The root: the frontier of everything folded, and which dumps that was."""
+    root = merge_partials(*folded)
+    if root.partial is None or root.whole:
+        return Frontier(margin=margin, cutoffs={}, settled=0), root.paths
+    return cut(root.partial, margin), root.paths
+
+
+def parse_kept(candidates: Sequence[Candidate], frontier: Cut) -> list[Result]:
+    """The second pass's task: read a batch, each folded dump cut by the frontier."""
+    cutoffs, folded = frontier
+    out: list[Result] = []
+    for cand, result in zip(candidates, parse_candidates(candidates, jobs=1), strict=True):
+        if isinstance(result, ParsedDump) and str(cand.path) in folded:
+            result = dataclasses.replace(result, entries=cutoffs.keep(result.entries))
+        out.append(result)
+    return out
+
+
+# The first pass, for an executor: given the batches of the second, the handle its tasks take
+# (``parse_kept``'s second argument: a value, or a cluster's future of it) and the frontier;
+# None where the history is kept whole.
+Prepare = Callable[[Sequence[Sequence[Candidate]]], tuple[Any, Frontier] | None]
+
+
+def _large(batches: Sequence[Sequence[Candidate]], min_bytes: int) -> bool:
+    return sum(c.size_bytes for batch in batches for c in batch) >= min_bytes
+
+
+def _limit_s(batches: Sequence[Sequence[Candidate]], workers: int) -> float:
+    # every file's own limit, shared among the workers, twice over: a first pass this slow is
+    # a stalled cluster, and the second pass reads the files whole instead
+    total = sum(file_timeout_s(c) for batch in batches for c in batch)
+    return 2 * total / max(1, workers) + 60
+
+
+def dask_frontier(
+    client: Any, *, workers: int, min_bytes: int = FRONTIER_MIN_BYTES, margin: int = MARGIN
+) -> Prepare:
+    """The first pass on a ``distributed.Client``: the folds and the tree of merges run on the
+    workers; the answer stays there as a future the second pass's tasks take (only the
+    frontier itself comes back here)."""
+
+    def prepare(batches: Sequence[Sequence[Candidate]]) -> tuple[Any, Frontier] | None:
+        if not _large(batches, min_bytes):
+            return None
+        level = [client.submit(summarize_files, batch, pure=False) for batch in batches]
+        while len(level) > FAN_IN:
+            level = [
+                client.submit(merge_partials, *level[i : i + FAN_IN], pure=False)
+                for i in range(0, len(level), FAN_IN)
+            ]
+        root = client.submit(cut_partials, *level, margin=margin, pure=False)
+        try:
+            frontier, _ = root.result(timeout=_limit_s(batches, workers))
+        except Exception:  # a lost worker past the retries, a timeout: everything kept
+            root.cancel()
+            return None
+        return (root, frontier) if frontier.cutoffs else None
+
+    return prepare
+
+
+def local_frontier(
+    executor: cf.Executor, *, min_bytes: int = FRONTIER_MIN_BYTES, margin: int = MARGIN
+) -> Prepare:
+    """The first pass on any ``concurrent.futures`` executor: folds there, merges here."""
+
+    def prepare(batches: Sequence[Sequence[Candidate]]) -> tuple[Any, Frontier] | None:
+        if not _large(batches, min_bytes):
+            return None
+        folded = [f.result() for f in [executor.submit(summarize_files, b) for b in batches]]
+        answer = cut_partials(*folded, margin=margin)
+        return (answer, answer[0]) if answer[0].cutoffs else None
+
+    return prepare

@@ -1,0 +1,184 @@
+"""A cluster's load cut to the frontier (``load.frontier``, ``load.cluster``): the folds merge
+alike in any tree, the cut keeps what the rules read, and the verdict is the one every entry
+gives, on every NCCL fixture and simulated faults, with the cut as tight as it goes."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from frtrace.load.cluster import local_frontier, summarize_files
+from frtrace.load.discover import discover
+from frtrace.load.executors import FuturesExecutor
+from frtrace.load.frontier import cut, fold, merge
+from frtrace.load.tables import DumpSet, load_dumps
+from frtrace.model import Report
+from frtrace.pipeline import analyze_dumps
+from frtrace.report.json import render_json
+from tests.conftest import fixture_sets
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cut_load(directory: Path, margin: int) -> DumpSet:
+    """The cluster's two passes, on threads here, cutting from the first byte."""
+    with cf.ThreadPoolExecutor(2) as pool:
+        prepare = local_frontier(pool, min_bytes=0, margin=margin)
+        engine = FuturesExecutor(pool, workers=2, prepare=prepare, files_per_task=3)
+        return load_dumps(directory, scheduler=engine)
+
+
+def _named(report: Report) -> tuple[object, ...]:
+    return (report.verdict, report.culprit_ranks, report.suspected_ranks)
+
+
+def _simulated(tmp_path: Path, fault: str, *extra: str) -> Path:
+    out = tmp_path / fault
+    argv = [sys.executable, "-m", "frsim", "--world", "32", "--entries", "300"]
+    argv += ["--fault", fault, "--seed", "3", *extra, "--out", str(out)]
+    subprocess.run(argv, check=True, cwd=ROOT, capture_output=True)
+    return out
+
+
+def _nccl_sets() -> list[Path]:
+    return [d for d in fixture_sets() if d.relative_to(ROOT).parts[2].startswith("nccl")]
+
+
+def test_the_cut_names_what_every_entry_names_on_every_nccl_fixture() -> None:
+    """The tightest cut (1 op of lead-up) on each NCCL fixture: same verdict and ranks."""
+    sets, cut_some = _nccl_sets(), 0
+    assert len(sets) >= 20
+    for directory in sets:
+        whole, kept = load_dumps(directory), _cut_load(directory, margin=1)
+        assert _named(analyze_dumps(kept)) == _named(analyze_dumps(whole)), directory
+        cut_some += kept.entries.num_rows < whole.entries.num_rows
+    assert cut_some >= 10  # (the torch 2.3 sets are kept whole: their group names are local)
+
+
+@pytest.mark.parametrize(
+    "fault",
+    ["host_stall", "wrong_size", "wrong_op", "opposite_order", "p2p_no_peer", "straggler"],
+)
+def test_simulated_faults_keep_their_verdict_and_say_the_history_was_cut(
+    tmp_path: Path, fault: str
+) -> None:
+    """A 32-rank job (tp, pp, coalesced ops, batched p2p, uneven all_to_all), 300 entries a
+    rank, at the default margin: the same verdict, stragglers included, and the report
+    says what was left out."""
+    directory = _simulated(tmp_path, fault)
+    whole, kept = load_dumps(directory), _cut_load(directory, margin=32)
+    full, cut_report = analyze_dumps(whole), analyze_dumps(kept)
+    assert _named(cut_report) == _named(full)
+    assert [s.rank for s in cut_report.stragglers] == [s.rank for s in full.stragglers]
+    assert kept.entries.num_rows < 0.7 * whole.entries.num_rows  # (p2p entries all kept)
+    assert kept.window is not None and whole.window is None
+    said = render_json(cut_report)
+    dropped = whole.entries.num_rows - kept.entries.num_rows
+    assert f"({dropped:,} entries of settled ops left out)" in said
+    assert "left out" not in render_json(full)
+
+
+def _rows(rank: int, group: str, seqs: range, **columns: object) -> pa.Table:
+    n = len(seqs)
+    base: dict[str, object] = {
+        "rank": [rank] * n,
+        "group_name": [group] * n,
+        "group_desc": ["d"] * n,
+        "collective_seq": list(seqs),
+        "is_p2p": [False] * n,
+        "op": ["all_reduce"] * n,
+        "state": ["completed"] * n,
+        "input_sig": [7] * n,
+        "output_sig": [7] * n,
+        "input_dtype_sig": [1] * n,
+        "output_dtype_sig": [1] * n,
+        "time_created_ns": [s * 1_000_000_000 + rank * 1_000 for s in seqs],
+    }
+    base.update({k: v if isinstance(v, list) else [v] * n for k, v in columns.items()})
+    types = {"input_sig": pa.uint32(), "output_sig": pa.uint32()}
+    types |= {"input_dtype_sig": pa.uint32(), "output_dtype_sig": pa.uint32()}
+    return pa.table({k: pa.array(v, types.get(k)) for k, v in base.items()})
+
+
+def _seqs(table: pa.Table, rank: int) -> list[int]:
+    mine = table.filter(pc.equal(table.column("rank"), rank))
+    out: list[int] = mine.column("collective_seq").to_pylist()
+    return out
+
+
+def test_folds_merge_alike_in_any_order_and_grouping() -> None:
+    ranks = [_rows(r, "g", range(r, 50 + r)) for r in range(5)]
+    folds = [fold(t) for t in ranks]
+    flat = merge(*folds)
+    tree = merge(merge(folds[3], folds[0]), merge(folds[4], merge(folds[2], folds[1])))
+    for a, b in ((flat.keys, tree.keys), (flat.groups, tree.groups)):
+        order = [(c, "ascending") for c in a.column_names]
+        assert a.sort_by(order).equals(b.sort_by(order))
+    assert cut(flat, 3) == cut(tree, 3)
+
+
+def test_the_cut_sits_before_the_first_op_not_every_member_finished() -> None:
+    """Rank 2 stopped at seq 80 of 100; rank 3 began later (its buffer wrapped); rank 1
+    recorded a different size at seq 40 and finished it: the cut is 5 before seq 40."""
+    stalled = _rows(2, "g", range(81), state=["completed"] * 80 + ["started"])
+    ranks = [
+        _rows(0, "g", range(101)),
+        _rows(1, "g", range(101), input_sig=[7] * 40 + [8] + [7] * 60),
+        stalled,
+        _rows(3, "g", range(20, 101)),
+    ]
+    frontier = cut(merge(*[fold(t) for t in ranks]), margin=5)
+    assert frontier.cutoffs == {("g", "d"): 35}
+    assert frontier.settled == 35 - 20  # seqs 20-34: every rank, completed, one size
+    assert _seqs(frontier.keep(ranks[3]), 3) == list(range(35, 101))
+    assert _seqs(frontier.keep(stalled), 2) == list(range(35, 81))
+
+
+def test_a_rank_stuck_far_behind_keeps_its_own_newest_ops() -> None:
+    """The others went on in another group; rank 1's newest op in g is far below g's cut."""
+    ahead = _rows(0, "g", range(200))
+    behind = _rows(1, "g", range(10))
+    late = pa.concat_tables([ahead, _rows(0, "h", range(5), state="started")])
+    frontier = cut(merge(fold(late), fold(behind)), margin=4)
+    assert frontier.cutoffs[("g", "d")] == 6  # the first unsettled op, 10, less the margin
+    kept = frontier.keep(behind)
+    assert _seqs(kept, 1) == list(range(6, 10))
+    only_finished = cut(merge(fold(ahead), fold(_rows(1, "g", range(200)))), margin=4)
+    assert only_finished.cutoffs[("g", "d")] == 196  # all settled: the group's last 4 kept
+    assert _seqs(only_finished.keep(_rows(9, "g", range(150, 170))), 9) == list(range(166, 170))
+
+
+def test_a_settled_op_one_rank_arrived_at_clearly_last_is_kept() -> None:
+    """The straggler finder's evidence survives the cut: rank 2 enqueued seq 20 and 30 some
+    ms after the others (3 ms: kept; 1 ms: launch jitter, cut)."""
+    late = [s * 1_000_000_000 + {20: 3_000_000, 30: 1_000_000}.get(s, 0) for s in range(100)]
+    ranks = [_rows(r, "g", range(100)) for r in range(2)]
+    ranks.append(_rows(2, "g", range(100), time_created_ns=late))
+    frontier = cut(merge(merge(fold(ranks[2]), fold(ranks[0])), fold(ranks[1])), margin=4)
+    assert frontier.late == {("g", "d"): frozenset({20})}
+    assert _seqs(frontier.keep(ranks[0]), 0) == [20, 96, 97, 98, 99]
+    assert frontier.settled == 96 - 1
+
+
+def test_p2p_and_unsequenced_entries_are_always_kept() -> None:
+    ranks = [_rows(r, "g", range(100)) for r in range(3)]
+    frontier = cut(merge(*[fold(t) for t in ranks]), margin=2)
+    p2p = _rows(0, "g", range(3), is_p2p=True, op="send")
+    bare = _rows(0, "g", range(1)).set_column(3, "collective_seq", pa.array([None], pa.int64()))
+    stranger = _rows(0, "other", range(3))
+    for table in (p2p, bare, stranger):
+        assert frontier.keep(table).num_rows == table.num_rows
+
+
+def test_torch_2_3_dumps_are_never_cut(tmp_path: Path) -> None:
+    """Their groups are named by a per-process id: two groups may share a name."""
+    old = ROOT / "tests/fixtures/nccl/host_stall/1.4-pickle"
+    candidates = discover(old).candidates
+    assert summarize_files(candidates).whole
+    assert _cut_load(old, margin=1).window is None
