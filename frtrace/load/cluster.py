@@ -153,8 +153,13 @@ def local_frontier(
     def prepare(batches: Sequence[Sequence[Candidate]]) -> tuple[Any, Frontier] | None:
         if not _large(batches, min_bytes):
             return None
-        folded = [f.result() for f in [executor.submit(summarize_files, b) for b in batches]]
-        answer = cut_partials(*folded, margin=margin)
+        futures = [executor.submit(summarize_files, b) for b in batches]
+        try:
+            answer = cut_partials(*[f.result() for f in futures], margin=margin)
+        except Exception:  # (as on a cluster: the second pass keeps every entry)
+            for future in futures:
+                future.cancel()
+            return None
         return (answer, answer[0]) if answer[0].cutoffs else None
 
     return prepare

@@ -182,3 +182,26 @@ def test_a_file_that_kills_every_worker_is_reported(scheduler: str, tmp_path: Pa
     assert problem.fatal and problem.rank == 2
     assert problem.message.startswith(f"{directory / 'nccl_trace_rank_2'}: the Dask workers")
     assert "KilledWorker" in problem.message and "\n" not in problem.message
+
+
+def test_a_large_set_is_cut_on_the_workers_and_names_the_same_ranks(
+    scheduler: str, tmp_path: Path
+) -> None:
+    """With the cut from the first byte: the folds and the tree of merges run on the workers,
+    the coordinator holds a fraction of the entries, and the report names what a local run
+    names, stragglers included, and says what was left out."""
+    directory = tmp_path / "straggler"
+    argv = [sys.executable, "-m", "frsim", "--world", "32", "--entries", "300"]
+    argv += ["--fault", "straggler", "--seed", "5", "--out", str(directory)]
+    subprocess.run(argv, check=True, cwd=ROOT, capture_output=True)
+    with dask_executor(scheduler, frontier_min_bytes=0) as engine:
+        remote = load_dumps(directory, scheduler=engine)
+    local = load_dumps(directory)
+    assert remote.window is not None and remote.window.cutoffs
+    assert remote.entries.num_rows < 0.7 * local.entries.num_rows
+    assert remote.files.equals(local.files)  # (each dump's own count, as it was read)
+    here, there = analyze_dumps(local), analyze_dumps(remote)
+    assert (there.verdict, there.culprit_ranks) == (here.verdict, here.culprit_ranks)
+    assert [s.rank for s in there.stragglers] == [s.rank for s in here.stragglers]
+    assert there.stragglers
+    assert "entries of settled ops left out" in render_json(there)

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from frtrace.load import cluster
 from frtrace.load.cluster import local_frontier, summarize_files
 from frtrace.load.discover import discover
 from frtrace.load.executors import FuturesExecutor
@@ -82,6 +83,21 @@ def test_simulated_faults_keep_their_verdict_and_say_the_history_was_cut(
     dropped = whole.entries.num_rows - kept.entries.num_rows
     assert f"({dropped:,} entries of settled ops left out)" in said
     assert "left out" not in render_json(full)
+
+
+def test_a_first_pass_that_fails_costs_only_the_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fold that raises (a bug, a lost worker): every entry is read, no window said."""
+    directory = _simulated(tmp_path, "host_stall")
+
+    def broken(candidates: object) -> object:
+        raise MemoryError("a worker ran out")
+
+    monkeypatch.setattr(cluster, "summarize_files", broken)
+    kept = _cut_load(directory, margin=1)
+    assert kept.window is None
+    assert kept.entries.num_rows == load_dumps(directory).entries.num_rows
 
 
 def _rows(rank: int, group: str, seqs: range, **columns: object) -> pa.Table:
