@@ -243,6 +243,6 @@ def _diagnose_source(
     with shown.phase("analyse") as phase:
         phase.describe(f"{dumps.world.size:,} ranks, {dumps.entries.num_rows:,} entries")
         diagnosis = Diagnosis(report=_analysed(dumps, side), problems=dumps.problems)
-        if store is not None:
+        if store is not None and dumps.window is None:  # (a cut history's is not kept)
             store.save(diagnosis)
     return diagnosis

@@ -39,6 +39,7 @@ import contextlib
 import json
 import os
 import platform
+import re
 import resource
 import shutil
 import signal
@@ -194,6 +195,9 @@ class Row:
     dask_s: float | None = None  # analyze --scheduler (2 local workers)
     dask_mb: float | None = None  # its peak: the coordinator's alone (the workers are not in it)
     dask_correct: bool | None = None
+    dask_cpu_s: float | None = None  # the coordinator's CPU time (user + sys)
+    dask_left_out: int | None = None  # entries the cluster's cut left out (its report's note)
+    dask_worker_mb: float | None = None  # the largest worker's peak (the tree's root merges)
     # with --repeat: frtrace / floor of each pair measured back to back
     pair_ratios: list[float] = field(default_factory=list)
     # the same pairs in CPU time (user + sys, workers included): steadier on a busy machine
@@ -325,8 +329,23 @@ def bench_one(args: argparse.Namespace, ranks: int) -> Row:
             _analyze(dumps, "--no-cache", "--scheduler", args.scheduler_address), args.timeout
         )
         row.dask_s, row.dask_correct = remote.wall_s, _verdict_ok(remote, truth)
-        row.dask_mb = remote.peak_mb
+        row.dask_mb, row.dask_cpu_s = remote.peak_mb, remote.cpu_s
+        said = re.search(r"\(([\d,]+) entries of settled ops left out\)", _report(remote))
+        row.dask_left_out = int(said.group(1).replace(",", "")) if said else 0
+        row.dask_worker_mb = _workers_peak_mb(args.scheduler_address)
     return row
+
+
+def _workers_peak_mb(address: str) -> float:
+    """The largest peak resident size among the cluster's workers, over their lives (a local
+    cluster is started for this run)."""
+    from distributed import Client
+
+    def peak_kb() -> int:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+    with Client(address, timeout=60) as client:
+        return max(client.run(peak_kb).values()) / 1024
 
 
 def render(rows: list[Row]) -> str:
@@ -379,7 +398,7 @@ def render(rows: list[Row]) -> str:
         lines.append(
             "ranks  load avg  no cache x floor  cache 1st x floor  cache 2nd x floor"
             "  cached load x floor  dask 2 workers x floor  dask overhead s"
-            "  dask coordinator MB  correct"
+            "  dask coordinator MB  dask worker MB  entries left out  correct"
         )
 
     def ratio(x: float | None, width: int) -> str:
@@ -392,7 +411,9 @@ def render(rows: list[Row]) -> str:
             f"{r.ranks:5d}  {r.load_avg:8.1f}  {r.vs_floor:16.2f}  "
             f"{ratio(r.x_floor(r.cache_first_s), 17)}  {ratio(r.x_floor(r.cache_second_s), 17)}"
             f"  {ratio(r.x_floor(r.cache_load_s), 19)}  {ratio(r.x_floor(r.dask_s), 22)}"
-            f"  {ratio(overhead, 15)}  {ratio(r.dask_mb, 19)}  {'yes' if ok else 'NO':>7}"
+            f"  {ratio(overhead, 15)}  {ratio(r.dask_mb, 19)}  {ratio(r.dask_worker_mb, 14)}"
+            f"  {r.dask_left_out if r.dask_left_out is not None else '-':>16}"
+            f"  {'yes' if ok else 'NO':>7}"
         )
     return "\n".join(lines)
 

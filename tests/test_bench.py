@@ -114,25 +114,33 @@ def test_profile_first_run_times_every_phase(tmp_path: Path, cache: bool) -> Non
 
 
 def test_dask_model_measures_its_costs_and_predicts(tmp_path: Path) -> None:
-    """scripts/dask_model.py on a 16-rank frsim set: every cost measured, the keys split into
-    small groups' (tp: 8 ranks) and large ones', the prediction built from them."""
+    """scripts/dask_model.py on a 16-rank frsim set: every cost of the built design measured
+    (parse, fold, keep, merge, cut), the keys split into small groups' (tp: 8 ranks) and large
+    ones', the coordinator's line through two whole runs, the prediction built from them."""
     dumps = tmp_path / "set"
     frsim = [sys.executable, "-m", "frsim", "--world", "16", "--tp", "8", "--pp", "1"]
     frsim += ["--no-coalesced", "--no-all-to-all", "--entries", "120", "--fault", "host_stall"]
     subprocess.run([*frsim, "--out", str(dumps)], cwd=ROOT, check=True, capture_output=True)
     out = tmp_path / "model.json"
     argv = [sys.executable, "scripts/dask_model.py", str(dumps), "--sample", "16"]
+    argv += ["--coordinator", "100:2:300", "400:5:600"]
     argv += ["--ranks", "1000", "--workers", "1", "4", "--json", str(out)]
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     model = json.loads(out.read_text())
     costs = model["costs"]
     assert costs["sample_files"] == 16 and costs["entries_per_file"] > 0
-    assert costs["parse_s"] > 0 and costs["fold_s_per_entry"] > 0 and costs["bytes_per_key"] > 0
+    for cost in ("parse_s", "fold_s", "keep_s", "merge_s_per_key", "cut_s_per_key"):
+        assert costs[cost] > 0, cost
     assert costs["small_keys_per_rank"] > 0 and costs["large_keys"] > 0
+    coord = model["coordinator"]
+    assert coord["cpu_s_per_rank"] == pytest.approx(0.01) and coord["cpu_s_fixed"] == 1
+    assert coord["mb_per_rank"] == pytest.approx(1.0) and coord["mb_fixed"] == 200
     one, four = model["predictions"]
     keys = costs["small_keys_per_rank"] * 1000 + costs["large_keys"]
     assert one["keys"] == four["keys"] == pytest.approx(keys)
-    assert one["tree_levels"] == 0 and four["tree_levels"] == 2
-    assert four["workers_s"] == pytest.approx(one["workers_s"] / 4)
-    assert four["total_s"] >= four["total_blocks_s"] >= four["workers_s"]
+    assert one["tree_levels"] == four["tree_levels"] == 2  # 63 tasks: 8 merges, then the root
+    assert four["pass1_s"] == pytest.approx(one["pass1_s"] / 4)
+    assert one["coordinator_s"] == four["coordinator_s"] == pytest.approx(11)
+    assert one["coordinator_gb"] == pytest.approx(1.2 / 1.024)
+    assert four["total_s"] >= four["pass1_s"] + four["tree_s"] + four["pass2_s"]

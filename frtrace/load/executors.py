@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from frtrace.errors import ReaderFailedError, SchedulerUnavailable
-from frtrace.load.cluster import FRONTIER_MIN_BYTES, Prepare, dask_frontier, parse_kept
+from frtrace.load import cluster
+from frtrace.load.cluster import Prepare, dask_frontier, parse_kept
 from frtrace.load.discover import Candidate
 from frtrace.load.frontier import Frontier
 from frtrace.load.parallel import Result, file_timeout_s, parse_candidates
@@ -251,11 +252,11 @@ def dask_executor(
     address: str,
     *,
     progress: bool | Progress = False,
-    frontier_min_bytes: int = FRONTIER_MIN_BYTES,
+    frontier_min_bytes: int | None = None,
 ) -> Iterator[FuturesExecutor]:
     """A FuturesExecutor on the Dask cluster whose scheduler is at ``address``; from
-    ``frontier_min_bytes`` of dumps it cuts the history to its frontier on the workers
-    (``load.cluster``), so this process never holds every entry."""
+    ``frontier_min_bytes`` of dumps (default ``cluster.FRONTIER_MIN_BYTES``) it cuts the
+    history to its frontier on the workers, so this process never holds every entry."""
     try:
         from distributed import Client
     except ImportError:
@@ -277,6 +278,8 @@ def dask_executor(
         # reading a pickle holds the GIL)
         workers = max(1, sum(client.nthreads().values()))
         pool = client.get_executor(pure=False)
+        if frontier_min_bytes is None:
+            frontier_min_bytes = cluster.FRONTIER_MIN_BYTES
         prepare = dask_frontier(client, workers=workers, min_bytes=frontier_min_bytes)
         yield FuturesExecutor(
             pool, workers=workers, progress=progress, engine="Dask", prepare=prepare

@@ -205,3 +205,24 @@ def test_a_large_set_is_cut_on_the_workers_and_names_the_same_ranks(
     assert [s.rank for s in there.stragglers] == [s.rank for s in here.stragglers]
     assert there.stragglers
     assert "entries of settled ops left out" in render_json(there)
+
+
+def test_a_cut_report_is_said_and_never_cached_for_a_later_run(
+    scheduler: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`analyze --scheduler` on a set it cuts: the note in the report, exit code as a local
+    run's, and neither its tables nor its diagnosis stored (a later local run reads every
+    entry and says nothing was left out)."""
+    monkeypatch.setattr("frtrace.load.cluster.FRONTIER_MIN_BYTES", 0)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("FRTRACE_NO_CACHE", raising=False)
+    directory = healthy_set(tmp_path / "dumps", world=8, steps=60)
+    runner = CliRunner()
+    remote = runner.invoke(
+        app, ["analyze", "-d", str(directory), "-f", "json", "--scheduler", scheduler]
+    )
+    local = runner.invoke(app, ["analyze", "-d", str(directory), "-f", "json"])
+    assert remote.exit_code == local.exit_code == 0, remote.output
+    assert "entries of settled ops left out" in remote.stdout
+    assert "left out" not in local.stdout
+    assert json.loads(remote.stdout)["verdict"] == json.loads(local.stdout)["verdict"]
