@@ -12,7 +12,7 @@ with ``--scheduler`` and a large set, two passes over the files on the Dask work
 
 What it measures on the set's first ``--sample`` files, CPU time on one core of this
 machine: a file's parse (``try_parse``), fold and keep; the merge, per key going in; the
-cut, per key; a key's bytes in a partial (Arrow); the keys per rank in small groups (tensor
+cut, per key; a key's bytes in a partial (numpy); the keys per rank in small groups (tensor
 parallel: their number grows with the ranks) and in large ones (data parallel and the
 default group: as many whatever the ranks). What it takes from whole runs (``scripts/bench.py
 --scheduler``, at two sizes): the coordinator's CPU seconds and peak, per rank (entries kept
@@ -45,6 +45,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES_PER_TASK = 16
+_ARRAYS = ("key", "n", "done", "sig_min", "sig_max", "t1", "t2")  # a partial's, per key
 
 
 def _cpu(call: Any, *args: Any) -> tuple[Any, float]:
@@ -77,7 +78,7 @@ def measure(dumps: Path, sample: int, small: int) -> dict[str, float]:
         fold_s += took
     step = math.ceil(len(folds) / FAN_IN)
     children = [merge(*folds[i : i + step]) for i in range(0, len(folds), step)]
-    keys_in = sum(c.keys.num_rows for c in children)
+    keys_in = sum(c.key.size for c in children)
     merged, merge_s = _cpu(merge, *children)
     frontier, cut_s = _cpu(cut, merged)
     keep_s, kept = 0.0, 0
@@ -91,7 +92,7 @@ def measure(dumps: Path, sample: int, small: int) -> dict[str, float]:
             members = g.get("ranks")
             if members is not None and len(members):
                 sizes[g["group_name"]] = len(members)
-    names = merged.keys.column("group_name").to_pylist()
+    names = [merged.groups[code][0] for code in (merged.key >> 32).tolist()]
     small_keys = sum(1 for name in names if sizes.get(name, 0) <= small)
     n = len(candidates)
     return {
@@ -102,10 +103,10 @@ def measure(dumps: Path, sample: int, small: int) -> dict[str, float]:
         "fold_s": fold_s / n,
         "keep_s": keep_s / n,
         "merge_s_per_key": merge_s / keys_in,
-        "cut_s_per_key": cut_s / merged.keys.num_rows,
-        "bytes_per_key": merged.keys.nbytes / merged.keys.num_rows,
+        "cut_s_per_key": cut_s / merged.key.size,
+        "bytes_per_key": sum(getattr(merged, f).nbytes for f in _ARRAYS) / merged.key.size,
         "small_keys_per_rank": small_keys / n,
-        "large_keys": merged.keys.num_rows - small_keys,
+        "large_keys": merged.key.size - small_keys,
     }
 
 

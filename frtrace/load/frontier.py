@@ -1,20 +1,22 @@
 """A large set's history cut to its frontier: per-(group, seq) summaries folded where the files
 are read, merged in a tree, and from them the entries the analysis needs.
 
-A collective that every rank recording its group recorded, completed everywhere, with one
+A collective that every rank recording its group recorded, finished everywhere, with one
 signature, says nothing about a hang but that it finished: a 100,000-rank job's history is
 nearly all such ops. So on a cluster (``load.cluster``) each worker folds its files' entries
-into one row per (group, seq) (``fold``: how many ranks have it, whether all completed, the
-lowest and highest signature), the workers' partials are merged two by two (``merge``), and
-the last merge keeps, per group, only where the first op that is *not* settled lies
-(``cut``). The files are then read again and each keeps its entries from ``margin`` ops
-before that point on, its own newest ``margin`` ops of each group wherever they lie (a rank
-stuck far behind keeps the ops it stopped at), and every p2p entry (``Frontier.keep``): each
-rank's history in a group stays one unbroken run to its end. The coordinator never holds a
-summary per op, only a cutoff per group.
+into one row per (group, seq) (``fold``: how many ranks have it, whether all finished it,
+the lowest and highest signature, the last two arrivals), the partials are merged in a tree
+(``merge``), and the last merge keeps, per group, only where the first op that is *not*
+settled lies (``cut``). The files are then read again and each keeps its entries from
+``margin`` ops before that point on, its own newest ``margin`` ops of each group wherever
+they lie (a rank stuck far behind keeps the ops it stopped at), every p2p entry, and the
+settled ops one rank reached clearly last (``Frontier.keep``): each rank's history in a group
+stays one unbroken run to its end, but for those. The coordinator never holds a summary per
+op, only a cutoff per group.
 
-What the analysis loses is the settled history before the window: stragglers are judged on
-the window's ops, and the report says so (``DumpSet.window``).
+A partial is numpy arrays sorted by one int64 key per op, its group's code (the partial's own
+list of groups) above its seq: a merge renumbers the groups, sorts the runs it was given
+(each already sorted) and reduces each key's rows in one pass.
 """
 
 from __future__ import annotations
@@ -40,22 +42,28 @@ MARGIN = 32
 # of it here, so an op's arrival read from another of a rank's entries loses no event).
 LATE_NS = 2_500_000
 _NEVER = np.iinfo(np.int64).min  # no arrival known
-
-_GROUP = ["group_name", "group_desc"]
-_KEY = [*_GROUP, "seq"]
-_COLUMNS = [*_KEY, "n", "done", "sig_min", "sig_max", "t1", "t2"]  # a partial's keys
+_SEQ_BITS = 32  # a key: the group's code above the seq; a seq outside [0, 2^31) is not folded
+_SEQ_MASK = (1 << _SEQ_BITS) - 1
 _MULT = (0x27D4EB2F165667C5, 0x165667B19E3779F9, 0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F)
 
 GroupKey = tuple[str, str]
-_Rows = TypeVar("_Rows", pa.RecordBatch, pa.Table)
+_T = TypeVar("_T", pa.RecordBatch, pa.Table)
 
 
 @dataclass(frozen=True, slots=True)
 class Partial:
-    """What some ranks' files say per (group, seq) and per group."""
+    """What some ranks' files say per (group, seq), sorted by key, and per group."""
 
-    keys: pa.Table  # group_name, group_desc, seq, n, done, sig_min, sig_max, t1, t2
-    groups: pa.Table  # group_name, group_desc, first (highest rank's lowest seq), last
+    groups: tuple[GroupKey, ...]  # a group's code is its place here
+    first: np.ndarray  # per group: the highest of the ranks' lowest seqs
+    last: np.ndarray  # per group: the highest seq
+    key: np.ndarray  # int64, ascending: code << 32 | seq
+    n: np.ndarray  # ranks that recorded the op
+    done: np.ndarray  # every one of them finished it
+    sig_min: np.ndarray  # uint64: the lowest and highest signature
+    sig_max: np.ndarray
+    t1: np.ndarray  # int64 ns: the last arrival, and the one before it (_NEVER: unknown)
+    t2: np.ndarray
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,56 +77,80 @@ class Frontier:
     # settled ops before the cutoff kept all the same: one rank arrived clearly last
     late: dict[GroupKey, frozenset[int]] = field(default_factory=dict)
 
-    def keep(self, entries: _Rows) -> _Rows:
+    def keep(self, entries: _T) -> _T:
         """One dump's entries, less the settled history before its groups' cutoffs."""
         if entries.num_rows == 0:
             return entries
-        names, descs = _texts(entries, "group_name"), _texts(entries, "group_desc")
-        seq = entries.column("collective_seq")
-        p2p = entries.column("is_p2p").fill_null(False).to_numpy(zero_copy_only=False)
-        keep = seq.is_null().to_numpy(zero_copy_only=False) | p2p
-        seqs = seq.fill_null(0).to_numpy()
-        pairs = np.array([f"{n}\x00{d}" for n, d in zip(names, descs, strict=True)])
-        for pair in np.unique(pairs):
-            rows = pairs == pair
-            name, _, desc = str(pair).partition("\x00")
-            cutoff = self.cutoffs.get((name, desc))
-            if cutoff is None:  # a group no summary knows: all kept
-                keep |= rows
+        rows = _rows(entries)
+        keep = ~rows.folded
+        for code, group in enumerate(rows.groups):
+            mine = rows.folded & (rows.code == code)
+            cutoff = self.cutoffs.get(group)
+            if cutoff is None or not mine.any():  # a group no summary knows: all kept
+                keep |= mine
                 continue
-            mine = seqs[rows & ~keep]
-            if mine.size == 0:
-                continue
-            own = int(mine.max())  # this rank's newest op in the group
-            keep |= rows & (seqs > min(cutoff - 1, own - self.margin))
-            late = self.late.get((name, desc))
+            own = int(rows.seq[mine].max())  # this rank's newest op in the group
+            keep |= mine & (rows.seq > min(cutoff - 1, own - self.margin))
+            late = self.late.get(group)
             if late:
-                keep |= rows & np.isin(seqs, np.fromiter(late, dtype=np.int64))
+                keep |= mine & np.isin(rows.seq, np.fromiter(late, dtype=np.int64))
         if keep.all():
             return entries
         return entries.filter(pa.array(keep))
 
 
-def _texts(entries: pa.RecordBatch | pa.Table, column: str) -> list[str]:
-    """A text column's values per row, null as ''."""
-    values = entries.column(column)
-    decoded = pc.cast(values, pa.string())
-    out: list[str] = decoded.fill_null("").to_pylist()
-    return out
+@dataclass(frozen=True, slots=True)
+class _Rows:
+    """An entries table's rows, as the fold and the cut read them."""
+
+    groups: tuple[GroupKey, ...]
+    code: np.ndarray  # per row: its group's place in ``groups``
+    seq: np.ndarray
+    folded: np.ndarray  # a collective with a seq in range (else never folded, always kept)
 
 
-def _signature(entries: pa.Table) -> np.ndarray:
-    """Per entry, a value equal across ranks where matching would call the ops equal (op,
-    dtypes, and the sizes the op's family compares); unequal where it might not."""
-    ops = pc.cast(entries.column("op"), pa.string()).fill_null("").to_pylist()
-    op_hash = np.array([zlib.crc32(o.encode()) for o in ops], dtype=np.uint64)
-    family = np.array(ops, dtype=object)
-    uneven = np.isin(family, list(UNEVEN_OPS))
-    input_only = np.isin(family, list(COMPARE_INPUT_ONLY))
-    output_only = np.isin(family, list(COMPARE_OUTPUT_ONLY))
+def _rows(entries: pa.RecordBatch | pa.Table) -> _Rows:
+    name_codes, names = _encoded(entries.column("group_name"))
+    desc_codes, descs = _encoded(entries.column("group_desc"))
+    width = max(1, len(descs))
+    pairs, code = np.unique(name_codes * width + desc_codes, return_inverse=True)
+    groups = tuple((names[p // width], descs[p % width]) for p in pairs.tolist())
+    seq = entries.column("collective_seq").fill_null(-1).to_numpy().astype(np.int64)
+    p2p = entries.column("is_p2p").fill_null(False).to_numpy(zero_copy_only=False)
+    folded = ~p2p & (seq >= 0) & (seq < (1 << (_SEQ_BITS - 1)))
+    return _Rows(groups=groups, code=code.astype(np.int64).ravel(), seq=seq, folded=folded)
+
+
+def _encoded(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
+    """A text column as codes into its distinct values (null as '')."""
+    text = pc.cast(column, pa.string()).fill_null("")
+    if isinstance(text, pa.ChunkedArray):
+        text = text.combine_chunks()
+    encoded = pc.dictionary_encode(text)
+    values: list[str] = encoded.dictionary.to_pylist()
+    return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), values
+
+
+def _signature(entries: pa.RecordBatch | pa.Table, rows: np.ndarray) -> np.ndarray:
+    """Per entry of ``rows``, a value equal across ranks where matching would call the ops
+    equal (op, dtypes, and the sizes the op's family compares); unequal where it might not."""
+    op_codes, ops = _encoded(entries.column("op"))
+    op_codes = op_codes[rows]
+
+    def flags(names: frozenset[str]) -> np.ndarray:
+        per_op = np.array([o in names for o in ops], dtype=bool)
+        per_row: np.ndarray = per_op[op_codes]
+        return per_row
+
+    uneven, input_only, output_only = (
+        flags(UNEVEN_OPS),
+        flags(COMPARE_INPUT_ONLY),
+        flags(COMPARE_OUTPUT_ONLY),
+    )
 
     def sig(column: str, skip: np.ndarray) -> np.ndarray:
-        values: np.ndarray = entries.column(column).fill_null(0).to_numpy().astype(np.uint64)
+        values: np.ndarray = entries.column(column).fill_null(0).to_numpy()[rows]
+        values = values.astype(np.uint64)
         values[skip] = 0
         return values
 
@@ -128,104 +160,133 @@ def _signature(entries: pa.Table) -> np.ndarray:
         sig("input_sig", uneven | output_only),
         sig("output_sig", uneven | input_only),
     )
-    out = op_hash
+    hashes: np.ndarray = np.array([zlib.crc32(o.encode()) for o in ops], dtype=np.uint64)
+    out = hashes[op_codes]
     with np.errstate(over="ignore"):
         for part, mult in zip(parts, _MULT, strict=True):
             out = (out * np.uint64(0x100000001B3)) ^ (part * np.uint64(mult))
-    return out
+    signature: np.ndarray = out
+    return signature
+
+
+def _segments(key: np.ndarray) -> np.ndarray:
+    """Where each run of equal keys of a sorted array starts."""
+    if key.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
 
 
 def fold(entries: pa.RecordBatch | pa.Table) -> Partial:
     """One rank's dump, as a partial: its collectives per (group, seq), its groups' extent."""
-    table = pa.Table.from_batches([entries]) if isinstance(entries, pa.RecordBatch) else entries
-    seq = table.column("collective_seq")
-    collective = pc.and_(pc.invert(table.column("is_p2p").fill_null(False)), seq.is_valid())
-    table = table.filter(collective)
-    rows = pa.table(
-        {
-            "group_name": pa.array(_texts(table, "group_name"), pa.string()),
-            "group_desc": pa.array(_texts(table, "group_desc"), pa.string()),
-            "seq": table.column("collective_seq"),
-            "done": pc.equal(table.column("state").cast(pa.string()), "completed").fill_null(False),
-            "sig": pa.array(_signature(table), pa.uint64()),
-            "t": table.column("time_created_ns").fill_null(_NEVER),
-        }
-    )
+    rows = _rows(entries)
+    at = np.flatnonzero(rows.folded)
+    code, seq = rows.code[at], rows.seq[at]
+    key = (code << _SEQ_BITS) | seq
+    state = pc.cast(entries.column("state"), pa.string())
+    finished = pc.equal(state, "completed").fill_null(False).to_numpy(zero_copy_only=False)
+    created = entries.column("time_created_ns")
+    t = created.fill_null(np.iinfo(np.int64).max).to_numpy().astype(np.int64)[at]
+    sig = _signature(entries, at)
+    order = np.argsort(key, kind="stable")
+    key, code, seq = key[order], code[order], seq[order]
+    starts = _segments(key)
     # a rank's entries of one op (a coalesced run: its ops stay "scheduled", its marker says
     # how the run ended) as one: finished if any is, one signature whatever their order (a
-    # sum that wraps)
-    keys = rows.group_by(_KEY).aggregate([("done", "max"), ("sig", "sum"), ("t", "min")])
-    sig, t = keys.column("sig_sum"), keys.column("t_min")
-    keys = keys.drop_columns(["sig_sum", "t_min"]).rename_columns([*_KEY, "done"])
-    keys = keys.append_column("sig_min", sig).append_column("sig_max", sig)
-    keys = keys.append_column("n", pa.array(np.ones(keys.num_rows, dtype=np.int64)))
-    keys = keys.append_column("t1", t)  # this rank's arrival
-    keys = keys.append_column("t2", pa.array(np.full(keys.num_rows, _NEVER, dtype=np.int64)))
-    keys = keys.select(_COLUMNS)
-    groups = rows.group_by(_GROUP).aggregate([("seq", "min"), ("seq", "max")])
-    return Partial(keys=keys, groups=groups.rename_columns([*_GROUP, "first", "last"]))
+    # sum that wraps), its arrival the earliest
+    with np.errstate(over="ignore"):
+        sums = np.add.reduceat(sig[order], starts) if starts.size else sig[:0]
+    arrival = np.minimum.reduceat(t[order], starts) if starts.size else t[:0]
+    arrival[arrival == np.iinfo(np.int64).max] = _NEVER
+    count = len(rows.groups)
+    first = np.full(count, np.iinfo(np.int64).max)
+    last = np.full(count, -1, dtype=np.int64)
+    np.minimum.at(first, code, seq)
+    np.maximum.at(last, code, seq)
+    return Partial(
+        groups=rows.groups,
+        first=np.where(last >= 0, first, -1),
+        last=last,
+        key=key[starts],
+        n=np.ones(starts.size, dtype=np.int64),
+        done=np.logical_or.reduceat(finished[at][order], starts)
+        if starts.size
+        else np.zeros(0, dtype=bool),
+        sig_min=sums,
+        sig_max=sums.copy(),
+        t1=arrival,
+        t2=np.full(starts.size, _NEVER, dtype=np.int64),
+    )
 
 
 def merge(*partials: Partial) -> Partial:
     """Several partials as one: counts added, agreement and extents combined."""
-    rows = pa.concat_tables([p.keys.select(_COLUMNS) for p in partials])
-    keys = rows.group_by(_KEY, use_threads=False).aggregate(
-        [("n", "sum"), ("done", "min"), ("sig_min", "min"), ("sig_max", "max")]
-    )
-    keys = keys.rename_columns([*_KEY, "n", "done", "sig_min", "sig_max"])
-    t1, t2 = _last_two(rows, keys)
-    keys = keys.append_column("t1", pa.array(t1)).append_column("t2", pa.array(t2))
-    groups = pa.concat_tables([p.groups for p in partials])
-    groups = groups.group_by(_GROUP).aggregate([("first", "max"), ("last", "max")])
-    return Partial(keys=keys, groups=groups.rename_columns([*_GROUP, "first", "last"]))
+    codes: dict[GroupKey, int] = {}
+    for p in partials:
+        for g in p.groups:
+            codes.setdefault(g, len(codes))
+    first = np.full(len(codes), -1, dtype=np.int64)
+    last = np.full(len(codes), -1, dtype=np.int64)
+    keys = []
+    for p in partials:
+        renumber = np.array([codes[g] for g in p.groups], dtype=np.int64)
+        np.maximum.at(first, renumber, p.first)
+        np.maximum.at(last, renumber, p.last)
+        keys.append((renumber[p.key >> _SEQ_BITS] << _SEQ_BITS) | (p.key & _SEQ_MASK))
+    key = np.concatenate(keys)
+    order = np.argsort(key, kind="stable")  # (runs already sorted: a merge of runs)
+    key = key[order]
 
+    def joined(name: str) -> np.ndarray:
+        out: np.ndarray = np.concatenate([getattr(p, name) for p in partials])[order]
+        return out
 
-def _last_two(rows: pa.Table, keys: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-    """Per key of ``keys`` (in its order), the last and second-to-last arrival over ``rows``
-    (each a partial's last two)."""
-    import pandas as pd
-
-    frame = rows.select([*_KEY, "t1", "t2"]).to_pandas()
-    order = pd.MultiIndex.from_frame(keys.select(_KEY).to_pandas())
-    grouped = frame.groupby(_KEY, sort=False)
-    first = grouped["t1"].max()
-    second = frame["t1"].where(grouped["t1"].rank(method="first", ascending=False) == 2)
-    runner_up = second.groupby([frame[k] for k in _KEY], sort=False).max()
-    t2 = grouped["t2"].max().combine(runner_up.reindex(first.index), max, fill_value=_NEVER)
-    return (
-        first.reindex(order).to_numpy(np.int64),
-        t2.reindex(order).fillna(_NEVER).to_numpy(np.int64),
+    starts = _segments(key)
+    t1, t2 = joined("t1"), joined("t2")
+    last_t = np.maximum.reduceat(t1, starts) if starts.size else t1
+    runs = np.diff(np.append(starts, key.size))
+    is_last = t1 == np.repeat(last_t, runs)
+    ties = np.add.reduceat(is_last.astype(np.int64), starts) if starts.size else runs
+    before = np.maximum.reduceat(np.where(is_last, _NEVER, t1), starts) if starts.size else t1
+    second = np.maximum(before, np.maximum.reduceat(t2, starts) if starts.size else t2)
+    return Partial(
+        groups=tuple(codes),
+        first=first,
+        last=last,
+        key=key[starts],
+        n=np.add.reduceat(joined("n"), starts) if starts.size else key,
+        done=np.logical_and.reduceat(joined("done"), starts) if starts.size else key.astype(bool),
+        sig_min=np.minimum.reduceat(joined("sig_min"), starts) if starts.size else key,
+        sig_max=np.maximum.reduceat(joined("sig_max"), starts) if starts.size else key,
+        t1=last_t,
+        t2=np.where(ties >= 2, last_t, second),
     )
 
 
 def cut(partial: Partial, margin: int = MARGIN) -> Frontier:
     """Per group, the first op that is not settled (not every rank that records the group
-    has it, not completed everywhere, or two signatures) at or after the seq from which
-    every such rank still holds its history; the cutoff ``margin`` ops before it."""
-    import pandas as pd
-
-    keys = partial.keys.to_pandas()
-    groups = partial.groups.to_pandas().set_index(_GROUP)
-    if keys.empty:
+    has it, not finished everywhere, or two signatures) at or after the seq from which every
+    such rank still holds its history; the cutoff ``margin`` ops before it."""
+    if partial.key.size == 0:
         return Frontier(margin=margin, cutoffs={}, settled=0)
-    most = keys.groupby(_GROUP)["n"].transform("max")
-    unsettled = (keys["n"] < most) | ~keys["done"] | (keys["sig_min"] != keys["sig_max"])
-    keys = keys.join(groups, on=_GROUP)
-    after = keys[unsettled & (keys["seq"] >= keys["first"])]
-    frontier = after.groupby(_GROUP)["seq"].min()
-    stop = groups["last"] + 1
-    stop.update(frontier)  # (no unsettled op: the cut is at the group's end)
-    cutoffs = (stop - margin).astype(np.int64)
-    at = cutoffs.reindex(pd.MultiIndex.from_frame(keys[_GROUP])).to_numpy()
-    below = pd.Series(keys["seq"].to_numpy() < at, index=keys.index)
-    known = (keys["t1"] != _NEVER) & (keys["t2"] != _NEVER)
-    late = ~unsettled & below & known & (keys["t1"] - keys["t2"] >= LATE_NS)
+    code, seq = partial.key >> _SEQ_BITS, partial.key & _SEQ_MASK
+    groups = _segments(code)
+    most = np.repeat(np.maximum.reduceat(partial.n, groups), np.diff(np.append(groups, code.size)))
+    unsettled = (partial.n < most) | ~partial.done | (partial.sig_min != partial.sig_max)
+    after = unsettled & (seq >= partial.first[code])
+    frontier = partial.last + 1  # (no unsettled op: the cut is at the group's end)
+    np.minimum.at(frontier, code[after], seq[after])
+    cutoffs = frontier - margin
+    below = seq < cutoffs[code]
+    known = (partial.t1 != _NEVER) & (partial.t2 != _NEVER)
+    with np.errstate(over="ignore"):
+        late = ~unsettled & below & known & (partial.t1 - partial.t2 >= LATE_NS)
+    late_groups: dict[GroupKey, frozenset[int]] = {}
+    for c in np.unique(code[late]).tolist():
+        late_groups[partial.groups[c]] = frozenset(seq[late & (code == c)].tolist())
+    present = np.unique(code).tolist()
     return Frontier(
         margin=margin,
-        cutoffs={(str(n), str(d)): int(c) for (n, d), c in cutoffs.items()},
+        cutoffs={partial.groups[c]: int(cutoffs[c]) for c in present},
         settled=int((~unsettled & below & ~late).sum()),
-        late={
-            (str(n), str(d)): frozenset(int(s) for s in part["seq"])
-            for (n, d), part in keys[late].groupby(_GROUP)
-        },
+        late=late_groups,
     )

@@ -17,7 +17,7 @@ from frtrace.load import cluster
 from frtrace.load.cluster import local_frontier, summarize_files
 from frtrace.load.discover import discover
 from frtrace.load.executors import FuturesExecutor
-from frtrace.load.frontier import cut, fold, merge
+from frtrace.load.frontier import Partial, cut, fold, merge
 from frtrace.load.tables import DumpSet, load_dumps
 from frtrace.model import Report
 from frtrace.pipeline import analyze_dumps
@@ -128,14 +128,45 @@ def _seqs(table: pa.Table, rank: int) -> list[int]:
     return out
 
 
+def _canonical(partial: Partial) -> tuple[dict[object, object], dict[object, object]]:
+    """A partial as what it says per (group, seq) and per group, whatever its numbering."""
+    ops = {}
+    for i, key in enumerate(partial.key.tolist()):
+        group = partial.groups[key >> 32]
+        ops[group, key & 0xFFFFFFFF] = tuple(
+            getattr(partial, f)[i].item() for f in ("n", "done", "sig_min", "sig_max", "t1", "t2")
+        )
+    extents = {
+        g: (partial.first[c].item(), partial.last[c].item()) for c, g in enumerate(partial.groups)
+    }
+    return ops, extents
+
+
 def test_folds_merge_alike_in_any_order_and_grouping() -> None:
     ranks = [_rows(r, "g", range(r, 50 + r)) for r in range(5)]
+    ranks[3] = pa.concat_tables([ranks[3], _rows(3, "h", range(7), state="started")])
+    ranks[1] = ranks[1].set_column(
+        ranks[1].schema.get_field_index("time_created_ns"),
+        "time_created_ns",
+        pa.array([s * 1_000_000_000 + 9_000_000 for s in range(1, 51)]),
+    )
     folds = [fold(t) for t in ranks]
     flat = merge(*folds)
     tree = merge(merge(folds[3], folds[0]), merge(folds[4], merge(folds[2], folds[1])))
-    for a, b in ((flat.keys, tree.keys), (flat.groups, tree.groups)):
-        order = [(c, "ascending") for c in a.column_names]
-        assert a.sort_by(order).equals(b.sort_by(order))
+    assert _canonical(flat) == _canonical(tree)
+    ops, extents = _canonical(flat)
+    assert extents == {("g", "d"): (4, 53), ("h", "d"): (0, 6)}
+    assert ops[("g", "d"), 10] == (
+        5,
+        True,
+        ops[("g", "d"), 10][2],
+        ops[("g", "d"), 10][2],
+        *[
+            10 * 10**9 + 9_000_000,
+            10 * 10**9 + 4_000,
+        ],
+    )  # 5 ranks, all done, one signature; rank 1 last (9 ms late), rank 4 before it
+    assert ops[("h", "d"), 3][:2] == (1, False)
     assert cut(flat, 3) == cut(tree, 3)
 
 
