@@ -28,6 +28,7 @@ from frtrace.load.parse import ParsedDump, try_parse
 __all__ = [
     "FAN_IN",
     "FRONTIER_MIN_BYTES",
+    "Cut",
     "Folded",
     "Prepare",
     "cut_partials",
@@ -35,6 +36,7 @@ __all__ = [
     "local_frontier",
     "merge_partials",
     "parse_kept",
+    "restore_members",
     "summarize_files",
 ]
 
@@ -44,34 +46,58 @@ FAN_IN = 8
 # Torch 2.3 and older (``DumpMeta.layout``) name a group by a per-process id: two groups can
 # share a name across ranks, and their history is never cut.
 OLD_LAYOUTS = frozenset({"list", "1.x"})
+# Member lists from this long are sent to the coordinator once, not with every dump.
+LARGE_MEMBERS = 256
 # Dumps (bytes) from which a cluster's load cuts the history: below it the coordinator holds
 # every entry (~130 bytes each: 1 GB of dumps is ~1 GB there) and the report is exact.
 FRONTIER_MIN_BYTES = 1 << 30
 
 
-Cut = tuple[Frontier, frozenset[str]]  # the frontier, and the dumps it was folded from
+Members = dict[bytes, Any]  # a large member list (numpy int32) by its digest (``ranks_key``)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Folded:
-    """A partial and the dumps it folded."""
+    """A partial, the dumps it folded, and the large member lists they record."""
 
     partial: Partial | None
     paths: frozenset[str]
     whole: bool = False  # a dump the frontier cannot speak for was read: keep every entry
+    members: Members = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Cut:
+    """The root's answer: the frontier, the dumps it was folded from, and every distinct
+    large member list (each dump's copy of them stays on the workers: at 100,000 ranks the
+    default group's list is 400 KB in every one of 100,000 dumps)."""
+
+    frontier: Frontier
+    paths: frozenset[str]
+    members: Members
 
 
 def summarize_files(candidates: Sequence[Candidate]) -> Folded:
     """The first pass's task: fold a batch of dumps (a file that cannot be read folds nothing:
     the second pass reports it)."""
-    partials, paths, whole = [], set(), False
+    partials, paths, whole, members = [], set(), False, {}
     for cand in candidates:
         result = try_parse(cand)
         if isinstance(result, ParsedDump):
             partials.append(fold(result.entries))
             paths.add(str(cand.path))
             whole |= result.meta.layout in OLD_LAYOUTS
-    return Folded(merge(*partials) if partials else None, frozenset(paths), whole)
+            members.update(_large_lists(result))
+    return Folded(merge(*partials) if partials else None, frozenset(paths), whole, members)
+
+
+def _large_lists(result: ParsedDump) -> Members:
+    out: Members = {}
+    for row in result.groups:
+        ranks, key = row.get("ranks"), row.get("ranks_key")
+        if key and ranks is not None and len(ranks) >= LARGE_MEMBERS:
+            out[key] = ranks
+    return out
 
 
 def merge_partials(*folded: Folded) -> Folded:
@@ -79,32 +105,52 @@ def merge_partials(*folded: Folded) -> Folded:
     partials = [f.partial for f in folded if f.partial is not None]
     paths = frozenset().union(*(f.paths for f in folded))
     whole = any(f.whole for f in folded)
-    return Folded(merge(*partials) if partials else None, paths, whole)
+    members = {k: v for f in folded for k, v in f.members.items()}
+    return Folded(merge(*partials) if partials else None, paths, whole, members)
 
 
 def cut_partials(*folded: Folded, margin: int = MARGIN) -> Cut:
     """The root: the frontier of everything folded, and which dumps that was."""
     root = merge_partials(*folded)
     if root.partial is None or root.whole:
-        return Frontier(margin=margin, cutoffs={}, settled=0), root.paths
-    return cut(root.partial, margin), root.paths
+        return Cut(Frontier(margin=margin, cutoffs={}, settled=0), root.paths, {})
+    return Cut(cut(root.partial, margin), root.paths, root.members)
 
 
-def parse_kept(candidates: Sequence[Candidate], frontier: Cut) -> list[Result]:
-    """The second pass's task: read a batch, each folded dump cut by the frontier."""
-    cutoffs, folded = frontier
+def parse_kept(candidates: Sequence[Candidate], answer: Cut) -> list[Result]:
+    """The second pass's task: read a batch, each folded dump cut by the frontier, its large
+    member lists left out where the root has them (``restore_members`` puts them back)."""
     out: list[Result] = []
     for cand, result in zip(candidates, parse_candidates(candidates, jobs=1), strict=True):
-        if isinstance(result, ParsedDump) and str(cand.path) in folded:
-            result = dataclasses.replace(result, entries=cutoffs.keep(result.entries))
+        if isinstance(result, ParsedDump) and str(cand.path) in answer.paths:
+            groups = tuple(
+                {**row, "ranks": None} if row.get("ranks_key") in answer.members else row
+                for row in result.groups
+            )
+            entries = answer.frontier.keep(result.entries)
+            result = dataclasses.replace(result, entries=entries, groups=groups)
         out.append(result)
     return out
+
+
+def restore_members(result: Result, members: Members) -> Result:
+    """A second-pass result with the large member lists it left out put back (the same
+    array for every dump that records it: the tables intern them by digest)."""
+    if not isinstance(result, ParsedDump) or not members:
+        return result
+    groups = tuple(
+        {**row, "ranks": members[row["ranks_key"]]}
+        if row.get("ranks") is None and row.get("ranks_key") in members
+        else row
+        for row in result.groups
+    )
+    return dataclasses.replace(result, groups=groups)
 
 
 # The first pass, for an executor: given the batches of the second, the handle its tasks take
 # (``parse_kept``'s second argument: a value, or a cluster's future of it) and the frontier;
 # None where the history is kept whole.
-Prepare = Callable[[Sequence[Sequence[Candidate]]], tuple[Any, Frontier] | None]
+Prepare = Callable[[Sequence[Sequence[Candidate]]], tuple[Any, Cut] | None]
 
 
 def _large(batches: Sequence[Sequence[Candidate]], min_bytes: int) -> bool:
@@ -125,7 +171,7 @@ def dask_frontier(
     workers; the answer stays there as a future the second pass's tasks take (only the
     frontier itself comes back here)."""
 
-    def prepare(batches: Sequence[Sequence[Candidate]]) -> tuple[Any, Frontier] | None:
+    def prepare(batches: Sequence[Sequence[Candidate]]) -> tuple[Any, Cut] | None:
         if not _large(batches, min_bytes):
             return None
         level = [client.submit(summarize_files, batch, pure=False) for batch in batches]
@@ -136,11 +182,11 @@ def dask_frontier(
             ]
         root = client.submit(cut_partials, *level, margin=margin, pure=False)
         try:
-            frontier, _ = root.result(timeout=_limit_s(batches, workers))
+            answer: Cut = root.result(timeout=_limit_s(batches, workers))
         except Exception:  # a lost worker past the retries, a timeout: everything kept
             root.cancel()
             return None
-        return (root, frontier) if frontier.cutoffs else None
+        return (root, answer) if answer.frontier.cutoffs else None
 
     return prepare
 
@@ -150,7 +196,7 @@ def local_frontier(
 ) -> Prepare:
     """The first pass on any ``concurrent.futures`` executor: folds there, merges here."""
 
-    def prepare(batches: Sequence[Sequence[Candidate]]) -> tuple[Any, Frontier] | None:
+    def prepare(batches: Sequence[Sequence[Candidate]]) -> tuple[Any, Cut] | None:
         if not _large(batches, min_bytes):
             return None
         futures = [executor.submit(summarize_files, b) for b in batches]
@@ -160,6 +206,6 @@ def local_frontier(
             for future in futures:
                 future.cancel()
             return None
-        return (answer, answer[0]) if answer[0].cutoffs else None
+        return (answer, answer) if answer.frontier.cutoffs else None
 
     return prepare

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from frtrace.errors import ReaderFailedError, SchedulerUnavailable
 from frtrace.load import cluster
-from frtrace.load.cluster import Prepare, dask_frontier, parse_kept
+from frtrace.load.cluster import Members, Prepare, dask_frontier, parse_kept, restore_members
 from frtrace.load.discover import Candidate
 from frtrace.load.frontier import Frontier
 from frtrace.load.parallel import Result, file_timeout_s, parse_candidates
@@ -145,9 +145,10 @@ class FuturesExecutor:
         extra: tuple[Any, ...] = ()
         self.window = None
         cut = self.prepare([b.candidates for b in todo]) if self.prepare is not None else None
+        members: Members = {}
         if cut is not None:
-            (handle, self.window), task = cut, parse_kept
-            extra = (handle,)
+            (handle, answer), task = cut, parse_kept
+            self.window, members, extra = answer.frontier, answer.members, (handle,)
         todo.reverse()  # popped from the end: file order
         ready: dict[int, Result] = {}
         handed = 0
@@ -178,7 +179,8 @@ class FuturesExecutor:
                 bar.update(handed + len(ready))
                 while handed in ready:
                     local = candidates[handed]
-                    consume(handed, _relocate(ready.pop(handed), absolute[handed], local))
+                    result = restore_members(ready.pop(handed), members)
+                    consume(handed, _relocate(result, absolute[handed], local))
                     handed += 1
         finally:
             for future in running:

@@ -18,6 +18,7 @@ from frtrace.load.cluster import local_frontier, summarize_files
 from frtrace.load.discover import discover
 from frtrace.load.executors import FuturesExecutor
 from frtrace.load.frontier import Partial, cut, fold, merge
+from frtrace.load.parse import ParsedDump
 from frtrace.load.tables import DumpSet, load_dumps
 from frtrace.model import Report
 from frtrace.pipeline import analyze_dumps
@@ -67,13 +68,15 @@ def test_the_cut_names_what_every_entry_names_on_every_nccl_fixture() -> None:
     ["host_stall", "wrong_size", "wrong_op", "opposite_order", "p2p_no_peer", "straggler"],
 )
 def test_simulated_faults_keep_their_verdict_and_say_the_history_was_cut(
-    tmp_path: Path, fault: str
+    tmp_path: Path, fault: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A 32-rank job (tp, pp, coalesced ops, batched p2p, uneven all_to_all), 300 entries a
-    rank, at the default margin: the same verdict, stragglers included, and the report
-    says what was left out."""
+    rank, at the default margin: the same verdict, stragglers included, the same groups (the
+    member lists left on the workers put back), and the report says what was left out."""
+    monkeypatch.setattr(cluster, "LARGE_MEMBERS", 8)  # (the default group's 32 ranks: large)
     directory = _simulated(tmp_path, fault)
     whole, kept = load_dumps(directory), _cut_load(directory, margin=32)
+    assert kept.groups.equals(whole.groups)
     full, cut_report = analyze_dumps(whole), analyze_dumps(kept)
     assert _named(cut_report) == _named(full)
     assert [s.rank for s in cut_report.stragglers] == [s.rank for s in full.stragglers]
@@ -98,6 +101,23 @@ def test_a_first_pass_that_fails_costs_only_the_cut(
     kept = _cut_load(directory, margin=1)
     assert kept.window is None
     assert kept.entries.num_rows == load_dumps(directory).entries.num_rows
+
+
+def test_large_member_lists_travel_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second pass sends no copy of a list the root holds; it is put back as one array."""
+    monkeypatch.setattr(cluster, "LARGE_MEMBERS", 16)
+    directory = _simulated(tmp_path, "host_stall")
+    candidates = discover(directory).candidates[:3]
+    answer = cluster.cut_partials(summarize_files(candidates), margin=4)
+    assert len(answer.members) == 1  # the default group (32 ranks; tp 8 x pp 2 x dp 2)
+    sent = cluster.parse_kept(candidates, answer)
+    for result in sent:
+        assert isinstance(result, ParsedDump)
+        big = [r for r in result.groups if r["ranks_key"] in answer.members]
+        assert big and all(r["ranks"] is None for r in big)
+    back = [cluster.restore_members(r, answer.members) for r in sent]
+    lists = {id(r["ranks"]) for b in back for r in b.groups if r["ranks_key"] in answer.members}
+    assert len(lists) == 1
 
 
 def _rows(rank: int, group: str, seqs: range, **columns: object) -> pa.Table:
