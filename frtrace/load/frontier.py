@@ -115,14 +115,27 @@ def _rows(entries: pa.RecordBatch | pa.Table) -> _Rows:
     width = max(1, len(descs))
     pairs, code = np.unique(name_codes * width + desc_codes, return_inverse=True)
     groups = tuple((names[p // width], descs[p % width]) for p in pairs.tolist())
-    seq = entries.column("collective_seq").fill_null(-1).to_numpy().astype(np.int64)
-    p2p = entries.column("is_p2p").fill_null(False).to_numpy(zero_copy_only=False)
+    seq = _filled(entries.column("collective_seq"), -1).astype(np.int64)
+    p2p = _filled(entries.column("is_p2p"), False)
     folded = ~p2p & (seq >= 0) & (seq < (1 << (_SEQ_BITS - 1)))
     return _Rows(groups=groups, code=code.astype(np.int64).ravel(), seq=seq, folded=folded)
 
 
+def _filled(column: pa.Array | pa.ChunkedArray, null: object) -> np.ndarray:
+    """A column's values, nulls as ``null`` (no Arrow call where it has none)."""
+    if column.null_count:
+        column = column.fill_null(null)
+    values: np.ndarray = column.to_numpy(zero_copy_only=False)
+    return values
+
+
 def _encoded(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
     """A text column as codes into its distinct values (null as '')."""
+    if isinstance(column, pa.ChunkedArray) and column.num_chunks == 1:
+        column = column.chunk(0)
+    if isinstance(column, pa.DictionaryArray) and not column.null_count:
+        codes = column.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        return codes, [str(v) for v in column.dictionary.to_pylist()]
     text = pc.cast(column, pa.string()).fill_null("")
     if isinstance(text, pa.ChunkedArray):
         text = text.combine_chunks()
@@ -149,7 +162,7 @@ def _signature(entries: pa.RecordBatch | pa.Table, rows: np.ndarray) -> np.ndarr
     )
 
     def sig(column: str, skip: np.ndarray) -> np.ndarray:
-        values: np.ndarray = entries.column(column).fill_null(0).to_numpy()[rows]
+        values: np.ndarray = _filled(entries.column(column), 0)[rows]
         values = values.astype(np.uint64)
         values[skip] = 0
         return values
@@ -185,7 +198,7 @@ def fold(entries: pa.RecordBatch | pa.Table) -> Partial:
     state = pc.cast(entries.column("state"), pa.string())
     finished = pc.equal(state, "completed").fill_null(False).to_numpy(zero_copy_only=False)
     created = entries.column("time_created_ns")
-    t = created.fill_null(np.iinfo(np.int64).max).to_numpy().astype(np.int64)[at]
+    t = _filled(created, np.iinfo(np.int64).max).astype(np.int64)[at]
     sig = _signature(entries, at)
     order = np.argsort(key, kind="stable")
     key, code, seq = key[order], code[order], seq[order]
