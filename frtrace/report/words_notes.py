@@ -102,8 +102,8 @@ def note(n: DataNote) -> str:
     if isinstance(n, HistoryCut):
         return (
             f"the cluster kept each group's history from {n.margin} ops before its first op "
-            f"that not every member finished alike ({n.dropped:,} entries of settled ops left "
-            "out): stragglers are judged on those ops only. Without --scheduler every entry "
+            f"that not every member finished alike, and the ops one rank reached clearly last "
+            f"({n.dropped:,} entries of settled ops left out); without --scheduler every entry "
             "is read"
         )
     assert_never(n)
