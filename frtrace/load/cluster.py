@@ -29,8 +29,8 @@ __all__ = [
     "FAN_IN",
     "FRONTIER_MIN_BYTES",
     "Cut",
+    "FirstPass",
     "Folded",
-    "Prepare",
     "cut_partials",
     "dask_frontier",
     "local_frontier",
@@ -147,14 +147,18 @@ def restore_members(result: Result, members: Members) -> Result:
     return dataclasses.replace(result, groups=groups)
 
 
-# The first pass, for an executor: given the batches of the second, the handle its tasks take
-# (``parse_kept``'s second argument: a value, or a cluster's future of it) and the frontier;
-# None where the history is kept whole.
-Prepare = Callable[[Sequence[Sequence[Candidate]]], tuple[Any, Cut] | None]
+@dataclasses.dataclass(frozen=True, slots=True)
+class FirstPass:
+    """The first pass, for an executor: given the batches of the second, ``run`` answers the
+    handle its tasks take (``parse_kept``'s second argument: a value, or a cluster's future of
+    it) and the root's answer; None where it failed and the history is kept whole. It runs
+    from ``min_bytes`` of dumps (``applies``)."""
 
+    run: Callable[[Sequence[Sequence[Candidate]]], tuple[Any, Cut] | None]
+    min_bytes: int = FRONTIER_MIN_BYTES
 
-def _large(batches: Sequence[Sequence[Candidate]], min_bytes: int) -> bool:
-    return sum(c.size_bytes for batch in batches for c in batch) >= min_bytes
+    def applies(self, candidates: Sequence[Candidate]) -> bool:
+        return sum(c.size_bytes for c in candidates) >= self.min_bytes
 
 
 def _limit_s(batches: Sequence[Sequence[Candidate]], workers: int) -> float:
@@ -166,14 +170,12 @@ def _limit_s(batches: Sequence[Sequence[Candidate]], workers: int) -> float:
 
 def dask_frontier(
     client: Any, *, workers: int, min_bytes: int = FRONTIER_MIN_BYTES, margin: int = MARGIN
-) -> Prepare:
+) -> FirstPass:
     """The first pass on a ``distributed.Client``: the folds and the tree of merges run on the
     workers; the answer stays there as a future the second pass's tasks take (only the
     frontier itself comes back here)."""
 
-    def prepare(batches: Sequence[Sequence[Candidate]]) -> tuple[Any, Cut] | None:
-        if not _large(batches, min_bytes):
-            return None
+    def run(batches: Sequence[Sequence[Candidate]]) -> tuple[Any, Cut] | None:
         level = [client.submit(summarize_files, batch, pure=False) for batch in batches]
         while len(level) > FAN_IN:
             level = [
@@ -188,17 +190,15 @@ def dask_frontier(
             return None
         return (root, answer) if answer.frontier.cutoffs else None
 
-    return prepare
+    return FirstPass(run, min_bytes)
 
 
 def local_frontier(
     executor: cf.Executor, *, min_bytes: int = FRONTIER_MIN_BYTES, margin: int = MARGIN
-) -> Prepare:
+) -> FirstPass:
     """The first pass on any ``concurrent.futures`` executor: folds there, merges here."""
 
-    def prepare(batches: Sequence[Sequence[Candidate]]) -> tuple[Any, Cut] | None:
-        if not _large(batches, min_bytes):
-            return None
+    def run(batches: Sequence[Sequence[Candidate]]) -> tuple[Any, Cut] | None:
         futures = [executor.submit(summarize_files, b) for b in batches]
         try:
             answer = cut_partials(*[f.result() for f in futures], margin=margin)
@@ -208,4 +208,4 @@ def local_frontier(
             return None
         return (answer, answer) if answer.frontier.cutoffs else None
 
-    return prepare
+    return FirstPass(run, min_bytes)

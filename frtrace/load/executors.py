@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from frtrace.errors import ReaderFailedError, SchedulerUnavailable
 from frtrace.load import cluster
-from frtrace.load.cluster import Members, Prepare, dask_frontier, parse_kept, restore_members
+from frtrace.load.cluster import FirstPass, Members, dask_frontier, parse_kept, restore_members
 from frtrace.load.discover import Candidate
 from frtrace.load.frontier import Frontier
 from frtrace.load.parallel import Result, file_timeout_s, parse_candidates
@@ -117,7 +117,7 @@ class FuturesExecutor:
         files_per_task: int = FILES_PER_TASK,
         progress: bool | Progress = False,
         engine: str = "cluster",
-        prepare: Prepare | None = None,
+        prepare: FirstPass | None = None,
     ) -> None:
         self.executor = executor
         self.workers = max(1, workers)
@@ -133,6 +133,11 @@ class FuturesExecutor:
         with owned(self.progress) as shown, shown.phase("load", total=len(candidates)) as bar:
             self._parse(candidates, consume, bar)
 
+    def cuts(self, candidates: Sequence[Candidate]) -> bool:
+        """Whether ``parse`` will cut these files' history (unless its first pass fails):
+        then the results are small, and the tables need no spill directory."""
+        return self.prepare is not None and self.prepare.applies(candidates)
+
     def _parse(self, candidates: Sequence[Candidate], consume: Consumer, bar: Phase) -> None:
         absolute = [dataclasses.replace(c, path=Path(os.path.abspath(c.path))) for c in candidates]
         # Batches no larger than an even share: a few files on many workers still spread.
@@ -144,7 +149,9 @@ class FuturesExecutor:
         task: Callable[..., list[Result]] = self.task
         extra: tuple[Any, ...] = ()
         self.window = None
-        cut = self.prepare([b.candidates for b in todo]) if self.prepare is not None else None
+        cut = None
+        if self.prepare is not None and self.prepare.applies(candidates):
+            cut = self.prepare.run([b.candidates for b in todo])
         members: Members = {}
         if cut is not None:
             (handle, answer), task = cut, parse_kept

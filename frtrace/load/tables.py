@@ -24,7 +24,7 @@ from frtrace.load import schema, spill
 from frtrace.load.cache import TABLES, DirectoryCache, cache_disabled, cache_root
 from frtrace.load.discover import Candidate, Discovery, SkippedFile, discover
 from frtrace.load.dumpset import DumpSet, WorldSize
-from frtrace.load.executors import FileExecutor, LocalProcesses, open_executor
+from frtrace.load.executors import FileExecutor, FuturesExecutor, LocalProcesses, open_executor
 from frtrace.load.filerows import failed_file_row, storable_rows
 from frtrace.load.gather import Gather
 from frtrace.load.lifetimes import one_attempt  # (loaded dump sets: one attempt's ranks)
@@ -96,37 +96,56 @@ def load_dumps(
                 return one_attempt(_from_tables(directory, cached, discovery), discovery)
         # (the executor counts the files in this phase; the tables are assembled and stored)
         with shown.phase("load", total=len(discovery.candidates)):
-            assembler = _Assembler(directory, discovery.candidates)
-            try:
-                with open_executor(scheduler, jobs=jobs, progress=shown) as executor:
-                    if isinstance(executor, LocalProcesses):
-                        executor = dataclasses.replace(
-                            executor, ship_to=assembler.spill_dir, meanwhile=meanwhile
-                        )
-                    elif meanwhile is not None:
-                        meanwhile()
-                    executor.parse(discovery.candidates, assembler.add)
-                    window = getattr(executor, "window", None)
-                if window is not None:  # (the tables lack the settled history: not cached)
-                    store = None
-                # a large set's entries written once, where they stay: the cache's file
-                at = store.prepare("entries") if store is not None and assembler.gather else None
-                dumps = assembler.finish(discovery.skipped, discovery, entries_at=at)
-                if window is not None:
-                    dumps = dataclasses.replace(dumps, window=window)
-            except BaseException:  # (the workers' files hold the dumps' contents: removed now)
-                if assembler.spill_dir is not None:
-                    spill.remove_spill_directory(assembler.spill_dir)
-                raise
+            dumps, written, cut = _read(
+                directory, discovery, scheduler, jobs, shown, meanwhile, store
+            )
             give_back_memory()
-            if store is not None:
+            if store is not None and not cut:  # (a cut history's tables are not whole)
                 loaded = {name: getattr(dumps, name) for name in TABLES}
-                written = assembler.written
                 if background:
                     store.save_in_background(loaded, written)
                 else:
                     store.save(loaded, written)
         return one_attempt(dumps, discovery)
+
+
+def _read(
+    directory: Path,
+    discovery: Discovery,
+    scheduler: str | FileExecutor | None,
+    jobs: int | None,
+    shown: Progress,
+    meanwhile: Callable[[], None] | None,
+    store: DirectoryCache | None,
+) -> tuple[DumpSet, dict[str, tuple[int, int]], bool]:
+    """Every file read and assembled into one DumpSet; the tables written where they stay
+    (name -> bytes, adler32); whether a cluster cut the history (``DumpSet.window``)."""
+    assembler: _Assembler | None = None
+    try:
+        with open_executor(scheduler, jobs=jobs, progress=shown) as executor:
+            # (a cluster that cuts the history sends a few entries a dump: no spill)
+            cuts = isinstance(executor, FuturesExecutor) and executor.cuts(discovery.candidates)
+            assembler = _Assembler(directory, discovery.candidates, may_spill=not cuts)
+            if isinstance(executor, LocalProcesses):
+                executor = dataclasses.replace(
+                    executor, ship_to=assembler.spill_dir, meanwhile=meanwhile
+                )
+            elif meanwhile is not None:
+                meanwhile()
+            executor.parse(discovery.candidates, assembler.add)
+            window = getattr(executor, "window", None)
+        if window is not None:  # (the tables lack the settled history: not cached)
+            store = None
+        # a large set's entries written once, where they stay: the cache's file
+        at = store.prepare("entries") if store is not None and assembler.gather else None
+        dumps = assembler.finish(discovery.skipped, discovery, entries_at=at)
+    except BaseException:  # (the workers' files hold the dumps' contents: removed now)
+        if assembler is not None and assembler.spill_dir is not None:
+            spill.remove_spill_directory(assembler.spill_dir)
+        raise
+    if window is not None:
+        dumps = dataclasses.replace(dumps, window=window)
+    return dumps, assembler.written, window is not None
 
 
 def _from_tables(directory: Path, tables: dict[str, pa.Table], discovery: Discovery) -> DumpSet:
@@ -198,7 +217,9 @@ class _Assembler:
     lists (sizes, dtypes) at all. Memory stays linear in the number of entries.
     """
 
-    def __init__(self, directory: Path, candidates: Sequence[Candidate]) -> None:
+    def __init__(
+        self, directory: Path, candidates: Sequence[Candidate], *, may_spill: bool = True
+    ) -> None:
         self.directory = directory
         self.candidates = candidates
         self.problems: list[LoadProblem] = []
@@ -212,7 +233,8 @@ class _Assembler:
         # A large set's columns are gathered, at the end, from the files the workers wrote
         # them to (frtrace.load.shipped), into files of their own (frtrace.load.spill)
         total = sum(c.size_bytes for c in candidates)
-        where = spill_directory(cache_root()) if total >= spill.spill_min_bytes() else None
+        large = may_spill and total >= spill.spill_min_bytes()
+        where = spill_directory(cache_root()) if large else None
         self.spill_dir = where
         self.gather = Gather(schema.ENTRIES, where) if where is not None else None
         self.writer: ColumnWriter | None = None  # for the results read here, in gather mode
