@@ -20,10 +20,15 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import pyarrow as pa
+
+from frtrace.load import schema
 from frtrace.load.discover import Candidate
 from frtrace.load.frontier import MARGIN, Frontier, Partial, cut, fold, merge
+from frtrace.load.merging import Dictionary, remap_stacks
 from frtrace.load.parallel import Result, file_timeout_s, parse_candidates
 from frtrace.load.parse import ParsedDump, try_parse
+from frtrace.load.stacks import Stack
 
 __all__ = [
     "FAN_IN",
@@ -129,6 +134,44 @@ def parse_kept(candidates: Sequence[Candidate], answer: Cut) -> list[Result]:
             )
             entries = answer.frontier.keep(result.entries)
             result = dataclasses.replace(result, entries=entries, groups=groups)
+        out.append(result)
+    return _in_one_batch(out)
+
+
+def _in_one_batch(results: list[Result]) -> list[Result]:
+    """The batch's dumps with every entry in the first one's table (stack ids and
+    dictionaries merged here, as the tables merge them), the others' tables empty: the
+    coordinator merges one table a task, not one a dump (its serial cost per dump is most
+    of a 100,000-rank load's). The order of the entries is the same."""
+    parsed = [r for r in results if isinstance(r, ParsedDump)]
+    if len(parsed) < 2:
+        return results
+    interned: dict[Stack, int] = {}
+    plain: dict[int, list[pa.Array]] = {}
+    coded: dict[int, Dictionary] = {}
+    for i, spec in enumerate(schema.ENTRIES):
+        if pa.types.is_dictionary(spec.type):
+            coded[i] = Dictionary()
+        else:
+            plain[i] = []
+    for dump in parsed:
+        batch = remap_stacks(dump, interned)
+        for i, chunks in plain.items():
+            chunks.append(batch.column(i))
+        for i, merged in coded.items():
+            merged.add(batch.column(i))
+    columns = [
+        pa.concat_arrays(plain[i]) if i in plain else coded[i].finish(spec.type)
+        for i, spec in enumerate(schema.ENTRIES)
+    ]
+    whole = pa.RecordBatch.from_arrays(columns, schema=schema.ENTRIES)
+    stacks, empty = tuple(interned), whole.slice(0, 0)
+    out: list[Result] = []
+    for result in results:
+        if isinstance(result, ParsedDump):
+            first = result is parsed[0]
+            entries, own = (whole, stacks) if first else (empty, ())
+            result = dataclasses.replace(result, entries=entries, stacks=own)
         out.append(result)
     return out
 

@@ -264,8 +264,8 @@ class _Assembler:
         )
         if self.gather is not None:
             self._gather(self.gather, result)
-        else:
-            assert isinstance(result, ParsedDump)  # (shipped only where gathered)
+        elif isinstance(result, ParsedDump) and result.entries.num_rows:
+            # (shipped only where gathered; a cluster's task sends its dumps' in one table)
             batch = remap_stacks(result, self.interned)
             for i, chunks in self.plain.items():
                 chunks.append(batch.column(i))

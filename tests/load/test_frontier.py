@@ -36,6 +36,34 @@ def _cut_load(directory: Path, margin: int) -> DumpSet:
         return load_dumps(directory, scheduler=engine)
 
 
+def _same_entries(kept: DumpSet, whole: DumpSet) -> None:
+    """The cut load's entries are the whole load's that its frontier keeps, rank by rank, in
+    the same order (each task's dumps merged into one table on the worker), stacks and all."""
+    assert kept.window is not None
+    columns = ["rank", "entry_index", "record_id", "group_name", "op", "input_sizes", "state"]
+    expected = []
+    for rank in whole.loaded_ranks:
+        mine = whole.entries.filter(pc.equal(whole.entries.column("rank"), rank))
+        rows = kept.window.keep(mine)
+        expected += [
+            (*r.values(), whole.stack(s))
+            for r, s in zip(
+                rows.select(columns).to_pylist(),
+                rows.column("stack_id").to_pylist(),
+                strict=True,
+            )
+        ]
+    got = [
+        (*r.values(), kept.stack(s))
+        for r, s in zip(
+            kept.entries.select(columns).to_pylist(),
+            kept.entries.column("stack_id").to_pylist(),
+            strict=True,
+        )
+    ]
+    assert got == expected
+
+
 def _named(report: Report) -> tuple[object, ...]:
     return (report.verdict, report.culprit_ranks, report.suspected_ranks)
 
@@ -77,6 +105,7 @@ def test_simulated_faults_keep_their_verdict_and_say_the_history_was_cut(
     directory = _simulated(tmp_path, fault)
     whole, kept = load_dumps(directory), _cut_load(directory, margin=32)
     assert kept.groups.equals(whole.groups)
+    _same_entries(kept, whole)
     full, cut_report = analyze_dumps(whole), analyze_dumps(kept)
     assert _named(cut_report) == _named(full)
     assert [s.rank for s in cut_report.stragglers] == [s.rank for s in full.stragglers]
@@ -103,7 +132,9 @@ def test_a_first_pass_that_fails_costs_only_the_cut(
     assert kept.entries.num_rows == load_dumps(directory).entries.num_rows
 
 
-def test_large_member_lists_travel_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_large_member_lists_travel_once_and_a_task_sends_one_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The second pass sends no copy of a list the root holds; it is put back as one array."""
     monkeypatch.setattr(cluster, "LARGE_MEMBERS", 16)
     directory = _simulated(tmp_path, "host_stall")
@@ -115,6 +146,8 @@ def test_large_member_lists_travel_once(tmp_path: Path, monkeypatch: pytest.Monk
         assert isinstance(result, ParsedDump)
         big = [r for r in result.groups if r["ranks_key"] in answer.members]
         assert big and all(r["ranks"] is None for r in big)
+    rows = [r.entries.num_rows for r in sent if isinstance(r, ParsedDump)]
+    assert rows[0] > 0 and rows[1:] == [0, 0]  # (the task's entries in one table)
     back = [cluster.restore_members(r, answer.members) for r in sent]
     lists = {id(r["ranks"]) for b in back for r in b.groups if r["ranks_key"] in answer.members}
     assert len(lists) == 1
