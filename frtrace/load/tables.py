@@ -382,7 +382,8 @@ class _Assembler:
                 columns.append(column)
                 continue
             if i in self.plain:
-                columns.append(pa.concat_arrays(self.plain.pop(i)))
+                chunks = self.plain.pop(i)  # (none where every dump had no entry)
+                columns.append(pa.concat_arrays(chunks) if chunks else pa.array([], spec.type))
             else:
                 columns.append(self.coded.pop(i).finish(spec.type))
             give_back_memory()
