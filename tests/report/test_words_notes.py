@@ -9,6 +9,7 @@ import pytest
 from frtrace.detail.notes import (
     BuffersWrapped,
     DataNote,
+    HistoryCut,
     InferredFrom,
     LoadWarnings,
     ManifestTimes,
@@ -132,6 +133,12 @@ EXAMPLES: list[tuple[DataNote, str]] = [
     (
         StackFileProblem(message="py-spy_rank_1.txt: not a py-spy dump"),
         "py-spy_rank_1.txt: not a py-spy dump",
+    ),
+    (
+        HistoryCut(margin=32, dropped=31_145_987),
+        "the cluster kept each group's history from 32 ops before its first op that not every "
+        "member finished alike, and the ops one rank reached clearly last (31,145,987 entries "
+        "of settled ops left out); without --scheduler every entry is read",
     ),
 ]
 
