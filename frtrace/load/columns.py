@@ -292,6 +292,9 @@ def _repeated_array(
     has, unless the twins were ``checked`` one by one already."""
     none_at = distinct.index(None) if None in distinct else -1
     table, crcs = distinct_values(tuple(distinct), type_, checked)
+    if none_at < 0:  # (every entry has a value: no mask to make)
+        indices = masked_array(codes, None, pa.int32())
+        return pa.DictionaryArray.from_arrays(indices, table), crcs[codes]
     valid = codes != none_at
     sig = np.where(valid, crcs[codes] if len(crcs) else 0, 0).astype(np.uint32)
     indices = masked_array(codes, valid, pa.int32())

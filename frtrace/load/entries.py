@@ -8,6 +8,7 @@ and ``process_group`` into columns.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -168,7 +169,9 @@ _MAX_SPLITS = 1 << 20
 def _splits(cols: Columns, key: str) -> pa.Array:
     """FR 2.11's per-peer split sizes (read by presence): a list of ints, else null."""
     # (not recorded before 2.11, nor for ops other than all_to_all: all None, nothing to do)
-    values = [] if cols.scanned.get(key) is True else cols.values(key)
+    if cols.scanned.get(key) is True:
+        return _no_splits(len(cols.entries))
+    values = cols.values(key)
     index: dict[Any, int] = {None: 0}
     codes = np.zeros(len(cols.entries), dtype=np.int32)
     recorded = values if values.count(None) < len(values) else []
@@ -191,6 +194,15 @@ def _splits(cols: Columns, key: str) -> pa.Array:
     distinct = [None if t is None else list(t) for t in index]
     return pa.DictionaryArray.from_arrays(
         masked_array(codes, codes != 0, pa.int32()), pa.array(distinct, type=schema.SPLITS)
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _no_splits(n: int) -> pa.Array:
+    """A split sizes column of ``n`` entries, every one null (most files: the same length)."""
+    codes = np.zeros(n, dtype=np.int32)
+    return pa.DictionaryArray.from_arrays(
+        masked_array(codes, codes != 0, pa.int32()), pa.array([None], type=schema.SPLITS)
     )
 
 
