@@ -56,6 +56,8 @@ Task = Callable[[Sequence[Candidate]], list[Result]]
 # Files per remote task: one task per file costs the scheduler ~1 ms each (100 s for 10^5
 # ranks), and a batch of 16 dumps (~7 MB) reads in ~0.3 s, well above that overhead.
 FILES_PER_TASK = 16
+# Files per task where the history is cut (``load.cluster``): a few MB of entries come back.
+CUT_FILES_PER_TASK = 64
 # Tasks in flight per worker: enough to keep each busy while results travel back, few enough
 # that results waiting for a slow earlier batch stay a small part of the set.
 TASKS_PER_WORKER = 3
@@ -140,8 +142,12 @@ class FuturesExecutor:
 
     def _parse(self, candidates: Sequence[Candidate], consume: Consumer, bar: Phase) -> None:
         absolute = [dataclasses.replace(c, path=Path(os.path.abspath(c.path))) for c in candidates]
-        # Batches no larger than an even share: a few files on many workers still spread.
-        size = min(self.files_per_task, max(1, len(candidates) // (self.workers * 2)))
+        # Batches no larger than an even share: a few files on many workers still spread. A cut
+        # history's tasks are larger: each sends one small table, and a task's cost at the
+        # coordinator (its submission, its table merged) is most of a 100,000-rank load's
+        cuts = self.prepare is not None and self.prepare.applies(candidates)
+        per_task = max(self.files_per_task, CUT_FILES_PER_TASK) if cuts else self.files_per_task
+        size = min(per_task, max(1, len(candidates) // (self.workers * 2)))
         todo = [
             _Batch(i, tuple(absolute[i : i + size]), 0.0, False)
             for i in range(0, len(candidates), size)
@@ -149,9 +155,7 @@ class FuturesExecutor:
         task: Callable[..., list[Result]] = self.task
         extra: tuple[Any, ...] = ()
         self.window = None
-        cut = None
-        if self.prepare is not None and self.prepare.applies(candidates):
-            cut = self.prepare.run([b.candidates for b in todo])
+        cut = self.prepare.run([b.candidates for b in todo]) if cuts and self.prepare else None
         members: Members = {}
         if cut is not None:
             (handle, answer), task = cut, parse_kept
