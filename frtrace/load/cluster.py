@@ -165,7 +165,8 @@ def _in_one_batch(results: list[Result]) -> list[Result]:
         for i, spec in enumerate(schema.ENTRIES)
     ]
     whole = pa.RecordBatch.from_arrays(columns, schema=schema.ENTRIES)
-    stacks, empty = tuple(interned), whole.slice(0, 0)
+    # (an empty table of its own: a slice of the whole one pickles all of its buffers)
+    stacks, empty = tuple(interned), _no_entries()
     out: list[Result] = []
     for result in results:
         if isinstance(result, ParsedDump):
@@ -174,6 +175,17 @@ def _in_one_batch(results: list[Result]) -> list[Result]:
             result = dataclasses.replace(result, entries=entries, stacks=own)
         out.append(result)
     return out
+
+
+def _no_entries() -> pa.RecordBatch:
+    """An entries table with no row, and nothing else."""
+    columns = [
+        pa.DictionaryArray.from_arrays(pa.array([], pa.int32()), pa.array([], f.type.value_type))
+        if pa.types.is_dictionary(f.type)
+        else pa.array([], f.type)
+        for f in schema.ENTRIES
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=schema.ENTRIES)
 
 
 def restore_members(result: Result, members: Members) -> Result:

@@ -5,6 +5,7 @@ gives, on every NCCL fixture and simulated faults, with the cut as tight as it g
 from __future__ import annotations
 
 import concurrent.futures as cf
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -148,6 +149,8 @@ def test_large_member_lists_travel_once_and_a_task_sends_one_table(
         assert big and all(r["ranks"] is None for r in big)
     rows = [r.entries.num_rows for r in sent if isinstance(r, ParsedDump)]
     assert rows[0] > 0 and rows[1:] == [0, 0]  # (the task's entries in one table)
+    sizes = [len(pickle.dumps(r)) for r in sent]
+    assert max(sizes[1:]) < sizes[0] / 4  # (an empty table carries no other table's buffers)
     back = [cluster.restore_members(r, answer.members) for r in sent]
     lists = {id(r["ranks"]) for b in back for r in b.groups if r["ranks_key"] in answer.members}
     assert len(lists) == 1
