@@ -5,12 +5,15 @@ workers; then the files read again, each keeping only its entries at and near th
    ``frontier.Partial``; ``merge_partials`` tasks merge them ``FAN_IN`` at a time on the
    workers, level by level; the last, ``cut_partials``, merges and cuts: only a cutoff per
    group (and the paths it folded) comes back to the coordinator.
-2. ``parse_kept``: the ordinary read of a batch (``executors.parse_files``), each dump's
-   entries cut by the frontier (``Frontier.keep``) before they travel. A dump the first pass
-   did not fold (it failed there, or appeared since) is kept whole.
+2. ``parse_kept``: the ordinary read of a batch, each dump's entries cut by the frontier
+   (``Frontier.keep``), its large member lists left out (the root sent them; the executor
+   puts them back, ``restore_members``), and the batch's entries merged into one table
+   before they travel. A dump the first pass did not fold (it failed there, or appeared
+   since) is kept whole.
 
 A first pass that fails (a worker lost beyond the scheduler's retries, a bug) costs only the
-cut: the second pass then keeps every entry, as a small set does, and says so.
+cut: the second pass then reads every entry, as for a small set, and the report has no note
+of a cut.
 """
 
 from __future__ import annotations
