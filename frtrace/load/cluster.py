@@ -30,7 +30,7 @@ from frtrace.load.discover import Candidate
 from frtrace.load.frontier import MARGIN, Frontier, Partial, cut, fold, merge
 from frtrace.load.merging import Dictionary, remap_stacks
 from frtrace.load.parallel import Result, file_timeout_s, parse_candidates
-from frtrace.load.parse import ParsedDump, try_parse
+from frtrace.load.parse import ParsedDump
 from frtrace.load.stacks import Stack
 
 __all__ = [
@@ -89,8 +89,8 @@ def summarize_files(candidates: Sequence[Candidate]) -> Folded:
     """The first pass's task: fold a batch of dumps (a file that cannot be read folds nothing:
     the second pass reports it)."""
     partials, paths, whole, members = [], set(), False, {}
-    for cand in candidates:
-        result = try_parse(cand)
+    # (read as the second pass reads: in a watched process where the worker allows one)
+    for cand, result in zip(candidates, parse_candidates(candidates, jobs=1), strict=True):
         if isinstance(result, ParsedDump):
             partials.append(fold(result.entries))
             paths.add(str(cand.path))
