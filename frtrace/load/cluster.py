@@ -28,7 +28,7 @@ import pyarrow as pa
 from frtrace.load import schema
 from frtrace.load.discover import Candidate
 from frtrace.load.frontier import MARGIN, Frontier, Partial, cut, fold, merge
-from frtrace.load.merging import Dictionary, remap_stacks
+from frtrace.load.merging import EntryColumns, remap_stacks
 from frtrace.load.parallel import Result, file_timeout_s, parse_candidates
 from frtrace.load.parse import ParsedDump
 from frtrace.load.stacks import Stack
@@ -150,23 +150,10 @@ def _in_one_batch(results: list[Result]) -> list[Result]:
     if len(parsed) < 2:
         return results
     interned: dict[Stack, int] = {}
-    plain: dict[int, list[pa.Array]] = {}
-    coded: dict[int, Dictionary] = {}
-    for i, spec in enumerate(schema.ENTRIES):
-        if pa.types.is_dictionary(spec.type):
-            coded[i] = Dictionary()
-        else:
-            plain[i] = []
+    merged = EntryColumns()
     for dump in parsed:
-        batch = remap_stacks(dump, interned)
-        for i, chunks in plain.items():
-            chunks.append(batch.column(i))
-        for i, merged in coded.items():
-            merged.add(batch.column(i))
-    columns = [
-        pa.concat_arrays(plain[i]) if i in plain else coded[i].finish(spec.type)
-        for i, spec in enumerate(schema.ENTRIES)
-    ]
+        merged.add(remap_stacks(dump, interned))
+    columns = [merged.column(i) for i in range(len(schema.ENTRIES))]
     whole = pa.RecordBatch.from_arrays(columns, schema=schema.ENTRIES)
     # (an empty table of its own: a slice of the whole one pickles all of its buffers)
     stacks, empty = tuple(interned), _no_entries()
@@ -182,12 +169,8 @@ def _in_one_batch(results: list[Result]) -> list[Result]:
 
 def _no_entries() -> pa.RecordBatch:
     """An entries table with no row, and nothing else."""
-    columns = [
-        pa.DictionaryArray.from_arrays(pa.array([], pa.int32()), pa.array([], f.type.value_type))
-        if pa.types.is_dictionary(f.type)
-        else pa.array([], f.type)
-        for f in schema.ENTRIES
-    ]
+    empty = EntryColumns()
+    columns = [empty.column(i) for i in range(len(schema.ENTRIES))]
     return pa.RecordBatch.from_arrays(columns, schema=schema.ENTRIES)
 
 

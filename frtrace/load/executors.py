@@ -145,8 +145,10 @@ class FuturesExecutor:
         # Batches no larger than an even share: a few files on many workers still spread. A cut
         # history's tasks are larger: each sends one small table, and a task's cost at the
         # coordinator (its submission, its table merged) is most of a 100,000-rank load's
-        cuts = self.prepare is not None and self.prepare.applies(candidates)
-        per_task = max(self.files_per_task, CUT_FILES_PER_TASK) if cuts else self.files_per_task
+        prepare = self.prepare if self.cuts(candidates) else None
+        per_task = (
+            self.files_per_task if prepare is None else max(self.files_per_task, CUT_FILES_PER_TASK)
+        )
         size = min(per_task, max(1, len(candidates) // (self.workers * 2)))
         todo = [
             _Batch(i, tuple(absolute[i : i + size]), 0.0, False)
@@ -155,7 +157,7 @@ class FuturesExecutor:
         task: Callable[..., list[Result]] = self.task
         extra: tuple[Any, ...] = ()
         self.window = None
-        cut = self.prepare.run([b.candidates for b in todo]) if cuts and self.prepare else None
+        cut = None if prepare is None else prepare.run([b.candidates for b in todo])
         members: Members = {}
         if cut is not None:
             (handle, answer), task = cut, parse_kept

@@ -9,11 +9,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from frtrace.load import schema
 from frtrace.load.parse import ParsedDump
 from frtrace.load.shipped import ShippedDump
 from frtrace.load.stacks import Stack
 
-__all__ = ["Dictionary", "local_dictionary", "remap_stacks"]
+__all__ = ["Dictionary", "EntryColumns", "local_dictionary", "remap_stacks"]
 
 
 class Dictionary:
@@ -54,6 +55,34 @@ class Dictionary:
         self.parts = []
         indices = pa.array(codes, type=pa.int32(), mask=codes < 0)
         return pa.DictionaryArray.from_arrays(indices, self.dictionary(type_))
+
+
+class EntryColumns:
+    """Entry batches merged column by column, in the order added: each plain column's chunks,
+    each dictionary column's shared values and codes (``schema.ENTRIES``)."""
+
+    def __init__(self) -> None:
+        fields = list(schema.ENTRIES)
+        self.plain: dict[int, list[pa.Array]] = {
+            i: [] for i, f in enumerate(fields) if not pa.types.is_dictionary(f.type)
+        }
+        self.coded: dict[int, Dictionary] = {
+            i: Dictionary() for i, f in enumerate(fields) if pa.types.is_dictionary(f.type)
+        }
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        for i, chunks in self.plain.items():
+            chunks.append(batch.column(i))
+        for i, merged in self.coded.items():
+            merged.add(batch.column(i))
+
+    def column(self, i: int) -> pa.Array:
+        """Column ``i`` joined (its parts are dropped here)."""
+        spec = schema.ENTRIES.field(i)
+        if i in self.plain:
+            chunks = self.plain.pop(i)  # (none where every batch had no entry)
+            return pa.concat_arrays(chunks) if chunks else pa.array([], spec.type)
+        return self.coded.pop(i).finish(spec.type)
 
 
 def remap_stacks(parsed: ParsedDump, interned: dict[Stack, int]) -> pa.RecordBatch:

@@ -29,7 +29,7 @@ from frtrace.load.filerows import failed_file_row, storable_rows
 from frtrace.load.gather import Gather
 from frtrace.load.lifetimes import one_attempt  # (loaded dump sets: one attempt's ranks)
 from frtrace.load.members import MemberLists, groups_table, recorded_groups
-from frtrace.load.merging import Dictionary, local_dictionary, remap_stacks
+from frtrace.load.merging import EntryColumns, local_dictionary, remap_stacks
 from frtrace.load.parse import ParsedDump
 from frtrace.load.problems import LoadProblem
 from frtrace.load.shipped import ColumnWriter, ShippedDump
@@ -229,7 +229,6 @@ class _Assembler:
         self.interned: dict[Stack, int] = {}
         self.members = MemberLists()
         self.loaded = 0
-        fields = list(schema.ENTRIES)
         # A large set's columns are gathered, at the end, from the files the workers wrote
         # them to (frtrace.load.shipped), into files of their own (frtrace.load.spill)
         total = sum(c.size_bytes for c in candidates)
@@ -238,12 +237,7 @@ class _Assembler:
         self.spill_dir = where
         self.gather = Gather(schema.ENTRIES, where) if where is not None else None
         self.writer: ColumnWriter | None = None  # for the results read here, in gather mode
-        self.plain: dict[int, list[pa.Array]] = {
-            i: [] for i, f in enumerate(fields) if not pa.types.is_dictionary(f.type)
-        }
-        self.coded: dict[int, Dictionary] = {
-            i: Dictionary() for i, f in enumerate(fields) if pa.types.is_dictionary(f.type)
-        }
+        self.columns = EntryColumns()
         self.stack_column = schema.ENTRIES.get_field_index("stack_id")
         # tables written where they stay (the cache's files): name -> (bytes, adler32)
         self.written: dict[str, tuple[int, int]] = {}
@@ -266,11 +260,7 @@ class _Assembler:
             self._gather(self.gather, result)
         elif isinstance(result, ParsedDump) and result.entries.num_rows:
             # (shipped only where gathered; a cluster's task sends its dumps' in one table)
-            batch = remap_stacks(result, self.interned)
-            for i, chunks in self.plain.items():
-                chunks.append(batch.column(i))
-            for i, merged in self.coded.items():
-                merged.add(batch.column(i))
+            self.columns.add(remap_stacks(result, self.interned))
         self.loaded += 1
         self.group_rows.extend(map(self.members.intern, result.groups))
         self.status_rows.extend(result.pg_status)
@@ -302,9 +292,9 @@ class _Assembler:
         assert self.spill_dir is not None
         path = at if at is not None else self.spill_dir / "entries.arrow"
         values = {
-            i: self.coded[i].dictionary(spec.type)
+            i: self.columns.coded[i].dictionary(spec.type)
             for i, spec in enumerate(schema.ENTRIES)
-            if i in self.coded
+            if i in self.columns.coded
         }
         try:
             made = gather.table(path, values)
@@ -334,7 +324,8 @@ class _Assembler:
             except OSError:  # (disk full, say): kept in memory, in the same layout
                 kept = parsed.entries
         remaps = {
-            i: merged.remap(local_dictionary(kept, i, result)) for i, merged in self.coded.items()
+            i: merged.remap(local_dictionary(kept, i, result))
+            for i, merged in self.columns.coded.items()
         }
         if result.stacks:
             remaps[self.stack_column] = np.fromiter(
@@ -376,16 +367,12 @@ class _Assembler:
             # once it is given back to the OS: the peak is then the tables plus one column.
             if gathered is not None:
                 column = gathered[i]
-                if i in self.coded:
-                    values = self.coded.pop(i).dictionary(spec.type)
+                if i in self.columns.coded:
+                    values = self.columns.coded.pop(i).dictionary(spec.type)
                     column = pa.DictionaryArray.from_arrays(column, values, safe=False)
                 columns.append(column)
                 continue
-            if i in self.plain:
-                chunks = self.plain.pop(i)  # (none where every dump had no entry)
-                columns.append(pa.concat_arrays(chunks) if chunks else pa.array([], spec.type))
-            else:
-                columns.append(self.coded.pop(i).finish(spec.type))
+            columns.append(self.columns.column(i))
             give_back_memory()
         if self.gather is not None:
             self.gather.close()
