@@ -32,6 +32,7 @@ from frtrace.load.merging import EntryColumns, remap_stacks
 from frtrace.load.parallel import Result, file_timeout_s, parse_candidates
 from frtrace.load.parse import ParsedDump
 from frtrace.load.stacks import Stack
+from frtrace.load.wire import empty_batch
 
 __all__ = [
     "FAN_IN",
@@ -156,7 +157,7 @@ def _in_one_batch(results: list[Result]) -> list[Result]:
     columns = [merged.column(i) for i in range(len(schema.ENTRIES))]
     whole = pa.RecordBatch.from_arrays(columns, schema=schema.ENTRIES)
     # (an empty table of its own: a slice of the whole one pickles all of its buffers)
-    stacks, empty = tuple(interned), _no_entries()
+    stacks, empty = tuple(interned), empty_batch(schema.ENTRIES)
     out: list[Result] = []
     for result in results:
         if isinstance(result, ParsedDump):
@@ -165,13 +166,6 @@ def _in_one_batch(results: list[Result]) -> list[Result]:
             result = dataclasses.replace(result, entries=entries, stacks=own)
         out.append(result)
     return out
-
-
-def _no_entries() -> pa.RecordBatch:
-    """An entries table with no row, and nothing else."""
-    empty = EntryColumns()
-    columns = [empty.column(i) for i in range(len(schema.ENTRIES))]
-    return pa.RecordBatch.from_arrays(columns, schema=schema.ENTRIES)
 
 
 def restore_members(result: Result, members: Members) -> Result:

@@ -33,7 +33,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from frtrace.errors import DumpDirNotFound, DuplicateRank, NoDumpsFound, SeveralDumpSets
 from frtrace.layout import SideFile, SkippedFile, parse_dump_name, walk, walk_key
@@ -182,14 +182,14 @@ def _walk(directory: Path) -> Listing:
 
 def set_name(relative: str) -> str:
     """The set a file belongs to: its path with ``*`` for the rank (``incident1/rank_*.json``)."""
-    path = PurePosixPath(relative)
-    parsed = parse_dump_name(path.name)
+    folder, _, name = relative.rpartition("/")  # (the walk's relative paths: "/" between)
+    parsed = parse_dump_name(name)
     if parsed is None:
         return relative
     prefix, rank, _ = parsed
-    digits = re.match(r"\d+", path.name[len(prefix) :])
-    rest = path.name[len(prefix) + (digits.end() if digits else len(str(rank))) :]
-    return str(path.parent / f"{prefix}*{rest}") if path.parent.name else f"{prefix}*{rest}"
+    digits = re.match(r"\d+", name[len(prefix) :])
+    rest = name[len(prefix) + (digits.end() if digits else len(str(rank))) :]
+    return f"{folder}/{prefix}*{rest}" if folder else f"{prefix}*{rest}"
 
 
 def _folder(relative: str) -> str:

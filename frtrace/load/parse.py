@@ -34,10 +34,11 @@ from frtrace.load import native
 from frtrace.load.discover import Candidate
 from frtrace.load.entries import entries_batch
 from frtrace.load.formats import group_rows, parse_version, pg_status_rows
+from frtrace.load.schema import ENTRIES
 from frtrace.load.stacks import Stack
 from frtrace.load.unpickle import read_payload
 from frtrace.load.values import label, short_message
-from frtrace.load.wire import Wire, batch_from_wire, batch_to_wire
+from frtrace.load.wire import Wire, batch_from_wire, batch_to_wire, empty_batch
 
 __all__ = [
     "MAX_ENTRIES",
@@ -85,7 +86,11 @@ class ParsedDump:
     pg_status: tuple[dict[str, Any], ...]  # rows of schema.PG_STATUS
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """Pickled (from a worker to the parent) with its batch as plain buffers."""
+        """Pickled (from a worker to the parent) with its batch as plain buffers, or without
+        it where it has no row."""
+        rows = (self.meta, self.stacks, self.groups, self.pg_status)
+        if self.entries.num_rows == 0 and self.entries.schema.equals(ENTRIES):
+            return (_empty_from_wire, rows)
         wire = batch_to_wire(self.entries)
         return (_from_wire, (self.meta, *wire, self.stacks, self.groups, self.pg_status))
 
@@ -99,6 +104,16 @@ def _from_wire(
     pg_status: tuple[dict[str, Any], ...],
 ) -> ParsedDump:
     entries = batch_from_wire(schema, columns)
+    return ParsedDump(meta=meta, entries=entries, stacks=stacks, groups=groups, pg_status=pg_status)
+
+
+def _empty_from_wire(
+    meta: DumpMeta,
+    stacks: tuple[Stack, ...],
+    groups: tuple[dict[str, Any], ...],
+    pg_status: tuple[dict[str, Any], ...],
+) -> ParsedDump:
+    entries = empty_batch(ENTRIES)
     return ParsedDump(meta=meta, entries=entries, stacks=stacks, groups=groups, pg_status=pg_status)
 
 

@@ -2,16 +2,20 @@
 
 Arrow pickles a batch column by column through its own reducers (~1.6 ms for one rank's
 2,000 entries, both ends); this sends each column's buffers as they are and each dictionary
-as its few values (~1.0 ms). The batch that arrives equals the batch that left.
+as its few values (~1.0 ms). The batch that arrives equals the batch that left. A batch
+with no row need not travel at all: ``empty_batch`` builds it, once, where it arrives (a
+cluster's task sends one table for its batch of dumps, and an empty one for each other dump:
+rebuilding those was most of a 4,096-rank coordinator's CPU).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["Wire", "batch_from_wire", "batch_to_wire"]
+__all__ = ["Wire", "batch_from_wire", "batch_to_wire", "empty_batch"]
 
 # One column: length, null count, offset, its buffers (a dictionary column: its indices'),
 # and a dictionary column's values (None for any other column).
@@ -43,3 +47,17 @@ def _array(type_: pa.DataType, column: Wire) -> pa.Array:
         return pa.Array.from_buffers(type_, length, buffers, nulls, offset)
     indices = pa.Array.from_buffers(type_.index_type, length, buffers, nulls, offset)
     return pa.DictionaryArray.from_arrays(indices, pa.array(values, type=type_.value_type))
+
+
+@functools.lru_cache(maxsize=4)
+def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
+    """A batch of ``schema`` with no row (the same object each time: batches are immutable)."""
+    arrays = [
+        pa.DictionaryArray.from_arrays(
+            pa.array([], f.type.index_type), pa.array([], f.type.value_type)
+        )
+        if pa.types.is_dictionary(f.type)
+        else pa.array([], f.type)
+        for f in schema
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
