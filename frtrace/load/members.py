@@ -91,8 +91,9 @@ def recorded_groups(groups: pa.Table) -> list[RecordedGroup]:
     flat = values.values.to_numpy(zero_copy_only=False)
     interned: dict[bytes, tuple[int, ...]] = {}
     distinct: list[tuple[int, ...] | None] = []
+    valid = values.is_valid().to_numpy(zero_copy_only=False).tolist()
     for i in range(len(values)):
-        if not values[i].is_valid:
+        if not valid[i]:
             distinct.append(None)
             continue
         raw = flat[offsets[i] : offsets[i + 1]].astype(np.int32)
@@ -102,16 +103,22 @@ def recorded_groups(groups: pa.Table) -> list[RecordedGroup]:
             members = interned[key] = tuple(raw.tolist())
         distinct.append(members)
     codes = picks.fill_null(-1).to_numpy(zero_copy_only=False)
-    meta = groups.select(["rank", "group_name", "group_desc", "pg_id", "trusted"]).to_pylist()
-    for row, code in zip(meta, codes.tolist(), strict=True):
-        out.append(
-            RecordedGroup(
-                rank=row["rank"],
-                name=row["group_name"],
-                desc=row["group_desc"],
-                ranks=None if code < 0 else distinct[code],
-                pg_id=row["pg_id"],
-                trusted=row["trusted"],
-            )
+    meta = zip(
+        *(
+            groups.column(c).to_pylist()
+            for c in ("rank", "group_name", "group_desc", "pg_id", "trusted")
+        ),
+        codes.tolist(),
+        strict=True,
+    )
+    return [
+        RecordedGroup(
+            rank=rank,
+            name=name,
+            desc=desc,
+            ranks=None if code < 0 else distinct[code],
+            pg_id=pg_id,
+            trusted=trusted,
         )
-    return out
+        for rank, name, desc, pg_id, trusted, code in meta
+    ]

@@ -10,7 +10,6 @@ rebuilding those was most of a 4,096-rank coordinator's CPU).
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import pyarrow as pa
@@ -49,9 +48,12 @@ def _array(type_: pa.DataType, column: Wire) -> pa.Array:
     return pa.DictionaryArray.from_arrays(indices, pa.array(values, type=type_.value_type))
 
 
-@functools.lru_cache(maxsize=4)
 def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
-    """A batch of ``schema`` with no row (the same object each time: batches are immutable)."""
+    """A batch of ``schema`` with no row (the same object each time: batches are immutable;
+    looked up by ``equals``, not by hash: a schema's hash costs ~40 us)."""
+    for schema_, batch in _EMPTY:
+        if schema_.equals(schema):
+            return batch
     arrays = [
         pa.DictionaryArray.from_arrays(
             pa.array([], f.type.index_type), pa.array([], f.type.value_type)
@@ -60,4 +62,9 @@ def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
         else pa.array([], f.type)
         for f in schema
     ]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+    _EMPTY.append((schema, batch))
+    return batch
+
+
+_EMPTY: list[tuple[pa.Schema, pa.RecordBatch]] = []

@@ -24,6 +24,7 @@ reported here when a member joined it late, so that the late rank is named.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,12 +88,43 @@ def find_failed(
     rows = collectives[per_row(is_candidate, consensus["n_present"].to_numpy())]
     seen = _Seen.of(dumps, tops)
     out: dict[tuple[int, int], FailedOp] = {}
-    for key, ops in rows.groupby(["gid", "seq"], sort=True):
-        g, k = (int(x) for x in key)  # type: ignore[call-overload]
-        failed = _failed(seen, membership.groups[g].members, g, k, ops)
+    for (g, k), op in _ops_of(rows):
+        failed = _failed(seen, membership.groups[g].members, g, k, op)
         if failed is not None:
             out[(g, k)] = failed
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Op:
+    """One candidate op: whether a member shows it completed, and its members' rows."""
+
+    completed: bool
+    ranks: list[int]
+    done: list[bool]
+    created: list[int | None]  # time_created_ns
+    first_row: list[int]  # its first entry's row
+    last_row: list[int]  # its last entry's row (coalesced ops span several)
+
+
+def _ops_of(rows: pd.DataFrame) -> Iterator[tuple[tuple[int, int], _Op]]:
+    """Each (gid, seq) of ``rows`` in order, with its rows as plain values (a pandas slice
+    per op was most of a 4,096-rank analysis: there is an op per group)."""
+    rows = rows[rows["gid"].notna() & rows["seq"].notna()]
+    rows = rows.sort_values(["gid", "seq"], kind="stable")
+    gid = rows["gid"].to_numpy(dtype=np.int64)
+    seq = rows["seq"].to_numpy(dtype=np.int64)
+    completed = rows["state_rank"].eq(2).fillna(False).to_numpy(dtype=bool)
+    ranks = [int(r) for r in rows["rank"].tolist()]
+    done = rows["done"].astype(bool).tolist()
+    created = [None if pd.isna(t) else int(t) for t in rows["created_ns"].tolist()]
+    first, last = rows["row"].tolist(), rows["last_row"].tolist()
+    starts = np.flatnonzero(np.r_[True, (gid[1:] != gid[:-1]) | (seq[1:] != seq[:-1])])
+    for a, b in zip(starts.tolist(), [*starts[1:].tolist(), len(gid)], strict=True):
+        op = _Op(
+            bool(completed[a:b].any()), ranks[a:b], done[a:b], created[a:b], first[a:b], last[a:b]
+        )
+        yield (int(gid[a]), int(seq[a])), op
 
 
 def _candidates(membership: Membership, tops: dict[int, dict[int, int]]) -> list[tuple[int, int]]:
@@ -146,23 +178,18 @@ class _Seen:
         )
 
 
-def _failed(
-    seen: _Seen, members: tuple[int, ...], g: int, k: int, ops: pd.DataFrame
-) -> FailedOp | None:
-    """Whether op ``k`` of group ``g`` (its members' rows: ``ops``) failed, and how."""
-    if (ops["state_rank"] == 2).any():
+def _failed(seen: _Seen, members: tuple[int, ...], g: int, k: int, op: _Op) -> FailedOp | None:
+    """Whether op ``k`` of group ``g`` (its members' rows: ``op``) failed, and how."""
+    if op.completed:
         return None  # completed on a member (NCCL): it did complete
     tops = seen.tops[g]
     if tops and max(tops.values()) > k:
         return None  # a member moved past it: it returned there
-    ranks = ops["rank"].tolist()
-    done = dict(zip(ranks, ops["done"].astype(bool).tolist(), strict=True))
-    created = {
-        r: None if pd.isna(t) else int(t)
-        for r, t in zip(ranks, ops["created_ns"].tolist(), strict=True)
-    }
-    first_row = dict(zip(ranks, ops["row"].tolist(), strict=True))
-    last_row = dict(zip(ranks, ops["last_row"].tolist(), strict=True))
+    ranks = op.ranks
+    done = dict(zip(ranks, op.done, strict=True))
+    created = dict(zip(ranks, op.created, strict=True))
+    first_row = dict(zip(ranks, op.first_row, strict=True))
+    last_row = dict(zip(ranks, op.last_row, strict=True))
     absent = tuple(
         m
         for m in members

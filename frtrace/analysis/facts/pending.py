@@ -7,6 +7,8 @@ member). Each rank's oldest unfinished op, collective or p2p, is where it is blo
 
 from __future__ import annotations
 
+from itertools import chain
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -135,21 +137,17 @@ def p2p_ops(p2p: pd.DataFrame, membership: Membership, entries: pa.Table) -> pd.
         src=entries.column("p2p_src_local").take(rows).to_pandas().astype("Int64").to_numpy(),
         dst=entries.column("p2p_dst_local").take(rows).to_pandas().astype("Int64").to_numpy(),
     )
-    # group-local rank -> global rank, for every group at once
-    lookup = pd.DataFrame(
-        [
-            (gid, local, rank)
-            for gid, g in enumerate(membership.groups)
-            for local, rank in enumerate(g.members)
-        ],
-        columns=["gid", "local", "global"],
-    )
+    # group-local rank -> global rank, for every group at once: each group's members laid
+    # end to end (a group's local rank r is at its start + r)
+    sizes = np.fromiter((len(g.members) for g in membership.groups), np.int64)
+    flat = np.fromiter(chain.from_iterable(g.members for g in membership.groups), np.int64)
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
     is_send = (ops["op"] == "send").to_numpy()
     local = np.where(is_send, ops["dst"].fillna(-1), ops["src"].fillna(-1)).astype(np.int64)
     me = np.where(is_send, ops["src"].fillna(-1), ops["dst"].fillna(-1)).astype(np.int64)
     gid = ops["gid"].to_numpy().astype(np.int64)
-    peer = _to_global(lookup, gid, local)
-    mine = _to_global(lookup, gid, me)
+    peer = _to_global((flat, starts, sizes), gid, local)
+    mine = _to_global((flat, starts, sizes), gid, me)
     # the name's other end must be this rank, else the names are not group-local
     wrong = (me >= 0) & (mine != ops["rank"].to_numpy())
     unknown = wrong | (peer < 0)
@@ -161,11 +159,16 @@ def p2p_ops(p2p: pd.DataFrame, membership: Membership, entries: pa.Table) -> pd.
     return out.reset_index(drop=True)
 
 
-def _to_global(lookup: pd.DataFrame, gid: np.ndarray, local: np.ndarray) -> np.ndarray:
-    """Global rank of (group, group-local rank); -1 where there is none."""
-    query = pd.DataFrame({"gid": gid, "local": local})
-    found = query.merge(lookup, on=["gid", "local"], how="left")["global"]
-    out: np.ndarray = found.fillna(-1).to_numpy().astype(np.int64)
+def _to_global(
+    members: tuple[np.ndarray, np.ndarray, np.ndarray], gid: np.ndarray, local: np.ndarray
+) -> np.ndarray:
+    """Global rank of (group, group-local rank); -1 where there is none. ``members``: every
+    group's members end to end, each group's start in them, and its size."""
+    flat, starts, sizes = members
+    out = np.full(len(gid), -1, dtype=np.int64)
+    known = (gid >= 0) & (gid < len(sizes)) & (local >= 0)
+    known[known] = local[known] < sizes[gid[known]]
+    out[known] = flat[starts[gid[known]] + local[known]]
     return out
 
 

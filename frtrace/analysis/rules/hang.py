@@ -23,6 +23,7 @@ from collections import defaultdict
 from dataclasses import replace
 from typing import Literal
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from frtrace.analysis.facts import Facts
@@ -303,7 +304,11 @@ def _pg_status(
         return []
     out = []
     entries = dumps.entries
-    status = dumps.pg_status.to_pylist()
+    table = dumps.pg_status  # (a row per rank and group: only these ranks' rows are read)
+    rows = pc.is_in(
+        table.column("rank"), value_set=pa.array(ranks, type=table.schema.field("rank").type)
+    )
+    status = table.filter(rows).to_pylist()
     for rank in ranks:
         mine = entries.filter(
             pc.and_(
