@@ -45,4 +45,6 @@ def utf8_text(text: str) -> str:
     """``text`` with its lone surrogates (how Python spells a file name's bytes that are not
     UTF-8) written out as ``\\udcXX``, as ``printable`` shows them: text every UTF-8
     encoder (Arrow's, a strict stdout's) can write."""
+    if text.isascii():  # (most text: nothing to look for)
+        return text
     return _SURROGATE.sub(_escape, text)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -105,6 +104,11 @@ class _Batch:
     candidates: tuple[Candidate, ...]  # with absolute paths, as workers see them
     sent: float
     retry: bool  # already a retry of a failed batch: failing again is final
+    limit_s: float = 0.0  # how long it may take (set from its files)
+
+    def __post_init__(self) -> None:
+        # twice the local limits: a task can wait behind another one on its worker
+        self.limit_s = 2 * sum(file_timeout_s(c) for c in self.candidates)
 
 
 class FuturesExecutor:
@@ -141,7 +145,11 @@ class FuturesExecutor:
         return self.prepare is not None and self.prepare.applies(candidates)
 
     def _parse(self, candidates: Sequence[Candidate], consume: Consumer, bar: Phase) -> None:
-        absolute = [dataclasses.replace(c, path=Path(os.path.abspath(c.path))) for c in candidates]
+        here = Path.cwd()  # (the workers may run elsewhere: every path absolute)
+        absolute = [
+            c if c.path.is_absolute() else dataclasses.replace(c, path=here / c.path)
+            for c in candidates
+        ]
         # Batches no larger than an even share: a few files on many workers still spread. A cut
         # history's tasks are larger: each sends one small table, and a task's cost at the
         # coordinator (its submission, its table merged) is most of a 100,000-rank load's
@@ -219,7 +227,7 @@ class FuturesExecutor:
         if not running:
             return None
         now = time.monotonic()
-        return max(0.0, min(b.sent + _limit_s(b) for b in running.values()) - now)
+        return max(0.0, min(b.sent + b.limit_s for b in running.values()) - now)
 
     def _expire(
         self, running: dict[cf.Future[list[Result]], _Batch], ready: dict[int, Result]
@@ -227,7 +235,7 @@ class FuturesExecutor:
         """Give up on tasks past their time limit: their files are reported, not waited for."""
         now = time.monotonic()
         for future, batch in list(running.items()):
-            limit = _limit_s(batch)
+            limit = batch.limit_s
             if now - batch.sent > limit:
                 del running[future]
                 future.cancel()
@@ -245,11 +253,6 @@ class FuturesExecutor:
             f"({type(exc).__name__}: {str(exc)[:160]}); the file is damaged or a worker is "
             "unhealthy. The other ranks are analysed without it."
         )
-
-
-def _limit_s(batch: _Batch) -> float:
-    # twice the local limits: a task can wait behind another one on its worker
-    return 2 * sum(file_timeout_s(c) for c in batch.candidates)
 
 
 def _relocate(result: Result, remote: Candidate, local: Candidate) -> Result:

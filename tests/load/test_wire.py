@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from frtrace.errors import FrtraceError
-from frtrace.load.discover import discover
+from frtrace.load.discover import Candidate, discover
 from frtrace.load import schema
 from frtrace.load.parse import ParsedDump, try_parse
 from frtrace.load.wire import empty_batch
@@ -79,3 +79,19 @@ def test_an_empty_batch_travels_as_nothing_and_arrives_whole() -> None:
     assert len(sent) < len(pickle.dumps(one)) / 3
     assert pickle.loads(sent).entries is after.entries  # built once where it arrives
     assert empty_batch(schema.ENTRIES).to_pylist() == []
+
+
+def test_a_candidate_travels_with_every_field() -> None:
+    values = {
+        "path": Path("/d/dumps.tgz:rank_3"),
+        "rank": 3,
+        "prefix": "rank_",
+        "encoding": "json",
+        "size_bytes": 10,
+        "relative": "a/rank_3",
+        "data": b"{}",
+        "refused": "a link",
+    }
+    assert {f.name for f in dataclasses.fields(Candidate)} == set(values)  # (a new field: here)
+    before = Candidate(**values)  # type: ignore[arg-type]
+    assert pickle.loads(pickle.dumps(before)) == before
