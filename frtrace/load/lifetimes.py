@@ -102,7 +102,8 @@ def lifetimes(spans: dict[int, tuple[int, int]], gap_ns: int = GAP_NS) -> list[L
     for rank, (first, last) in sorted(spans.items(), key=lambda kv: (kv[1][0], kv[0])):
         if chains and first <= chains[-1][1] + gap_ns:
             start, end, ranks = chains[-1]
-            chains[-1] = (start, max(end, last), [*ranks, rank])
+            ranks.append(rank)  # (in place: a copy each time is quadratic in the ranks)
+            chains[-1] = (start, max(end, last), ranks)
         else:
             chains.append((first, last, [rank]))
     return [

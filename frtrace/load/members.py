@@ -8,8 +8,7 @@ dictionary-encoded), keyed by a digest worked out where the file is read (``form
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -61,9 +60,9 @@ def groups_table(rows: list[dict[str, Any]], members: MemberLists) -> pa.Table:
     return pa.table({f.name: columns[f.name] for f in schema.GROUPS}, schema=schema.GROUPS)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RecordedGroup:
-    """One row of the groups table, with its member tuple shared by identical rows."""
+class RecordedGroup(NamedTuple):
+    """One row of the groups table, with its member tuple shared by identical rows (a tuple:
+    a large job has a row per rank and group, and a frozen dataclass is slow to make)."""
 
     rank: int
     name: str

@@ -21,7 +21,7 @@ from __future__ import annotations
 import gc
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,18 @@ class DumpMeta:
     wrapped: bool | None
     has_stacks: bool
     problems: tuple[str, ...]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its values in order (a slots dataclass's own way looks up its fields for
+        every object: a cluster's coordinator unpickles one for every rank)."""
+        return (_meta, tuple(getattr(self, name) for name in _META_FIELDS))
+
+
+def _meta(*values: Any) -> DumpMeta:
+    return DumpMeta(**dict(zip(_META_FIELDS, values, strict=True)))
+
+
+_META_FIELDS = tuple(f.name for f in fields(DumpMeta))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

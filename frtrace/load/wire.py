@@ -52,7 +52,7 @@ def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
     """A batch of ``schema`` with no row (the same object each time: batches are immutable;
     looked up by ``equals``, not by hash: a schema's hash costs ~40 us)."""
     for schema_, batch in _EMPTY:
-        if schema_.equals(schema):
+        if schema_ is schema or schema_.equals(schema):
             return batch
     arrays = [
         pa.DictionaryArray.from_arrays(

@@ -224,14 +224,17 @@ def dumps_compact(value: Any, indent: int = 2, _level: int = 0) -> str:
     """
     pad = " " * (indent * (_level + 1))
     end = " " * (indent * _level)
-    one_line = json_safe(json.dumps(value, ensure_ascii=False))
     numbers = isinstance(value, list) and all(
         v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in value
     )
     if not isinstance(value, (dict, list)) or numbers:
-        return one_line
-    if len(one_line) <= 100 and _depth(value) <= 2:
-        return one_line
+        return json_safe(json.dumps(value, ensure_ascii=False))
+    # (one line of <= 100 characters holds fewer than 50 items: a larger value is not
+    # written out whole only to be measured, at every level of a 16,384-rank report)
+    if len(value) < 50 and _depth(value) <= 2:
+        one_line = json_safe(json.dumps(value, ensure_ascii=False))
+        if len(one_line) <= 100:
+            return one_line
     if isinstance(value, dict):
         items = [
             f"{pad}{json_safe(json.dumps(str(k), ensure_ascii=False))}: "

@@ -95,3 +95,12 @@ def test_a_candidate_travels_with_every_field() -> None:
     assert {f.name for f in dataclasses.fields(Candidate)} == set(values)  # (a new field: here)
     before = Candidate(**values)  # type: ignore[arg-type]
     assert pickle.loads(pickle.dumps(before)) == before
+
+
+def test_a_dump_meta_travels_with_every_field() -> None:
+    before = _parsed(FIXTURES / "nccl")[0].meta
+    after = pickle.loads(pickle.dumps(before))
+    assert after == before
+    assert [getattr(after, f.name) for f in dataclasses.fields(after)] == [
+        getattr(before, f.name) for f in dataclasses.fields(before)
+    ]
