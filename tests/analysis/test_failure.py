@@ -251,3 +251,25 @@ def test_dump_times_far_apart_say_nothing_about_the_others(tmp_path: Path) -> No
         _sidecar(tmp_path / f"stacks_rank_{r}.json", r, T0 + at * MS)
     report = analyze(tmp_path)
     assert report.verdict == Verdict.HANG and report.culprit_ranks == (2,)
+
+
+def test_candidate_ops_are_read_in_order_and_none_from_no_rows() -> None:
+    import pandas as pd
+
+    from frtrace.analysis.facts.failure import _ops_of
+
+    columns = ["gid", "seq", "state_rank", "rank", "done", "created_ns", "row", "last_row"]
+    assert list(_ops_of(pd.DataFrame(columns=columns))) == []
+    rows = pd.DataFrame(
+        [
+            (1, 5, 1, 3, True, 10, 7, 7),
+            (0, 5, 2, 0, False, None, 1, 2),
+            (1, 5, None, 2, False, 12, 4, 4),
+        ],
+        columns=columns,
+    ).astype({"state_rank": "Int64", "created_ns": "Int64"})
+    ops = list(_ops_of(rows))
+    assert [key for key, _ in ops] == [(0, 5), (1, 5)]
+    (_, first), (_, second) = ops
+    assert first.completed and first.created == [None] and first.last_row == [2]
+    assert not second.completed and second.ranks == [3, 2] and second.done == [True, False]

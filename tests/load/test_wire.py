@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from frtrace.errors import FrtraceError
-from frtrace.load.discover import Candidate, discover
 from frtrace.load import schema
+from frtrace.load.discover import Candidate, discover
 from frtrace.load.parse import ParsedDump, try_parse
 from frtrace.load.wire import empty_batch
 

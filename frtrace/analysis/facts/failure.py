@@ -112,6 +112,8 @@ def _ops_of(rows: pd.DataFrame) -> Iterator[tuple[tuple[int, int], _Op]]:
     per op was most of a 4,096-rank analysis: there is an op per group)."""
     rows = rows[rows["gid"].notna() & rows["seq"].notna()]
     rows = rows.sort_values(["gid", "seq"], kind="stable")
+    if rows.empty:
+        return
     gid = rows["gid"].to_numpy(dtype=np.int64)
     seq = rows["seq"].to_numpy(dtype=np.int64)
     completed = rows["state_rank"].eq(2).fillna(False).to_numpy(dtype=bool)
