@@ -107,8 +107,7 @@ class _Batch:
     limit_s: float = 0.0  # how long it may take (set from its files)
 
     def __post_init__(self) -> None:
-        # twice the local limits: a task can wait behind another one on its worker
-        self.limit_s = 2 * sum(file_timeout_s(c) for c in self.candidates)
+        self.limit_s = _limit_s(self)  # (once: not at every wait)
 
 
 class FuturesExecutor:
@@ -253,6 +252,11 @@ class FuturesExecutor:
             f"({type(exc).__name__}: {str(exc)[:160]}); the file is damaged or a worker is "
             "unhealthy. The other ranks are analysed without it."
         )
+
+
+def _limit_s(batch: _Batch) -> float:
+    # twice the local limits: a task can wait behind another one on its worker
+    return 2 * sum(file_timeout_s(c) for c in batch.candidates)
 
 
 def _relocate(result: Result, remote: Candidate, local: Candidate) -> Result:
