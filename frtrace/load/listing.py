@@ -4,7 +4,7 @@ folder walk (``load.discover``) and the archive reader (``load.archive``) alike.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -30,30 +30,14 @@ class Candidate:
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled as its values in order (a slots dataclass's own way looks up its fields for
         every object: half of sending a large set's tasks to a cluster)."""
-        values = (self.path, self.rank, self.prefix, self.encoding, self.size_bytes)
-        return (_candidate, (*values, self.relative, self.data, self.refused))
+        return (_candidate, tuple(getattr(self, name) for name in _CANDIDATE_FIELDS))
 
 
-def _candidate(
-    path: Path,
-    rank: int,
-    prefix: str,
-    encoding: str,
-    size_bytes: int,
-    relative: str,
-    data: bytes | None,
-    refused: str | None,
-) -> Candidate:
-    return Candidate(
-        path=path,
-        rank=rank,
-        prefix=prefix,
-        encoding=encoding,
-        size_bytes=size_bytes,
-        relative=relative,
-        data=data,
-        refused=refused,
-    )
+def _candidate(*values: Any) -> Candidate:
+    return Candidate(**dict(zip(_CANDIDATE_FIELDS, values, strict=True)))
+
+
+_CANDIDATE_FIELDS = tuple(f.name for f in fields(Candidate))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
