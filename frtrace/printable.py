@@ -35,6 +35,8 @@ def json_safe(text: str) -> str:
     """JSON text (from ``json.dumps(..., ensure_ascii=False)``) with the same characters as
     ``\\uXXXX`` escapes: still valid JSON, decoding to the same strings, and left alone by
     ``printable``. (Outside strings JSON text has no such characters.)"""
+    if text.isascii() and "\x7f" not in text:  # (its other ASCII controls are escaped)
+        return text
     return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 

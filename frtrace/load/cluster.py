@@ -6,10 +6,10 @@ workers; then the files read again, each keeping only its entries at and near th
    workers, level by level; the last, ``cut_partials``, merges and cuts: only a cutoff per
    group (and the paths it folded) comes back to the coordinator.
 2. ``parse_kept``: the ordinary read of a batch, each dump's entries cut by the frontier
-   (``Frontier.keep``), its large member lists left out (the root sent them; the executor
-   puts them back, ``restore_members``), and the batch's entries merged into one table
-   before they travel. A dump the first pass did not fold (it failed there, or appeared
-   since) is kept whole.
+   (``Frontier.keep``), and the batch's dumps sent as one ``bundle.Bundle``: one entries
+   table, the file, group and pg_status rows as small tables, the large member lists left
+   out (the root sent them; the coordinator has them). A dump the first pass did not fold
+   (it failed there, or appeared since) is kept whole.
 
 A first pass that fails (a worker lost beyond the scheduler's retries, a bug) costs only the
 cut: the second pass then reads every entry, as for a small set, and the report has no note
@@ -23,16 +23,13 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import pyarrow as pa
-
-from frtrace.load import schema
+from frtrace.errors import DumpFormatError
+from frtrace.load.bundle import Bundle, bundle
 from frtrace.load.discover import Candidate
 from frtrace.load.frontier import MARGIN, Frontier, Partial, cut, fold, merge
-from frtrace.load.merging import EntryColumns, remap_stacks
-from frtrace.load.parallel import Result, file_timeout_s, parse_candidates
+from frtrace.load.parallel import file_timeout_s, parse_candidates
 from frtrace.load.parse import ParsedDump
-from frtrace.load.stacks import Stack
-from frtrace.load.wire import empty_batch
+from frtrace.load.shipped import ShippedDump
 
 __all__ = [
     "FAN_IN",
@@ -45,7 +42,6 @@ __all__ = [
     "local_frontier",
     "merge_partials",
     "parse_kept",
-    "restore_members",
     "summarize_files",
 ]
 
@@ -126,60 +122,18 @@ def cut_partials(*folded: Folded, margin: int = MARGIN) -> Cut:
     return Cut(cut(root.partial, margin), root.paths, root.members)
 
 
-def parse_kept(candidates: Sequence[Candidate], answer: Cut) -> list[Result]:
-    """The second pass's task: read a batch, each folded dump cut by the frontier, its large
-    member lists left out where the root has them (``restore_members`` puts them back)."""
-    out: list[Result] = []
+def parse_kept(candidates: Sequence[Candidate], answer: Cut) -> Bundle:
+    """The second pass's task: read a batch, each folded dump cut by the frontier, as one
+    bundle (``load.bundle``: one entries table, the side rows as small tables), the large
+    member lists the root holds left out."""
+    out: list[ParsedDump | DumpFormatError] = []
     for cand, result in zip(candidates, parse_candidates(candidates, jobs=1), strict=True):
+        if isinstance(result, ShippedDump):  # (not asked for: no ship_to)
+            raise TypeError(f"{cand.path}: a shipped result where none was asked for")
         if isinstance(result, ParsedDump) and str(cand.path) in answer.paths:
-            groups = tuple(
-                {**row, "ranks": None} if row.get("ranks_key") in answer.members else row
-                for row in result.groups
-            )
-            entries = answer.frontier.keep(result.entries)
-            result = dataclasses.replace(result, entries=entries, groups=groups)
+            result = dataclasses.replace(result, entries=answer.frontier.keep(result.entries))
         out.append(result)
-    return _in_one_batch(out)
-
-
-def _in_one_batch(results: list[Result]) -> list[Result]:
-    """The batch's dumps with every entry in the first one's table (stack ids and
-    dictionaries merged here, as the tables merge them), the others' tables empty: the
-    coordinator merges one table a task, not one a dump (its serial cost per dump is most
-    of a 100,000-rank load's). The order of the entries is the same."""
-    parsed = [r for r in results if isinstance(r, ParsedDump)]
-    if len(parsed) < 2:
-        return results
-    interned: dict[Stack, int] = {}
-    merged = EntryColumns()
-    for dump in parsed:
-        merged.add(remap_stacks(dump, interned))
-    columns = [merged.column(i) for i in range(len(schema.ENTRIES))]
-    whole = pa.RecordBatch.from_arrays(columns, schema=schema.ENTRIES)
-    # (an empty table of its own: a slice of the whole one pickles all of its buffers)
-    stacks, empty = tuple(interned), empty_batch(schema.ENTRIES)
-    out: list[Result] = []
-    for result in results:
-        if isinstance(result, ParsedDump):
-            first = result is parsed[0]
-            entries, own = (whole, stacks) if first else (empty, ())
-            result = dataclasses.replace(result, entries=entries, stacks=own)
-        out.append(result)
-    return out
-
-
-def restore_members(result: Result, members: Members) -> Result:
-    """A second-pass result with the large member lists it left out put back (the same
-    array for every dump that records it: the tables intern them by digest)."""
-    if not isinstance(result, ParsedDump) or not members:
-        return result
-    groups = tuple(
-        {**row, "ranks": members[row["ranks_key"]]}
-        if row.get("ranks") is None and row.get("ranks_key") in members
-        else row
-        for row in result.groups
-    )
-    return dataclasses.replace(result, groups=groups)
+    return bundle(candidates, out, held=set(answer.members))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -31,7 +31,8 @@ from typing import Any, Protocol
 
 from frtrace.errors import ReaderFailedError, SchedulerUnavailable
 from frtrace.load import cluster
-from frtrace.load.cluster import FirstPass, Members, dask_frontier, parse_kept, restore_members
+from frtrace.load.bundle import Bundle
+from frtrace.load.cluster import FirstPass, Members, dask_frontier, parse_kept
 from frtrace.load.discover import Candidate
 from frtrace.load.frontier import Frontier
 from frtrace.load.parallel import Result, file_timeout_s, parse_candidates
@@ -40,17 +41,21 @@ from frtrace.load.shipped import ShippedDump
 from frtrace.progress import Phase, Progress, owned
 
 __all__ = [
+    "Answer",
     "Consumer",
     "FileExecutor",
     "FuturesExecutor",
     "LocalProcesses",
+    "Task",
     "dask_executor",
     "open_executor",
     "parse_files",
 ]
 
-Consumer = Callable[[int, Result], None]
-Task = Callable[[Sequence[Candidate]], list[Result]]
+Consumer = Callable[[int, Result | Bundle], None]
+# A task's answer: a result a file, or one bundle of them all (``load.bundle``)
+Answer = list[Result] | Bundle
+Task = Callable[[Sequence[Candidate]], Answer]
 
 # Files per remote task: one task per file costs the scheduler ~1 ms each (100 s for 10^5
 # ranks), and a batch of 16 dumps (~7 MB) reads in ~0.3 s, well above that overhead.
@@ -68,7 +73,8 @@ class FileExecutor(Protocol):
     """Reads files somewhere; results reach ``consume`` in the candidates' order."""
 
     def parse(self, candidates: Sequence[Candidate], consume: Consumer) -> None:
-        """Read every candidate; call ``consume(index, result)`` for each, index ascending."""
+        """Read every candidate; call ``consume(index, result)`` for each, index ascending
+        (a ``Bundle`` stands for the ``count`` candidates from ``index``)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -161,7 +167,7 @@ class FuturesExecutor:
             _Batch(i, tuple(absolute[i : i + size]), 0.0, False)
             for i in range(0, len(candidates), size)
         ]
-        task: Callable[..., list[Result]] = self.task
+        task: Callable[..., Answer] = self.task
         extra: tuple[Any, ...] = ()
         self.window = None
         cut = None if prepare is None else prepare.run([b.candidates for b in todo])
@@ -170,9 +176,9 @@ class FuturesExecutor:
             (handle, answer), task = cut, parse_kept
             self.window, members, extra = answer.frontier, answer.members, (handle,)
         todo.reverse()  # popped from the end: file order
-        ready: dict[int, Result] = {}
-        handed = 0
-        running: dict[cf.Future[list[Result]], _Batch] = {}
+        ready: dict[int, Result | Bundle] = {}
+        handed = waiting = 0  # (waiting: the files ready and not handed over)
+        running: dict[cf.Future[Answer], _Batch] = {}
         window = self.workers * TASKS_PER_WORKER
         # Files that may be done ahead of the first one not yet handed over: a slow batch
         # holds the others back rather than letting the results waiting for it pile up.
@@ -194,25 +200,34 @@ class FuturesExecutor:
                     batch = running.pop(future)
                     for index, result in self._results(future, batch, todo):
                         ready[index] = result
+                        waiting += result.count if isinstance(result, Bundle) else 1
                 todo.sort(key=lambda b: -b.first)  # retries among the rest, in file order
-                self._expire(running, ready)
-                bar.update(handed + len(ready))
+                waiting += self._expire(running, ready)
+                bar.update(handed + waiting)
                 while handed in ready:
-                    local = candidates[handed]
-                    result = restore_members(ready.pop(handed), members)
-                    consume(handed, _relocate(result, absolute[handed], local))
-                    handed += 1
+                    result, at = ready.pop(handed), handed
+                    if isinstance(result, Bundle):
+                        handed += result.count
+                        moved = result.relocated(candidates[at:handed])
+                        consume(at, dataclasses.replace(moved, lists=_held(moved, members)))
+                    else:
+                        handed += 1
+                        consume(at, _relocate(result, absolute[at], candidates[at]))
+                    waiting -= handed - at
         finally:
             for future in running:
                 future.cancel()
 
     def _results(
-        self, future: cf.Future[list[Result]], batch: _Batch, todo: list[_Batch]
-    ) -> list[tuple[int, Result]]:
+        self, future: cf.Future[Answer], batch: _Batch, todo: list[_Batch]
+    ) -> list[tuple[int, Result | Bundle]]:
         try:
             results = future.result()
-            if len(results) != len(batch.candidates):
-                raise ValueError(f"{len(results)} results for {len(batch.candidates)} files")
+            count = results.count if isinstance(results, Bundle) else len(results)
+            if count != len(batch.candidates):
+                raise ValueError(f"{count} results for {len(batch.candidates)} files")
+            if isinstance(results, Bundle):
+                return [(batch.first, results)]
             return list(enumerate(results, batch.first))
         except Exception as exc:  # the worker died (KilledWorker), a lost connection, a bug
             if len(batch.candidates) > 1 or not batch.retry:
@@ -222,22 +237,24 @@ class FuturesExecutor:
                 return []
             return [(batch.first, self._failed(batch.candidates[0], exc))]
 
-    def _next_deadline(self, running: dict[cf.Future[list[Result]], _Batch]) -> float | None:
+    def _next_deadline(self, running: dict[cf.Future[Answer], _Batch]) -> float | None:
         if not running:
             return None
         now = time.monotonic()
         return max(0.0, min(b.sent + b.limit_s for b in running.values()) - now)
 
     def _expire(
-        self, running: dict[cf.Future[list[Result]], _Batch], ready: dict[int, Result]
-    ) -> None:
-        """Give up on tasks past their time limit: their files are reported, not waited for."""
-        now = time.monotonic()
+        self, running: dict[cf.Future[Answer], _Batch], ready: dict[int, Result | Bundle]
+    ) -> int:
+        """Give up on tasks past their time limit: their files are reported, not waited for
+        (how many)."""
+        now, expired = time.monotonic(), 0
         for future, batch in list(running.items()):
             limit = batch.limit_s
             if now - batch.sent > limit:
                 del running[future]
                 future.cancel()
+                expired += len(batch.candidates)
                 for offset, cand in enumerate(batch.candidates):
                     ready[batch.first + offset] = ReaderFailedError(
                         f"{cand.path}: refused: the {self.engine} task reading it (with "
@@ -245,6 +262,7 @@ class FuturesExecutor:
                         f"{limit:.0f} s; a worker is stalled or the file is damaged. The other "
                         "ranks are analysed without it."
                     )
+        return expired
 
     def _failed(self, cand: Candidate, exc: BaseException) -> ReaderFailedError:
         return ReaderFailedError(
@@ -257,6 +275,14 @@ class FuturesExecutor:
 def _limit_s(batch: _Batch) -> float:
     # twice the local limits: a task can wait behind another one on its worker
     return 2 * sum(file_timeout_s(c) for c in batch.candidates)
+
+
+def _held(bundle: Bundle, members: Members) -> tuple[tuple[bytes, Any], ...]:
+    """The bundle's member lists, those left on the workers put back (one array each, the
+    same for every bundle: the tables intern them by digest)."""
+    if not members or all(ranks is not None for _, ranks in bundle.lists):
+        return bundle.lists
+    return tuple((key, members.get(key) if ranks is None else ranks) for key, ranks in bundle.lists)
 
 
 def _relocate(result: Result, remote: Candidate, local: Candidate) -> Result:

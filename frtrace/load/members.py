@@ -8,15 +8,15 @@ dictionary-encoded), keyed by a digest worked out where the file is read (``form
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
-from frtrace.load import schema
 from frtrace.load.formats import members_key
 
-__all__ = ["MemberLists", "RecordedGroup", "groups_table", "recorded_groups"]
+__all__ = ["MemberLists", "RecordedGroup", "recorded_groups"]
 
 
 class MemberLists:
@@ -25,20 +25,27 @@ class MemberLists:
     def __init__(self) -> None:
         self.index: dict[bytes, int] = {}
         self.lists: list[np.ndarray] = []
+        self.keys: list[bytes] = []  # each list's digest
 
     def intern(self, row: dict[str, Any]) -> dict[str, Any]:
         """The row with ``ranks`` replaced by the index of its list (-1: none)."""
         ranks = row["ranks"]
         code = -1
         if ranks is not None:
-            key: bytes = row.get("ranks_key") or members_key(ranks) or b""
-            code = self.index.get(key, -1)
-            if code == -1:
-                code = self.index[key] = len(self.lists)
-                self.lists.append(np.asarray(ranks, dtype=np.int32))
+            code = self.code(row.get("ranks_key") or members_key(ranks) or b"", ranks)
         return {**row, "ranks": code}
 
-    def array(self, codes: list[int]) -> pa.DictionaryArray:
+    def code(self, key: bytes, ranks: Any) -> int:
+        """The index of the list of digest ``key`` (``ranks`` stored where it is new; -1 for
+        a new one given as None)."""
+        code = self.index.get(key, -1)
+        if code == -1 and ranks is not None:
+            code = self.index[key] = len(self.lists)
+            self.keys.append(key)
+            self.lists.append(np.asarray(ranks, dtype=np.int32))
+        return code
+
+    def array(self, codes: list[int] | np.ndarray) -> pa.DictionaryArray:
         lengths = np.array([len(x) for x in self.lists], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
         values = np.concatenate(self.lists) if self.lists else np.zeros(0, dtype=np.int32)
@@ -47,17 +54,6 @@ class MemberLists:
         return pa.DictionaryArray.from_arrays(
             pa.array(indices, type=pa.int32(), mask=indices < 0), distinct
         )
-
-
-def groups_table(rows: list[dict[str, Any]], members: MemberLists) -> pa.Table:
-    """schema.GROUPS from the loader's rows, whose ``ranks`` index ``members``."""
-    plain = {
-        name: [r[name] for r in rows]
-        for name in ("rank", "group_name", "group_desc", "pg_id", "trusted", "note")
-    }
-    columns = {name: pa.array(plain[name], type=schema.GROUPS.field(name).type) for name in plain}
-    columns["ranks"] = members.array([r["ranks"] for r in rows])
-    return pa.table({f.name: columns[f.name] for f in schema.GROUPS}, schema=schema.GROUPS)
 
 
 class RecordedGroup(NamedTuple):
@@ -72,10 +68,23 @@ class RecordedGroup(NamedTuple):
     trusted: bool
 
 
-def recorded_groups(groups: pa.Table) -> list[RecordedGroup]:
+def recorded_groups(groups: pa.Table) -> tuple[RecordedGroup, ...]:
     """The groups table as rows; each distinct member list is parsed once and shared by the
     rows that recorded it (rank lists repeat: every rank records the default group's
-    thousands of members)."""
+    thousands of members). The rows of the table asked for last are kept (the load and the
+    analysis both read them: 65,000 rows at 16,384 ranks)."""
+    for table, rows in _LAST:
+        if table() is groups:
+            return rows
+    rows = tuple(_rows(groups))
+    _LAST[:] = [(weakref.ref(groups), rows)]
+    return rows
+
+
+_LAST: list[tuple[weakref.ref[pa.Table], tuple[RecordedGroup, ...]]] = []  # (one, or none)
+
+
+def _rows(groups: pa.Table) -> list[RecordedGroup]:
     out: list[RecordedGroup] = []
     if not groups.num_rows:
         return out

@@ -85,15 +85,17 @@ class EntryColumns:
         return self.coded.pop(i).finish(spec.type)
 
 
-def remap_stacks(parsed: ParsedDump, interned: dict[Stack, int]) -> pa.RecordBatch:
-    """Replace the file's local stack ids by ids shared across all ranks."""
-    batch = parsed.entries
-    if not parsed.stacks:
+def remap_stacks(
+    batch: pa.RecordBatch, stacks: tuple[Stack, ...], interned: dict[Stack, int]
+) -> pa.RecordBatch:
+    """A file's (or a task's) entries with their local stack ids (into ``stacks``) replaced
+    by ids shared across all ranks (``interned``, added to)."""
+    if not stacks:
         return batch
     mapping = np.fromiter(
-        (interned.setdefault(s, len(interned)) for s in parsed.stacks),
+        (interned.setdefault(s, len(interned)) for s in stacks),
         dtype=np.int32,
-        count=len(parsed.stacks),
+        count=len(stacks),
     )
     local = batch.column("stack_id")
     if local.null_count:

@@ -14,25 +14,25 @@ import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from frtrace.errors import DumpFormatError, NoReadableDumps
 from frtrace.load import schema, spill
+from frtrace.load.bundle import Bundle
 from frtrace.load.cache import TABLES, DirectoryCache, cache_disabled, cache_root
 from frtrace.load.discover import Candidate, Discovery, SkippedFile, discover
 from frtrace.load.dumpset import DumpSet, WorldSize
 from frtrace.load.executors import FileExecutor, FuturesExecutor, LocalProcesses, open_executor
-from frtrace.load.filerows import failed_file_row, storable_rows
 from frtrace.load.gather import Gather
 from frtrace.load.lifetimes import one_attempt  # (loaded dump sets: one attempt's ranks)
-from frtrace.load.members import MemberLists, groups_table, recorded_groups
+from frtrace.load.members import recorded_groups
 from frtrace.load.merging import EntryColumns, local_dictionary, remap_stacks
 from frtrace.load.parse import ParsedDump
 from frtrace.load.problems import LoadProblem
 from frtrace.load.shipped import ColumnWriter, ShippedDump
+from frtrace.load.siderows import SideRows
 from frtrace.load.spill import spill_directory
 from frtrace.load.stacks import Stack
 from frtrace.progress import Progress, owned
@@ -222,13 +222,8 @@ class _Assembler:
     ) -> None:
         self.directory = directory
         self.candidates = candidates
-        self.problems: list[LoadProblem] = []
-        self.file_rows: list[dict[str, Any]] = []
-        self.group_rows: list[dict[str, Any]] = []
-        self.status_rows: list[dict[str, Any]] = []
+        self.side = SideRows()  # the files, groups and pg_status rows, and the problems
         self.interned: dict[Stack, int] = {}
-        self.members = MemberLists()
-        self.loaded = 0
         # A large set's columns are gathered, at the end, from the files the workers wrote
         # them to (frtrace.load.shipped), into files of their own (frtrace.load.spill)
         total = sum(c.size_bytes for c in candidates)
@@ -242,48 +237,23 @@ class _Assembler:
         # tables written where they stay (the cache's files): name -> (bytes, adler32)
         self.written: dict[str, tuple[int, int]] = {}
 
-    def add(self, index: int, result: ParsedDump | ShippedDump | DumpFormatError) -> None:
-        """Merge the result of ``candidates[index]``; call in index order."""
-        cand = self.candidates[index]
+    def add(self, index: int, result: ParsedDump | ShippedDump | Bundle | DumpFormatError) -> None:
+        """Merge the result of ``candidates[index]`` (a bundle: of the ``count`` from it);
+        call in index order."""
         if isinstance(result, DumpFormatError):
-            self.problems.append(
-                LoadProblem(rank=cand.rank, path=str(cand.path), message=str(result), fatal=True)
-            )
-            self.file_rows.append(failed_file_row(cand, str(result)))
+            self.side.add_failed(self.candidates[index], str(result))
             return
-        meta = result.meta
-        self.problems.extend(
-            LoadProblem(rank=meta.rank, path=meta.path, message=f"{meta.path}: {p}", fatal=False)
-            for p in meta.problems
-        )
+        if isinstance(result, Bundle):  # (a cluster's cut history: never gathered)
+            assert self.gather is None, "a bundle where the entries are gathered"
+            self.side.add_part(result.rows, result.lists)
+            if result.entries.num_rows:
+                self.columns.add(remap_stacks(result.entries, result.stacks, self.interned))
+            return
         if self.gather is not None:
             self._gather(self.gather, result)
         elif isinstance(result, ParsedDump) and result.entries.num_rows:
-            # (shipped only where gathered; a cluster's task sends its dumps' in one table)
-            self.columns.add(remap_stacks(result, self.interned))
-        self.loaded += 1
-        self.group_rows.extend(map(self.members.intern, result.groups))
-        self.status_rows.extend(result.pg_status)
-        self.file_rows.append(
-            {
-                "rank": meta.rank,
-                "path": meta.path,
-                "size_bytes": meta.size_bytes,
-                "loaded": True,
-                "error": None,
-                "encoding": meta.encoding,
-                "format_version": meta.format_version,
-                "layout": meta.layout,
-                "backend": meta.backend,
-                "comm_lib_version": meta.comm_lib_version,
-                "entry_count": meta.entry_count,
-                "record_id_min": meta.record_id_min,
-                "record_id_max": meta.record_id_max,
-                "wrapped": meta.wrapped,
-                "has_stacks": meta.has_stacks,
-                "problems": list(meta.problems),
-            }
-        )
+            self.columns.add(remap_stacks(result.entries, result.stacks, self.interned))
+        self.side.add_dump(result)
 
     def _entries_file(self, gather: Gather, at: Path | None) -> pa.Table | None:
         """The entries written as an Arrow IPC file (at ``at``, else in the spill directory,
@@ -348,10 +318,11 @@ class _Assembler:
         """The DumpSet. A large set's entries are written as an Arrow IPC file and mapped
         from it: at ``entries_at`` (the cache's file, its size and adler32 then in
         ``written``), else in the spill directory."""
-        if not self.loaded:
+        if not self.side.loaded:
             if self.spill_dir is not None:
                 spill.remove_spill_directory(self.spill_dir)
-            first = self.problems[0].message if self.problems else "no files"
+            problems = self.side.problems
+            first = problems[0].message if problems else "no files"
             raise NoReadableDumps(
                 f"{self.directory}: none of the {len(self.candidates)} dump files could be "
                 f"read (first: {first})"
@@ -393,17 +364,16 @@ class _Assembler:
             ],
             schema=schema.STACKS,
         )
-        groups = groups_table(self.group_rows, self.members)
-        files = pa.Table.from_pylist(storable_rows(self.file_rows), schema=schema.FILES)
+        files, groups, pg_status = self.side.tables()
         return DumpSet(
             directory=self.directory,
             entries=entries,
             stacks=stacks,
             groups=groups,
-            pg_status=pa.Table.from_pylist(self.status_rows, schema=schema.PG_STATUS),
+            pg_status=pg_status,
             files=files,
             world=infer_world_size(files, groups),
-            problems=(*(of.problems if of else ()), *self.problems),
+            problems=(*(of.problems if of else ()), *self.side.problems),
             skipped=tuple(skipped),
             side_files=of.side_files if of else None,
             _frames=frames,

@@ -216,6 +216,11 @@ def render_json(report: Report, selection: Selection | None = None) -> str:
     return dumps_compact(report_to_dict(report, selection)) + "\n"
 
 
+# json.dumps(value, ensure_ascii=False) makes an encoder at every call (a given option): one
+# encoder, kept (a 16,384-rank report has a line per waiting rank)
+_ENCODE = json.JSONEncoder(ensure_ascii=False).encode
+
+
 def dumps_compact(value: Any, indent: int = 2, _level: int = 0) -> str:
     """Indented JSON that keeps lists of numbers and small flat objects on one line.
 
@@ -228,16 +233,16 @@ def dumps_compact(value: Any, indent: int = 2, _level: int = 0) -> str:
         v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in value
     )
     if not isinstance(value, (dict, list)) or numbers:
-        return json_safe(json.dumps(value, ensure_ascii=False))
+        return json_safe(_ENCODE(value))
     # (one line of <= 100 characters holds fewer than 50 items: a larger value is not
     # written out whole only to be measured, at every level of a 16,384-rank report)
     if len(value) < 50 and _depth(value) <= 2:
-        one_line = json_safe(json.dumps(value, ensure_ascii=False))
+        one_line = json_safe(_ENCODE(value))
         if len(one_line) <= 100:
             return one_line
     if isinstance(value, dict):
         items = [
-            f"{pad}{json_safe(json.dumps(str(k), ensure_ascii=False))}: "
+            f"{pad}{json_safe(_ENCODE(str(k)))}: "
             f"{dumps_compact(v, indent, _level + 1)}"
             for k, v in value.items()
         ]

@@ -9,8 +9,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from frtrace.errors import DumpFormatError
+from frtrace.load.bundle import Bundle, bundle
 from frtrace.load.discover import Candidate
 from frtrace.load.executors import Result, parse_files
+from frtrace.load.parse import ParsedDump
 
 
 @dataclass(frozen=True)
@@ -65,3 +68,19 @@ class Stalls:
         if any(c.path.name == self.target for c in candidates):
             time.sleep(self.sleep_s)
         return parse_files(candidates)
+
+
+@dataclass(frozen=True)
+class Bundled:
+    """Reads its files as a cluster's cut history does, into one bundle a task
+    (``load.bundle``); any task holding ``raises_on`` raises."""
+
+    raises_on: str = ""
+
+    def __call__(self, candidates: Sequence[Candidate]) -> Bundle:
+        if self.raises_on and any(c.path.name == self.raises_on for c in candidates):
+            raise ConnectionError(f"lost while reading {self.raises_on}")
+        results = parse_files(candidates)
+        read = [r for r in results if isinstance(r, ParsedDump | DumpFormatError)]
+        assert len(read) == len(results)  # (nothing shipped: no ship_to)
+        return bundle(candidates, read)

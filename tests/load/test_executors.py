@@ -14,7 +14,10 @@ from frtrace.load import executors
 from frtrace.load.executors import FuturesExecutor, LocalProcesses
 from frtrace.load.tables import DumpSet, load_dumps
 from tests.conftest import GLOO, healthy_set
-from tests.load.executor_hooks import RaisesOn, Stalls
+from tests.load.executor_hooks import Bundled, RaisesOn, Stalls
+
+# Each file's own result, or one bundle a task (a cluster's cut history, ``load.bundle``)
+TASKS = pytest.mark.parametrize("task", [executors.parse_files, Bundled()], ids=["files", "bundle"])
 
 
 def _same(a: DumpSet, b: DumpSet) -> None:
@@ -29,38 +32,47 @@ def _damaged(tmp_path: Path) -> Path:
     return directory
 
 
+@TASKS
 @pytest.mark.parametrize("files_per_task", [1, 2, 16])
-def test_any_futures_executor_gives_the_local_tables(tmp_path: Path, files_per_task: int) -> None:
-    """Threads standing in for a cluster: same tables, problems and order as the local run."""
+def test_any_futures_executor_gives_the_local_tables(
+    tmp_path: Path, files_per_task: int, task: executors.Task
+) -> None:
+    """Threads standing in for a cluster: same tables, problems and order as the local run
+    (a damaged file in the middle of a task included)."""
     directory = _damaged(tmp_path)
     local = load_dumps(directory, scheduler=LocalProcesses(jobs=2))
     with cf.ThreadPoolExecutor(3) as pool:
-        engine = FuturesExecutor(pool, workers=3, files_per_task=files_per_task)
+        engine = FuturesExecutor(pool, workers=3, files_per_task=files_per_task, task=task)
         remote = load_dumps(directory, scheduler=engine)
     _same(local, remote)
     assert remote.unreadable_ranks == (4,)
 
 
-def test_relative_paths_come_back_as_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@TASKS
+def test_relative_paths_come_back_as_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, task: executors.Task
+) -> None:
     """Workers get absolute paths; results and messages name the path as the user spelled it."""
     shutil.copytree(GLOO / "never_joins", tmp_path / "d")
     (tmp_path / "d" / "rank_2").write_bytes(b"junk")
     monkeypatch.chdir(tmp_path)
     local = load_dumps(Path("d"))
     with cf.ThreadPoolExecutor(2) as pool:
-        remote = load_dumps(Path("d"), scheduler=FuturesExecutor(pool, workers=2))
+        engine = FuturesExecutor(pool, workers=2, task=task)
+        remote = load_dumps(Path("d"), scheduler=engine)
     _same(local, remote)
     assert any(p.message.startswith("d/rank_2: ") for p in remote.problems)
 
 
-def test_a_failing_task_is_retried_file_by_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "task", [RaisesOn("nccl_trace_rank_1"), Bundled("nccl_trace_rank_1")], ids=["files", "bundle"]
+)
+def test_a_failing_task_is_retried_file_by_file(tmp_path: Path, task: executors.Task) -> None:
     """A batch whose task fails is sent again one file per task: only the bad file is lost,
     and it is reported in one line naming it, never silently missing."""
     directory = healthy_set(tmp_path / "dumps", world=6, steps=5)
     with cf.ThreadPoolExecutor(2) as pool:
-        engine = FuturesExecutor(
-            pool, workers=1, files_per_task=3, task=RaisesOn("nccl_trace_rank_1"), engine="Test"
-        )
+        engine = FuturesExecutor(pool, workers=1, files_per_task=3, task=task, engine="Test")
         dumps = load_dumps(directory, scheduler=engine)
     assert dumps.loaded_ranks == (0, 2, 3, 4, 5)
     (problem,) = dumps.problems

@@ -19,7 +19,6 @@ from frtrace.load.cluster import local_frontier, summarize_files
 from frtrace.load.discover import discover
 from frtrace.load.executors import FuturesExecutor
 from frtrace.load.frontier import Partial, cut, fold, merge
-from frtrace.load.parse import ParsedDump
 from frtrace.load.tables import DumpSet, load_dumps
 from frtrace.model import Report
 from frtrace.pipeline import analyze_dumps
@@ -133,27 +132,48 @@ def test_a_first_pass_that_fails_costs_only_the_cut(
     assert kept.entries.num_rows == load_dumps(directory).entries.num_rows
 
 
-def test_large_member_lists_travel_once_and_a_task_sends_one_table(
+def test_large_member_lists_travel_once_and_a_task_sends_one_bundle(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The second pass sends no copy of a list the root holds; it is put back as one array."""
+    """The second pass sends a task's dumps as one bundle, no copy of a list the root holds
+    in it; the bundle arrives as it left."""
     monkeypatch.setattr(cluster, "LARGE_MEMBERS", 16)
     directory = _simulated(tmp_path, "host_stall")
     candidates = discover(directory).candidates[:3]
     answer = cluster.cut_partials(summarize_files(candidates), margin=4)
     assert len(answer.members) == 1  # the default group (32 ranks; tp 8 x pp 2 x dp 2)
     sent = cluster.parse_kept(candidates, answer)
-    for result in sent:
-        assert isinstance(result, ParsedDump)
-        big = [r for r in result.groups if r["ranks_key"] in answer.members]
-        assert big and all(r["ranks"] is None for r in big)
-    rows = [r.entries.num_rows for r in sent if isinstance(r, ParsedDump)]
-    assert rows[0] > 0 and rows[1:] == [0, 0]  # (the task's entries in one table)
-    sizes = [len(pickle.dumps(r)) for r in sent]
-    assert max(sizes[1:]) < sizes[0] / 4  # (an empty table carries no other table's buffers)
-    back = [cluster.restore_members(r, answer.members) for r in sent]
-    lists = {id(r["ranks"]) for b in back for r in b.groups if r["ranks_key"] in answer.members}
-    assert len(lists) == 1
+    assert sent.count == 3 and sent.rows.loaded == 3 and sent.rows.files.num_rows == 3
+    assert [ranks for key, ranks in sent.lists if key in answer.members] == [None]
+    assert all(r is not None for k, r in sent.lists if k not in answer.members)
+    assert 0 < sent.entries.num_rows < 3 * 300
+    back = pickle.loads(pickle.dumps(sent))
+    assert back.entries.equals(sent.entries) and back.stacks == sent.stacks
+    for name in ("files", "groups", "pg_status"):
+        assert getattr(back.rows, name).equals(getattr(sent.rows, name)), name
+    assert back.rows.codes.tolist() == sent.rows.codes.tolist() and back.paths == sent.paths
+    assert [k for k, _ in back.lists] == [k for k, _ in sent.lists]
+
+
+def test_a_cut_load_has_the_whole_loads_side_tables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Relative paths, a damaged file in the middle of a task, the large lists left on the
+    workers: the files, groups and pg_status tables and the problems are the whole load's."""
+    monkeypatch.setattr(cluster, "LARGE_MEMBERS", 8)
+    directory = _simulated(tmp_path, "host_stall")
+    damaged = sorted(directory.iterdir())[4]
+    damaged.write_bytes(damaged.read_bytes()[:200])
+    monkeypatch.chdir(directory.parent)
+    here = Path(directory.name)
+    whole, kept = load_dumps(here), _cut_load(here, margin=4)
+    assert kept.window is not None
+    for name in ("files", "groups", "pg_status"):
+        assert getattr(kept, name).equals(getattr(whole, name)), name
+    assert kept.problems == whole.problems
+    (problem,) = [p for p in kept.problems if p.fatal]
+    assert problem.path == str(here / damaged.name)
+    assert problem.message.startswith(f"{here / damaged.name}: ")
 
 
 def _rows(rank: int, group: str, seqs: range, **columns: object) -> pa.Table:

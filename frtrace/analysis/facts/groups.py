@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -60,22 +61,38 @@ class Membership:
 
 
 def _entry_groups(entries: pa.Table) -> dict[str, dict[int, str | None]]:
-    """group name -> {rank: desc} for every rank that recorded an entry in the group."""
-    keys = (
-        entries.select(["rank", "group_name", "group_desc"])
-        .group_by(["rank", "group_name", "group_desc"], use_threads=False)
-        .aggregate([])
-    )
+    """group name -> {rank: desc} for every rank that recorded an entry in the group (each
+    distinct (rank, name, desc) found by sorting codes: 1.6 million entries at 16,384
+    ranks, 49,000 distinct)."""
     out: dict[str, dict[int, str | None]] = defaultdict(dict)
-    for rank, name, desc in zip(
-        keys.column("rank").to_pylist(),
-        keys.column("group_name").to_pylist(),
-        keys.column("group_desc").to_pylist(),
-        strict=True,
+    if not entries.num_rows:
+        return out
+    names, name_values = _codes(entries.column("group_name"))
+    descs, desc_values = _codes(entries.column("group_desc"))
+    # (name, desc) pairs first (few), then (rank, pair): no product of three counts overflows
+    pairs, pair_of = np.unique(names * (len(desc_values) + 1) + descs + 1, return_inverse=True)
+    rank = entries.column("rank").to_numpy().astype(np.int64)
+    keys = np.unique(rank * len(pairs) + pair_of.reshape(-1))
+    pair = pairs[keys % len(pairs)]
+    desc_at, name_at = pair % (len(desc_values) + 1) - 1, pair // (len(desc_values) + 1)
+    desc_list: list[str | None] = [*desc_values, None]  # (-1: a null desc)
+    for r, n, d in zip(
+        (keys // len(pairs)).tolist(), name_at.tolist(), desc_at.tolist(), strict=True
     ):
-        if name is not None:
-            out[name][rank] = desc
+        if n >= 0:
+            out[name_values[n]][r] = desc_list[d]
     return out
+
+
+def _codes(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str]]:
+    """A text column as int64 codes into its distinct values (-1: null)."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if not pa.types.is_dictionary(column.type):
+        column = pc.dictionary_encode(column)
+    codes = column.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    values: list[str] = column.dictionary.to_pylist()
+    return codes, values
 
 
 def resolve_groups(dumps: DumpSet) -> Membership:
