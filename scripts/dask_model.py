@@ -3,9 +3,10 @@
 The design modelled is the one built (``frtrace.load.cluster``, ``frtrace.load.frontier``):
 with ``--scheduler`` and a large set, two passes over the files on the Dask workers.
 
-1. Each task (64 files) reads its dumps and folds them into per-(group, seq) partials
-   (``fold``); the partials are merged ``FAN_IN`` (8) at a time on the workers, level by
-   level (``merge``); the root merges the last and cuts (``cut``): a cutoff per group.
+1. Each task (``CUT_FILES_PER_TASK`` files: 128) reads its dumps and folds them into
+   per-(group, seq) partials (``fold``); the partials are merged ``FAN_IN`` (8) at a time
+   on the workers, level by level (``merge``); the root merges the last and cuts
+   (``cut``): a cutoff per group.
 2. Each task reads its files again and keeps each dump's entries near the frontier
    (``Frontier.keep``); only those travel to the coordinator, which builds the tables from
    them and runs the analysis.
@@ -19,8 +20,9 @@ default group: as many whatever the ranks). What it takes from whole runs (``scr
 per rank are what the cut leaves, the same at any size for this job's shape).
 
 The model, for N ranks on W single-core workers: pass 1 is N x (parse + fold) / W; the tree's
-level l has ceil(N / 64 / 8^l) merges of 8 partials, each covering up to 64 x 8^l ranks
-(small keys) plus the large groups' keys, and runs them W at a time; the root also cuts;
+level l has ceil(N / F / 8^l) merges of 8 partials (F files a task), each covering up to
+F x 8^l ranks (small keys) plus the large groups' keys, and runs them W at a time; the root
+also cuts;
 pass 2 is N x (parse + keep) / W, beside which the coordinator receives and builds (its CPU
 per rank, measured); then the coordinator's analysis (in that same CPU per rank). The
 coordinator's memory is its peak per rank at the two sizes, extrapolated linearly. The
@@ -44,7 +46,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-FILES_PER_TASK = 64  # (frtrace.load.executors.CUT_FILES_PER_TASK)
 _ARRAYS = ("key", "n", "done", "sig_min", "sig_max", "t1", "t2")  # a partial's, per key
 
 
@@ -128,6 +129,7 @@ def model(
 ) -> dict[str, float]:
     """The prediction for ``ranks`` on ``workers`` single-core workers."""
     from frtrace.load.cluster import FAN_IN
+    from frtrace.load.executors import CUT_FILES_PER_TASK as FILES_PER_TASK
 
     tasks = math.ceil(ranks / FILES_PER_TASK)
     pass1_s = ranks * (costs["parse_s"] + costs["fold_s"]) / workers

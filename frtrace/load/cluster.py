@@ -45,8 +45,8 @@ __all__ = [
     "summarize_files",
 ]
 
-# Partials merged per task: a tree of log_8(tasks) levels (100,000 ranks in 64-file tasks:
-# 1,563 leaves, 4 levels), each merge reading 8 partials of the same few groups.
+# Partials merged per task: a tree of log_8(tasks) levels (100,000 ranks in 128-file tasks:
+# 782 leaves, 4 levels), each merge reading 8 partials of the same few groups.
 FAN_IN = 8
 # Torch 2.3 and older (``DumpMeta.layout``) name a group by a per-process id: two groups can
 # share a name across ranks, and their history is never cut.

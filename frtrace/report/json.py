@@ -242,8 +242,7 @@ def dumps_compact(value: Any, indent: int = 2, _level: int = 0) -> str:
             return one_line
     if isinstance(value, dict):
         items = [
-            f"{pad}{json_safe(_ENCODE(str(k)))}: "
-            f"{dumps_compact(v, indent, _level + 1)}"
+            f"{pad}{json_safe(_ENCODE(str(k)))}: {dumps_compact(v, indent, _level + 1)}"
             for k, v in value.items()
         ]
         return "{\n" + ",\n".join(items) + "\n" + end + "}"

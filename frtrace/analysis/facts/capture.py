@@ -87,17 +87,7 @@ def dump_moments(
     # each rank's gaps between its last 512 ops, sorted; their 95th percentile taken at once
     # for the ranks with as many gaps (most ranks: numpy's quantile along rows computes what it
     # computes for each row alone), not 4,096 calls
-    gaps_of: dict[int, np.ndarray] = {}
-    for r, at in sorted(times_known.items()):
-        if r not in where:
-            continue
-        a, b = where[r]
-        times = created[max(a, b - 512) : b]
-        times = times[times > 0]
-        if times.size == 0:
-            continue
-        idle[r] = (at - int(times.max())) / 1e9
-        gaps_of[r] = np.diff(np.sort(times)) / 1e9
+    gaps_of = _recent_gaps(created, where, times_known, idle)
     by_count: dict[int, list[int]] = {}
     for r, gaps in gaps_of.items():
         by_count.setdefault(gaps.size, []).append(r)
@@ -114,6 +104,42 @@ def dump_moments(
         r for r, s in idle.items() if -1.0 <= s <= limit[r] and r not in failed_ranks
     )
     return DumpMoments(dumped_at_ns=times_known, idle_s=idle, limit_s=limit, running=running)
+
+
+def _recent_gaps(
+    created: np.ndarray,
+    where: dict[int, tuple[int, int]],
+    times_known: dict[int, int],
+    idle: dict[int, float],
+) -> dict[int, np.ndarray]:
+    """Per rank with a known dump time and a recorded creation time among its newest 512
+    entries: the gaps (s) between those times, sorted; its idle time (s) since the newest
+    put in ``idle``. Every rank's window sorted at once, not a slice and a sort a rank."""
+    ranks = [r for r in sorted(times_known) if r in where]
+    if not ranks:
+        return {}
+    bounds = np.array([where[r] for r in ranks], dtype=np.int64).reshape(-1, 2)
+    ends = bounds[:, 1]
+    begins = np.maximum(bounds[:, 0], ends - 512)
+    lengths = ends - begins
+    owner = np.repeat(np.arange(len(ranks)), lengths)
+    rows = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    times = created[np.repeat(begins, lengths) + rows]
+    kept = times > 0
+    times, owner = times[kept], owner[kept]
+    order = np.lexsort((times, owner))
+    times, owner = times[order], owner[order]
+    counts = np.bincount(owner, minlength=len(ranks))
+    stops = np.cumsum(counts)
+    gaps = np.diff(times) / 1e9  # (a rank's gaps: its own slice, its last one dropped)
+    out: dict[int, np.ndarray] = {}
+    newest = times[np.maximum(stops - 1, 0)].tolist() if len(times) else []
+    for i, (r, count, stop) in enumerate(zip(ranks, counts.tolist(), stops.tolist(), strict=True)):
+        if count == 0:
+            continue
+        idle[r] = (times_known[r] - int(newest[i])) / 1e9
+        out[r] = gaps[stop - count : stop - 1]
+    return out
 
 
 def dump_times_from_entries(dumps: DumpSet) -> dict[int, int]:

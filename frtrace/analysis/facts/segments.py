@@ -77,6 +77,17 @@ def locate_ops(gid: np.ndarray, seq: np.ndarray, keys: Iterable[tuple[int, int]]
     return np.unique(np.array(found, dtype=np.int64))
 
 
+def _first_of(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct keys of the parts (keys, values), sorted, and each one's value in the
+    first part that has it."""
+    if not parts:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    keys = np.concatenate([k for k, _ in parts])
+    values = np.concatenate([v for _, v in parts]).astype(np.int64)
+    distinct, first = np.unique(keys, return_index=True)
+    return distinct.astype(np.int64), values[first]
+
+
 def rank_group_spans(
     collectives: pd.DataFrame, starts: np.ndarray, where: np.ndarray | None = None
 ) -> pd.DataFrame:
@@ -88,8 +99,9 @@ def rank_group_spans(
     its first row is its lowest and its last its highest. One int64 key per (rank, gid): a
     group-by on two columns builds a MultiIndex over every row.
     """
-    low: dict[int, int] = {}
-    high: dict[int, int] = {}
+    firsts: list[tuple[np.ndarray, np.ndarray]] = []  # each block's keys, and their seq
+    lasts: list[tuple[np.ndarray, np.ndarray]] = []
+    width = 1
     if not collectives.empty:
         ranks = collectives["rank"].to_numpy()
         gids = collectives["gid"].to_numpy()
@@ -103,19 +115,10 @@ def rank_group_spans(
             key = ranks[rows].astype(np.int64)
             key *= width
             key += gids[rows]
-            seen = pd.Series(key)
-            first = np.flatnonzero(~seen.duplicated(keep="first").to_numpy())
-            last = np.flatnonzero(~seen.duplicated(keep="last").to_numpy())
-            for k, lo in zip(key[first].tolist(), seqs[rows[first]].tolist(), strict=True):
-                low.setdefault(k, lo)
-            high.update(zip(key[last].tolist(), seqs[rows[last]].tolist(), strict=True))
-    keys = np.array(sorted(high), dtype=np.int64)
-    width = int(collectives["gid"].max()) + 1 if len(keys) else 1
-    return pd.DataFrame(
-        {
-            "rank": keys // width,
-            "gid": keys % width,
-            "min": np.array([low[k] for k in keys.tolist()], dtype=np.int64),
-            "max": np.array([high[k] for k in keys.tolist()], dtype=np.int64),
-        }
-    )
+            distinct, first = np.unique(key, return_index=True)  # (its first occurrence)
+            firsts.append((distinct, seqs[rows[first]]))
+            distinct, last = np.unique(key[::-1], return_index=True)
+            lasts.append((distinct, seqs[rows[len(rows) - 1 - last]]))
+    keys, low = _first_of(firsts)
+    _, high = _first_of(lasts[::-1])  # (the last block that has a key: its highest)
+    return pd.DataFrame({"rank": keys // width, "gid": keys % width, "min": low, "max": high})
