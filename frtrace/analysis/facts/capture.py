@@ -19,7 +19,7 @@ stuck, and the report says so.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -106,6 +106,10 @@ def dump_moments(
     return DumpMoments(dumped_at_ns=times_known, idle_s=idle, limit_s=limit, running=running)
 
 
+# Window rows sorted at a time (a few int64 arrays of 8 MB, whatever the job's size)
+_CHUNK_ROWS = 1 << 20
+
+
 def _recent_gaps(
     created: np.ndarray,
     where: dict[int, tuple[int, int]],
@@ -114,7 +118,8 @@ def _recent_gaps(
 ) -> dict[int, np.ndarray]:
     """Per rank with a known dump time and a recorded creation time among its newest 512
     entries: the gaps (s) between those times, sorted; its idle time (s) since the newest
-    put in ``idle``. Every rank's window sorted at once, not a slice and a sort a rank."""
+    put in ``idle``. Many ranks' windows sorted at once (``_CHUNK_ROWS`` rows), not a slice
+    and a sort a rank."""
     ranks = [r for r in sorted(times_known) if r in where]
     if not ranks:
         return {}
@@ -122,6 +127,23 @@ def _recent_gaps(
     ends = bounds[:, 1]
     begins = np.maximum(bounds[:, 0], ends - 512)
     lengths = ends - begins
+    # chunks of whole windows, each of about _CHUNK_ROWS rows (a window is at most 512)
+    cuts = np.searchsorted(np.cumsum(lengths), np.arange(_CHUNK_ROWS, lengths.sum(), _CHUNK_ROWS))
+    out: dict[int, np.ndarray] = {}
+    for part in np.split(np.arange(len(ranks)), np.unique(cuts)):
+        if len(part):
+            a, b = int(part[0]), int(part[-1]) + 1
+            for r, gaps, newest in _windows(created, ranks[a:b], begins[a:b], lengths[a:b]):
+                idle[r] = (times_known[r] - newest) / 1e9
+                out[r] = gaps
+    return out
+
+
+def _windows(
+    created: np.ndarray, ranks: list[int], begins: np.ndarray, lengths: np.ndarray
+) -> Iterator[tuple[int, np.ndarray, int]]:
+    """Each rank's recorded creation times in its window (rows ``begins`` on, ``lengths``
+    of them), sorted: its gaps (s) and its newest; ranks with none are left out."""
     owner = np.repeat(np.arange(len(ranks)), lengths)
     rows = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
     times = created[np.repeat(begins, lengths) + rows]
@@ -132,14 +154,10 @@ def _recent_gaps(
     counts = np.bincount(owner, minlength=len(ranks))
     stops = np.cumsum(counts)
     gaps = np.diff(times) / 1e9  # (a rank's gaps: its own slice, its last one dropped)
-    out: dict[int, np.ndarray] = {}
     newest = times[np.maximum(stops - 1, 0)].tolist() if len(times) else []
     for i, (r, count, stop) in enumerate(zip(ranks, counts.tolist(), stops.tolist(), strict=True)):
-        if count == 0:
-            continue
-        idle[r] = (times_known[r] - int(newest[i])) / 1e9
-        out[r] = gaps[stop - count : stop - 1]
-    return out
+        if count:
+            yield r, gaps[stop - count : stop - 1], int(newest[i])
 
 
 def dump_times_from_entries(dumps: DumpSet) -> dict[int, int]:

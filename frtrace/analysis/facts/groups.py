@@ -60,39 +60,56 @@ class Membership:
         return None if gid is None else self.groups[gid]
 
 
+# Rows taken at a time where each rank's groups are found: the codes of a block, not of every
+# entry, are in memory (8 million entries: a few int64 arrays of 8 MB, not of 64 MB)
+_BLOCK_ROWS = 1 << 20
+
+
 def _entry_groups(entries: pa.Table) -> dict[str, dict[int, str | None]]:
     """group name -> {rank: desc} for every rank that recorded an entry in the group (each
-    distinct (rank, name, desc) found by sorting codes: 1.6 million entries at 16,384
-    ranks, 49,000 distinct)."""
+    distinct (rank, name, desc) found by sorting codes, a block of rows at a time: 1.6
+    million entries at 16,384 ranks, 49,000 distinct)."""
     out: dict[str, dict[int, str | None]] = defaultdict(dict)
     if not entries.num_rows:
         return out
-    names, name_values = _codes(entries.column("group_name"))
-    descs, desc_values = _codes(entries.column("group_desc"))
-    # (name, desc) pairs first (few), then (rank, pair): no product of three counts overflows
-    pairs, pair_of = np.unique(names * (len(desc_values) + 1) + descs + 1, return_inverse=True)
-    rank = entries.column("rank").to_numpy().astype(np.int64)
-    keys = np.unique(rank * len(pairs) + pair_of.reshape(-1))
-    pair = pairs[keys % len(pairs)]
-    desc_at, name_at = pair % (len(desc_values) + 1) - 1, pair // (len(desc_values) + 1)
+    names, name_values = _coded(entries.column("group_name"))
+    descs, desc_values = _coded(entries.column("group_desc"))
+    ranks = entries.column("rank")
     desc_list: list[str | None] = [*desc_values, None]  # (-1: a null desc)
-    for r, n, d in zip(
-        (keys // len(pairs)).tolist(), name_at.tolist(), desc_at.tolist(), strict=True
-    ):
-        if n >= 0:
-            out[name_values[n]][r] = desc_list[d]
+    width = len(desc_values) + 1
+    for start in range(0, entries.num_rows, _BLOCK_ROWS):
+        name = _block(names, start)
+        # (name, desc) pairs first (few), then (rank, pair): no product of three counts
+        pairs, pair_of = np.unique(name * width + _block(descs, start) + 1, return_inverse=True)
+        rank = ranks.slice(start, _BLOCK_ROWS).to_numpy().astype(np.int64)
+        keys = np.unique(rank * len(pairs) + pair_of.reshape(-1))
+        pair = pairs[keys % len(pairs)]
+        for r, n, d in zip(
+            (keys // len(pairs)).tolist(),
+            (pair // width).tolist(),
+            (pair % width - 1).tolist(),
+            strict=True,
+        ):
+            if n >= 0:
+                out[name_values[n]][r] = desc_list[d]
     return out
 
 
-def _codes(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str]]:
-    """A text column as int64 codes into its distinct values (-1: null)."""
+def _coded(column: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, list[str]]:
+    """A text column's codes (int32, null where null) and its distinct values."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
     if not pa.types.is_dictionary(column.type):
         column = pc.dictionary_encode(column)
-    codes = column.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
     values: list[str] = column.dictionary.to_pylist()
-    return codes, values
+    return column.indices, values
+
+
+def _block(codes: pa.Array, start: int) -> np.ndarray:
+    """The int64 codes of a block of rows (-1: null)."""
+    block = codes.slice(start, _BLOCK_ROWS).fill_null(-1)
+    out: np.ndarray = block.to_numpy(zero_copy_only=False).astype(np.int64)
+    return out
 
 
 def resolve_groups(dumps: DumpSet) -> Membership:
