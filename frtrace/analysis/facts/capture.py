@@ -106,8 +106,8 @@ def dump_moments(
     return DumpMoments(dumped_at_ns=times_known, idle_s=idle, limit_s=limit, running=running)
 
 
-# Window rows sorted at a time (a few int64 arrays of 8 MB, whatever the job's size)
-_CHUNK_ROWS = 1 << 20
+# Window rows sorted at a time (a few int64 arrays of 2 MB, whatever the job's size)
+_CHUNK_ROWS = 1 << 18
 
 
 def _recent_gaps(

@@ -61,8 +61,8 @@ class Membership:
 
 
 # Rows taken at a time where each rank's groups are found: the codes of a block, not of every
-# entry, are in memory (8 million entries: a few int64 arrays of 8 MB, not of 64 MB)
-_BLOCK_ROWS = 1 << 20
+# entry, are in memory (8 million entries: a few int64 arrays of 2 MB, not of 64 MB)
+_BLOCK_ROWS = 1 << 18
 
 
 def _entry_groups(entries: pa.Table) -> dict[str, dict[int, str | None]]:

@@ -77,6 +77,9 @@ def locate_ops(gid: np.ndarray, seq: np.ndarray, keys: Iterable[tuple[int, int]]
     return np.unique(np.array(found, dtype=np.int64))
 
 
+_KEY_ROWS = 1 << 18  # rows keyed and sorted at a time in rank_group_spans
+
+
 def _first_of(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
     """The distinct keys of the parts (keys, values), sorted, and each one's value in the
     first part that has it."""
@@ -112,13 +115,15 @@ def rank_group_spans(
                 rows = np.arange(row, end_row)
             else:
                 rows = np.flatnonzero(where[row:end_row]) + row
-            key = ranks[rows].astype(np.int64)
-            key *= width
-            key += gids[rows]
-            distinct, first = np.unique(key, return_index=True)  # (its first occurrence)
-            firsts.append((distinct, seqs[rows[first]]))
-            distinct, last = np.unique(key[::-1], return_index=True)
-            lasts.append((distinct, seqs[rows[len(rows) - 1 - last]]))
+            for at in range(0, len(rows), _KEY_ROWS):  # (a sort's memory: a part's)
+                part = rows[at : at + _KEY_ROWS]
+                key = ranks[part].astype(np.int64)
+                key *= width
+                key += gids[part]
+                distinct, first = np.unique(key, return_index=True)  # (its first occurrence)
+                firsts.append((distinct, seqs[part[first]]))
+                distinct, last = np.unique(key[::-1], return_index=True)
+                lasts.append((distinct, seqs[part[len(part) - 1 - last]]))
     keys, low = _first_of(firsts)
     _, high = _first_of(lasts[::-1])  # (the last block that has a key: its highest)
     return pd.DataFrame({"rank": keys // width, "gid": keys % width, "min": low, "max": high})
