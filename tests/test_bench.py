@@ -124,7 +124,7 @@ def test_dask_model_measures_its_costs_and_predicts(tmp_path: Path) -> None:
     out = tmp_path / "model.json"
     argv = [sys.executable, "scripts/dask_model.py", str(dumps), "--sample", "16"]
     argv += ["--coordinator", "100:2:300", "400:5:600"]
-    argv += ["--ranks", "1000", "--workers", "1", "4", "--json", str(out)]
+    argv += ["--ranks", "5000", "--workers", "1", "4", "--json", str(out)]
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     model = json.loads(out.read_text())
@@ -137,10 +137,11 @@ def test_dask_model_measures_its_costs_and_predicts(tmp_path: Path) -> None:
     assert coord["cpu_s_per_rank"] == pytest.approx(0.01) and coord["cpu_s_fixed"] == 1
     assert coord["mb_per_rank"] == pytest.approx(1.0) and coord["mb_fixed"] == 200
     one, four = model["predictions"]
-    keys = costs["small_keys_per_rank"] * 1000 + costs["large_keys"]
+    keys = costs["small_keys_per_rank"] * 5000 + costs["large_keys"]
     assert one["keys"] == four["keys"] == pytest.approx(keys)
-    assert one["tree_levels"] == four["tree_levels"] == 2  # 63 tasks: 8 merges, then the root
+    # 40 tasks of 128 files: 5 merges, then the root
+    assert one["tree_levels"] == four["tree_levels"] == 2
     assert four["pass1_s"] == pytest.approx(one["pass1_s"] / 4)
-    assert one["coordinator_s"] == four["coordinator_s"] == pytest.approx(11)
-    assert one["coordinator_gb"] == pytest.approx(1.2 / 1.024)
+    assert one["coordinator_s"] == four["coordinator_s"] == pytest.approx(51)
+    assert one["coordinator_gb"] == pytest.approx(5.2 / 1.024)
     assert four["total_s"] >= four["pass1_s"] + four["tree_s"] + four["pass2_s"]
