@@ -37,6 +37,7 @@ from frtrace.cli.params import (
 )
 from frtrace.errors import FrtraceError, InputError
 from frtrace.gate.exitcodes import EXIT_INPUT, EXIT_OK, EXIT_PROBLEM
+from frtrace.heap import give_large_blocks_back
 from frtrace.outpaths import write_out_file
 from frtrace.printable import printable
 
@@ -425,6 +426,7 @@ def schema() -> None:
 
 def main() -> None:
     """Console-script entry point."""
+    give_large_blocks_back()
     try:
         app()
     except KeyboardInterrupt:

@@ -1,0 +1,77 @@
+"""The command's heap (``frtrace/heap.py``): glibc's mmap threshold is fixed, so a block of
+128 KiB or more is mapped (and given back on free) even after a larger one was freed."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+
+import pytest
+
+from frtrace.heap import give_large_blocks_back
+
+cli_app = importlib.import_module("frtrace.cli.app")  # (frtrace.cli.app is also the Typer)
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+
+# One process: free an 8 MiB block (glibc then raises its threshold to 8 MiB unless it was
+# fixed), then ask for 1 MiB and print whether that block was mapped on its own.
+PROBE = """
+import ctypes, sys
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = Info
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+if sys.argv[1] == "fixed":
+    from frtrace.heap import give_large_blocks_back
+    print(give_large_blocks_back())
+libc.free(libc.malloc(8 << 20))
+before = libc.mallinfo2().hblks
+block = libc.malloc(1 << 20)
+print(libc.mallinfo2().hblks - before)
+"""
+
+
+def _probe(mode: str, **env: str) -> list[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")} | env
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, mode], capture_output=True, text=True, env=environ
+    )
+    if "mallinfo2" in done.stderr:
+        pytest.skip("a C library without mallinfo2 (glibc < 2.33)")
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def test_a_large_block_is_mapped_after_a_larger_one_was_freed() -> None:
+    assert _probe("default") == ["0"]  # glibc's own behaviour: the threshold was raised
+    assert _probe("fixed") == ["True", "1"]
+
+
+def test_a_threshold_the_user_set_is_kept() -> None:
+    assert _probe("fixed", MALLOC_MMAP_THRESHOLD_=str(16 << 20)) == ["False", "0"]
+
+
+def test_the_command_fixes_it_before_anything_else(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[bool] = []
+
+    def record() -> bool:
+        calls.append(True)
+        return True
+
+    monkeypatch.setattr(cli_app, "give_large_blocks_back", record)
+    monkeypatch.setattr(sys, "argv", ["frtrace", "--version"])
+    with pytest.raises(SystemExit):
+        cli_app.main()
+    assert calls == [True]
+
+
+def test_it_is_safe_to_call_twice() -> None:
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        pytest.skip("the environment sets the threshold")
+    assert give_large_blocks_back() and give_large_blocks_back()
