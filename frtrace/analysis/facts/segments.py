@@ -91,6 +91,19 @@ def _first_of(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, n
     return distinct.astype(np.int64), values[first]
 
 
+def _first_and_last(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct keys, sorted, and the positions of each one's first and last occurrence:
+    one stable sort (``np.unique`` twice, once reversed, sorted twice)."""
+    if not len(key):
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    order = np.argsort(key, kind="stable")  # (equal keys keep their order)
+    ordered = key[order]
+    begin = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+    end = np.append(begin[1:], len(ordered)) - 1
+    return ordered[begin], order[begin], order[end]
+
+
 def rank_group_spans(
     collectives: pd.DataFrame, starts: np.ndarray, where: np.ndarray | None = None
 ) -> pd.DataFrame:
@@ -120,10 +133,9 @@ def rank_group_spans(
                 key = ranks[part].astype(np.int64)
                 key *= width
                 key += gids[part]
-                distinct, first = np.unique(key, return_index=True)  # (its first occurrence)
+                distinct, first, last = _first_and_last(key)
                 firsts.append((distinct, seqs[part[first]]))
-                distinct, last = np.unique(key[::-1], return_index=True)
-                lasts.append((distinct, seqs[part[len(part) - 1 - last]]))
+                lasts.append((distinct, seqs[part[last]]))
     keys, low = _first_of(firsts)
     _, high = _first_of(lasts[::-1])  # (the last block that has a key: its highest)
     return pd.DataFrame({"rank": keys // width, "gid": keys % width, "min": low, "max": high})
