@@ -1,17 +1,19 @@
-"""The command's heap: glibc's malloc told to give large blocks back to the system.
+"""How glibc's malloc keeps memory, set per process: the command's, and a load worker's.
 
 glibc serves a request of 128 KiB or more with a mapping of its own and unmaps it on free,
 but every time it frees such a block it raises that threshold to the block's size (up to
-32 MiB). After the first numpy temporaries of tens of MB are freed, the next ones come from
-the heap, and a heap that such blocks have fragmented is not given back: the analysis of
-4,096 ranks peaked at 994-1,013 MB that way. Setting the threshold explicitly (``mallopt``)
-stops the raising. At 128 KiB every sort's 2 MB temporaries were mapped and faulted in anew
-(1,024 ranks: 0.6 s slower); at 4 MiB they are reused from the heap, while the blocks of a
-whole column are still mapped and given back: 939 MB at 4,096 ranks, and no slower
-(``docs/performance.md``). The setting is the command's, made once in ``main`` and inherited
-by the forked load workers; a library caller's process is left as it is. A threshold the
-user set in the environment (``MALLOC_MMAP_THRESHOLD_``) is kept, and a C library without
-``mallopt`` (musl, macOS) is left alone.
+32 MiB). Setting the threshold explicitly (``mallopt``) stops the raising; a C library
+without ``mallopt`` (musl, macOS) is left alone.
+
+- **The command** (``give_large_blocks_back``, from ``cli.main``): after the first numpy
+  temporaries of tens of MB are freed, the next ones came from the heap, and a heap that
+  such blocks had fragmented was not given back: the analysis of 4,096 ranks peaked at
+  994-1,013 MB that way. At a fixed 128 KiB every sort's 2 MB temporaries were mapped and
+  faulted in anew (1,024 ranks: 0.6 s slower); at 4 MiB they are reused from the heap, while
+  the blocks of whole columns are still mapped and given back: 939 MB at 4,096 ranks, and no
+  slower (``docs/performance.md``). A library caller's process is left as it is, and a
+  threshold the user set in the environment (``MALLOC_MMAP_THRESHOLD_``) is kept.
+- **A load worker** (``keep_freed_memory``, from ``load.worker``): see there.
 """
 
 from __future__ import annotations
@@ -19,13 +21,18 @@ from __future__ import annotations
 import os
 import sys
 
-M_MMAP_THRESHOLD = -3  # glibc's <malloc.h>
-THRESHOLD_BYTES = 4 << 20
+__all__ = ["give_large_blocks_back", "keep_freed_memory"]
+
+M_TRIM_THRESHOLD = -1  # glibc's <malloc.h>
+M_MMAP_THRESHOLD = -3
+COMMAND_MMAP_BYTES = 4 << 20
+WORKER_MMAP_BYTES = 32 << 20
+WORKER_TRIM_BYTES = 128 << 20
 
 
-def give_large_blocks_back() -> bool:
-    """Fix glibc's mmap threshold; True when it was set here."""
-    if not sys.platform.startswith("linux") or "MALLOC_MMAP_THRESHOLD_" in os.environ:
+def _mallopt(param: int, value: int) -> bool:
+    """glibc's ``mallopt``; False where there is none, or it refused."""
+    if not sys.platform.startswith("linux"):
         return False
     import ctypes  # (already loaded by the analysis path's libraries; not at import time)
 
@@ -35,4 +42,24 @@ def give_large_blocks_back() -> bool:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    return bool(mallopt(M_MMAP_THRESHOLD, THRESHOLD_BYTES))
+    return bool(mallopt(param, value))
+
+
+def give_large_blocks_back() -> bool:
+    """The command's: glibc's mmap threshold fixed at 4 MiB; True when it was set here."""
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        return False
+    return _mallopt(M_MMAP_THRESHOLD, COMMAND_MMAP_BYTES)
+
+
+def keep_freed_memory() -> None:
+    """A load worker's: keep the memory it frees instead of handing it back to the kernel.
+
+    A worker decodes one file after another, each needing about as much memory as the last.
+    By default glibc serves large blocks from fresh mappings and gives the top of its heap
+    back once free, so every file faulted the same pages in again: ~400 page faults per file,
+    10-20% of its time. Blocks under 32 MiB now come from the heap, and up to 128 MiB of free
+    heap is kept (the memory limit, RLIMIT_AS, counts it all the same).
+    """
+    if _mallopt(M_MMAP_THRESHOLD, WORKER_MMAP_BYTES):
+        _mallopt(M_TRIM_THRESHOLD, WORKER_TRIM_BYTES)

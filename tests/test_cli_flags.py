@@ -42,9 +42,9 @@ def _version_lines(*prelude: str, env: dict[str, str] | None = None) -> list[str
         (
             "import sys",
             *prelude,
-            "from frtrace.cli import main",
+            "from frtrace.cli import run",
             "sys.argv = ['frtrace', '--version']",
-            "try:\n    main()\nexcept SystemExit as e:\n    assert e.code in (0, None), e.code",
+            "try:\n    run()\nexcept SystemExit as e:\n    assert e.code in (0, None), e.code",
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))",
         )
     )

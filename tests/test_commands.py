@@ -361,9 +361,9 @@ def test_the_analysis_path_never_imports_torch() -> None:
     """`frtrace analyze` on an archive loads no torch (and no rich): the CLI starts fast."""
     code = (
         "import sys\n"
-        "from frtrace.cli import main\n"
+        "from frtrace.cli import run\n"
         f"sys.argv = ['frtrace', 'analyze', {str(GLOO / 'never_joins')!r}, '-f', 'json']\n"
-        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "try:\n    run()\nexcept SystemExit:\n    pass\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'rich'))\n"
         "sys.stderr.write(repr(bad))\nsys.exit(3 if bad else 0)\n"
     )

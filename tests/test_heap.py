@@ -67,7 +67,7 @@ def test_the_command_fixes_it_before_anything_else(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(cli_app, "give_large_blocks_back", record)
     monkeypatch.setattr(sys, "argv", ["frtrace", "--version"])
     with pytest.raises(SystemExit):
-        cli_app.main()
+        cli_app.run()
     assert calls == [True]
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from frtrace.cli import tables as _tables  # noqa: F401 (registers show, summary, export)
 from frtrace.cli import version as _version  # noqa: F401 (registers --version)
-from frtrace.cli.app import app, main
+from frtrace.cli.app import app, main, run
 from frtrace.cli.live import collect, compare
 
 app.command()(collect)
 app.command()(compare)
 
-__all__ = ["app", "main"]
+__all__ = ["app", "main", "run"]

@@ -12,10 +12,11 @@ import contextlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
+from frtrace.cli.leave import leave
 from frtrace.cli.params import (
     AttemptOption,
     DirArgument,
@@ -424,8 +425,8 @@ def schema() -> None:
     _echo(schema_text(), nl=False)
 
 
-def main() -> None:
-    """Console-script entry point."""
+def run() -> None:
+    """The command in this process, ending with ``SystemExit`` (tests, embedders)."""
     give_large_blocks_back()
     try:
         app()
@@ -435,3 +436,13 @@ def main() -> None:
     except Exception as exc:  # (OneLineErrors catches these first; this is the last net)
         unexpected(exc)
         sys.exit(EXIT_INPUT)
+
+
+def main() -> NoReturn:
+    """Console-script entry point: ``run``, then the process ends without its teardown
+    (``cli.leave``)."""
+    try:
+        run()
+    except SystemExit as done:
+        leave(done.code)
+    leave(EXIT_OK)

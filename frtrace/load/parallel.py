@@ -158,10 +158,6 @@ class _WatchedPool:
         # Arrow's allocator reserves its address space (1 GiB) on first use: done here, before
         # the fork, it is part of every worker's starting size rather than of its allowance.
         pa.allocate_buffer(1)
-        # pyarrow imports pandas the first time it converts a numpy array with a mask, which
-        # every worker does on its first file: done once here, the workers inherit it
-        # (~150 ms of CPU each; the analysis imports it anyway)
-        import pandas  # noqa: F401
 
         methods = multiprocessing.get_all_start_methods()
         # fork: workers inherit the imported modules and the candidates, starting in ms

@@ -4,7 +4,6 @@ parent sends, send back its result; nothing reaches the terminal from here."""
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import faulthandler
 import os
 import signal
@@ -14,6 +13,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from frtrace.errors import DumpFormatError, DumpTooLargeError
+from frtrace.heap import keep_freed_memory
 from frtrace.load.discover import Candidate
 from frtrace.load.memory import address_space, file_allowance
 from frtrace.load.parse import ParsedDump, try_parse
@@ -41,7 +41,8 @@ def serve(
     # that CPython 3.11 prints while decoding some corrupt pickles (a BYTEARRAY8 opcode
     # claiming exabytes).
     faulthandler.disable()
-    _keep_freed_memory()
+    keep_freed_memory()
+    _without_pandas()
     with contextlib.suppress(OSError):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 2)
@@ -75,27 +76,22 @@ def serve(
             return  # after a MemoryError the next file gets a fresh process
 
 
-def _keep_freed_memory() -> None:
-    """Have glibc keep the memory this worker frees instead of handing it back to the kernel.
+class _NoPandas:
+    """An import finder that answers "not installed" for pandas (``_without_pandas``)."""
 
-    A worker decodes one file after another, each needing about as much memory as the last.
-    By default glibc serves large blocks from fresh mappings and gives the top of its heap
-    back once free, so every file faulted the same pages in again: ~400 page faults per file,
-    10-20% of its time. Blocks under 32 MiB now come from the heap, and up to 128 MiB of free
-    heap is kept (the memory limit, RLIMIT_AS, counts it all the same). Workers only: the
-    parent, whose memory the 32,768-rank budget is about, is left as glibc manages it.
-    """
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # not glibc
-        return
-    mallopt(_M_MMAP_THRESHOLD, 32 << 20)
-    mallopt(_M_TRIM_THRESHOLD, 128 << 20)
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError("a load worker does without pandas", name=name)
 
 
-# mallopt's parameters (glibc's malloc.h)
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
+def _without_pandas() -> None:
+    """pyarrow imports pandas on a worker's first ``pa.array`` (to ask whether the argument
+    is a pandas object): 0.15 s of each worker's CPU, or 0.45 s of the parent's before it
+    could fork them. A worker never makes or reads a pandas object, so where the parent has
+    not imported it, pandas is not found here and pyarrow takes it as not installed (the
+    parent imports it for the analysis meanwhile)."""
+    if "pandas" not in sys.modules:
+        sys.meta_path.insert(0, _NoPandas())
 
 
 def _limit_memory(allowance: int) -> None:
