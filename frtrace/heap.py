@@ -14,20 +14,26 @@ without ``mallopt`` (musl, macOS) is left alone.
   slower (``docs/performance.md``). A library caller's process is left as it is, and a
   threshold the user set in the environment (``MALLOC_MMAP_THRESHOLD_``) is kept.
 - **A load worker** (``keep_freed_memory``, from ``load.worker``): see there.
+- **The command's garbage collector** (``collect_less_often``, from ``cli.run``): with
+  Python's thresholds (700 allocations, then 10 and 10), a first run at 1,024 ranks collected
+  407 times for 0.38-0.44 s, three full passes over the ~100,000 objects of the imported
+  modules among them; at 10,000, 20 and 20 it collected 52 times for 0.13 s.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
-__all__ = ["give_large_blocks_back", "keep_freed_memory"]
+__all__ = ["collect_less_often", "give_large_blocks_back", "keep_freed_memory"]
 
 M_TRIM_THRESHOLD = -1  # glibc's <malloc.h>
 M_MMAP_THRESHOLD = -3
 COMMAND_MMAP_BYTES = 4 << 20
 WORKER_MMAP_BYTES = 32 << 20
 WORKER_TRIM_BYTES = 128 << 20
+GC_THRESHOLDS = (10_000, 20, 20)
 
 
 def _mallopt(param: int, value: int) -> bool:
@@ -63,3 +69,8 @@ def keep_freed_memory() -> None:
     """
     if _mallopt(M_MMAP_THRESHOLD, WORKER_MMAP_BYTES):
         _mallopt(M_TRIM_THRESHOLD, WORKER_TRIM_BYTES)
+
+
+def collect_less_often() -> None:
+    """The command's: the cyclic garbage collector's thresholds raised (``GC_THRESHOLDS``)."""
+    gc.set_threshold(*GC_THRESHOLDS)

@@ -3,17 +3,28 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
-from frtrace.heap import give_large_blocks_back
+from frtrace.heap import GC_THRESHOLDS, give_large_blocks_back
 
 cli_app = importlib.import_module("frtrace.cli.app")  # (frtrace.cli.app is also the Typer)
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+
+
+@pytest.fixture(autouse=True)
+def _thresholds_kept() -> Iterator[None]:
+    """The command run in-process sets the collector's thresholds: the suite's are put back."""
+    before = gc.get_threshold()
+    yield
+    gc.set_threshold(*before)
+
 
 # One process: free a 16 MiB block (glibc then raises its threshold to 16 MiB unless it was
 # fixed), then ask for 8 MiB and print whether that block was mapped on its own.
@@ -28,7 +39,7 @@ libc.mallinfo2.restype = Info
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
 libc.free.argtypes = [ctypes.c_void_p]
 if sys.argv[1] == "fixed":
-    from frtrace.heap import give_large_blocks_back
+    from frtrace.heap import GC_THRESHOLDS, give_large_blocks_back
     print(give_large_blocks_back())
 libc.free(libc.malloc(16 << 20))
 before = libc.mallinfo2().hblks
@@ -69,6 +80,14 @@ def test_the_command_fixes_it_before_anything_else(monkeypatch: pytest.MonkeyPat
     with pytest.raises(SystemExit):
         cli_app.run()
     assert calls == [True]
+
+
+def test_the_command_collects_less_often(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert gc.get_threshold() != GC_THRESHOLDS
+    monkeypatch.setattr(sys, "argv", ["frtrace", "--version"])
+    with pytest.raises(SystemExit):
+        cli_app.run()
+    assert gc.get_threshold() == GC_THRESHOLDS
 
 
 def test_it_is_safe_to_call_twice() -> None:

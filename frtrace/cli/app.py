@@ -38,7 +38,7 @@ from frtrace.cli.params import (
 )
 from frtrace.errors import FrtraceError, InputError
 from frtrace.gate.exitcodes import EXIT_INPUT, EXIT_OK, EXIT_PROBLEM
-from frtrace.heap import give_large_blocks_back
+from frtrace.heap import collect_less_often, give_large_blocks_back
 from frtrace.outpaths import write_out_file
 from frtrace.printable import printable
 
@@ -428,6 +428,7 @@ def schema() -> None:
 def run() -> None:
     """The command in this process, ending with ``SystemExit`` (tests, embedders)."""
     give_large_blocks_back()
+    collect_less_often()
     try:
         app()
     except KeyboardInterrupt:
