@@ -54,6 +54,7 @@ CODE = (
     "diagnosis_cache.py",
     "errors.py",
     "evidence",
+    "heap.py",
     "job",
     "layout.py",
     "load",

@@ -122,7 +122,7 @@ def main() -> None:
     sys.argv = argv + (["--no-cache"] if args.no_cache else [])
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
-        cli.main()
+        cli.run()
     total = time.perf_counter() - START
     report = json.loads(out.getvalue()[out.getvalue().index("{") :])
     shutil.rmtree(workdir, ignore_errors=True)

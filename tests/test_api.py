@@ -28,7 +28,7 @@ PUBLIC = {
     "frtrace.testing": ["assert_culprits", "assert_expected", "assert_healthy"],
     "frtrace.recorder": ["RecorderState", "disable", "dump", "dump_path", "enable", "state"],
     "frtrace.pipeline": ["analyze", "analyze_dumps", "analyze_loaded", "diagnose_source"],
-    "frtrace.cli": ["app", "main"],
+    "frtrace.cli": ["app", "main", "run"],
 }
 
 # Stage -> the stages it may import. Nothing imports upward; the job side imports nothing of
@@ -40,7 +40,18 @@ ALLOWED = {
     # ``outpaths``: where frtrace writes, never through another user's link)
     "pystack": {"pystack", "job", "errors", "ranges", "printable", "layout", "budget"},
     "evidence": {"evidence", "pystack", "job", "errors", "ranges", "printable", "layout", "budget"},
-    "load": {"load", "errors", "printable", "ranges", "progress", "layout", "budget", "outpaths"},
+    # (``heap``: how glibc's malloc keeps memory, set per process: a load worker's)
+    "load": {
+        "load",
+        "errors",
+        "printable",
+        "ranges",
+        "progress",
+        "layout",
+        "budget",
+        "outpaths",
+        "heap",
+    },
     # the findings' typed evidence: plain values, beside the job's failures they cite
     "detail": {"detail", "evidence", "pystack", "job", "errors", "ranges", "printable"},
     "analysis": {
@@ -103,6 +114,7 @@ ALLOWED = {
     "recorder": {"job"},
     "testing": {"gate"},
     "budget": set(),
+    "heap": set(),
     "outpaths": {"errors"},
     # the report a stalled job writes about itself (``job.watch`` runs it by name, on a stall)
     "watchreport": {"job", "layout", "model", "pipeline", "printable", "report"},

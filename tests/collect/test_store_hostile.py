@@ -144,9 +144,10 @@ def _collect(out: Path, store: str, timeout_s: float) -> tuple[int, str, float, 
     # VmHWM, the peak of this process image: ru_maxrss would start from this test process's
     # own resident size (Linux carries the parent's high-water mark through fork and exec)
     code = (
-        "import re, runpy, sys\n"
+        "import re, sys\n"
+        "from frtrace.cli import run\n"
         "try:\n"
-        "    runpy.run_module('frtrace', run_name='__main__')\n"
+        "    run()\n"
         "finally:\n"
         "    with open('/proc/self/status') as f:\n"
         "        kib = re.search(r'VmHWM:\\s*(\\d+)', f.read())[1]\n"
