@@ -5,7 +5,7 @@ but every time it frees such a block it raises that threshold to the block's siz
 32 MiB). Setting the threshold explicitly (``mallopt``) stops the raising; a C library
 without ``mallopt`` (musl, macOS) is left alone.
 
-- **The command** (``give_large_blocks_back``, from ``cli.main``): after the first numpy
+- **The command** (``give_large_blocks_back``, from ``cli.run``): after the first numpy
   temporaries of tens of MB are freed, the next ones came from the heap, and a heap that
   such blocks had fragmented was not given back: the analysis of 4,096 ranks peaked at
   994-1,013 MB that way. At a fixed 128 KiB every sort's 2 MB temporaries were mapped and
@@ -13,7 +13,8 @@ without ``mallopt`` (musl, macOS) is left alone.
   the blocks of whole columns are still mapped and given back: 939 MB at 4,096 ranks, and no
   slower (``docs/performance.md``). A library caller's process is left as it is, and a
   threshold the user set in the environment (``MALLOC_MMAP_THRESHOLD_``) is kept.
-- **A load worker** (``keep_freed_memory``, from ``load.worker``): see there.
+- **A load worker** (``keep_freed_memory``, from ``load.worker.serve``): its own threshold
+  and trim, so that file after file reuses the same memory (below).
 - **The command's garbage collector** (``collect_less_often``, from ``cli.run``): with
   Python's thresholds (700 allocations, then 10 and 10), a first run at 1,024 ranks collected
   407 times for 0.38-0.44 s, three full passes over the ~100,000 objects of the imported
