@@ -439,6 +439,23 @@ def test_the_reader_crashing_or_hanging_costs_only_that_file(
     assert "took longer than 2 s" in stalled
 
 
+def test_the_file_sent_ahead_to_a_stalled_reader_is_read_by_its_replacement(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One worker, each file sent a file ahead (``parallel.IN_FLIGHT``): the file queued
+    behind one that stalls its reader is read by the worker started in its place; only the
+    stalled file is refused, and the tables keep file order."""
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(parallel, "FILE_TIMEOUT_S", 2.0)
+    for rank in range(6):
+        write_pickle(tmp_path / f"rank_{rank}", make_dump([make_entry()], world=6))
+    (tmp_path / "rank_2").write_bytes(_tuple_dag_key(64))
+    dumps = load_dumps(tmp_path, jobs=1)
+    assert dumps.loaded_ranks == (0, 1, 3, 4, 5)
+    assert "took longer than 2 s" in _refusal(dumps, 2)
+    assert dumps.entries.column("rank").to_pylist() == [0, 1, 3, 4, 5]
+
+
 def test_absurd_rank_numbers_are_not_taken_at_face_value(tmp_path: Path) -> None:
     """A file named rank 10**12 is skipped; a group claiming rank 10**12 is unreadable (not a
     world of 10**12 ranks); a rank name with a newline is skipped (messages are one line)."""
