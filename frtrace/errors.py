@@ -23,8 +23,10 @@ FrtraceError
 ├── UnsafePathError         ``frtrace collect`` will not use a path a rank's environment
 │                           names (a link, another user's file, a directory others can
 │                           write); that one way of collecting is skipped, and said why
-└── SeveralJobs             ``frtrace collect`` found the ranks of more than one job on this
-                            host: it collects none and names each job and how to pick one
+├── SeveralJobs             ``frtrace collect`` found the ranks of more than one job on this
+│                           host: it collects none and names each job and how to pick one
+└── WorkFilesLost           a file frtrace wrote while loading (a worker's columns) was
+                            removed or cut short under it: run again (exit code 2)
 
 Messages are one line: where, what is wrong, what to do next.
 """
@@ -102,3 +104,8 @@ class CollectError(FrtraceError):
 
 class SeveralJobs(FrtraceError):
     """The rank processes on this host belong to more than one job (exit code 2)."""
+
+
+class WorkFilesLost(FrtraceError):
+    """A file frtrace wrote while loading, in its own working directory, was removed or cut
+    short before it was read back (a cleaner of the cache directory): exit code 2."""

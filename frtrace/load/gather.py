@@ -14,6 +14,7 @@ again for each of the 35 columns; a numpy call per column per dump (143,000) too
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 import zlib
@@ -25,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from frtrace.errors import WorkFilesLost
 from frtrace.load import ipcfile, native, spill
 from frtrace.load.shipped import ShippedColumns, Validity, column_dtype, encode, padded
 
@@ -255,18 +257,27 @@ class _Sources:
         kept = self.kept.get(path)
         if kept is not None:
             return memoryview(kept)[offset : offset + size]
-        fd = self.fds.get(path)
-        if fd is None:
-            fd = self.fds[path] = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         if len(self.buffer) < size:
             self.buffer = bytearray(size)
         view = memoryview(self.buffer)[:size]
         done = 0
-        while done < size:
-            got = os.preadv(fd, [view[done:]], offset + done)
-            if not got:
-                raise OSError(f"{path}: ends before the columns it was said to hold")
-            done += got
+        try:
+            fd = self.fds.get(path)
+            if fd is None:
+                fd = self.fds[path] = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            while done < size:
+                got = os.preadv(fd, [view[done:]], offset + done)
+                if not got:
+                    raise OSError(errno.EIO, "it ends before the columns it was said to hold")
+                done += got
+        except OSError as exc:
+            folder = Path(path).parent
+            raise WorkFilesLost(
+                f"{path}: a file frtrace wrote while reading the dumps cannot be read back "
+                f"({exc.strerror or exc}): something removed or changed {folder} during the run "
+                f"(a cleaner of {folder.parent}?); run again, or set XDG_CACHE_HOME to a folder "
+                "nothing cleans"
+            ) from None
         return view
 
     def close(self) -> None:

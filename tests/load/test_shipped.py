@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from frtrace.errors import WorkFilesLost
 from frtrace.load import gather, schema, spill
 from frtrace.load.discover import discover
 from frtrace.load.gather import Gather
@@ -215,3 +216,21 @@ def test_a_worker_lost_midway_costs_only_its_file_when_gathered(
     _same(gathered, kept)
     spill.finish_removing()
     assert not any((tmp_path / "cache" / "frtrace" / "spill").iterdir())
+
+
+def test_a_workers_file_removed_before_it_is_gathered_is_one_line_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Something removes the load's working files mid-run (a cleaner of the cache
+    directory): one line naming the file and what to do, not an unexpected error."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    candidates = discover(NCCL).candidates
+    writer = ColumnWriter(tmp_path, "worker.columns")
+    results = [try_parse(c) for c in candidates]
+    shipped = [writer.ship(r) if isinstance(r, ParsedDump) else r for r in results]
+    writer.close()
+    writer.path.unlink()
+    monkeypatch.setattr(spill, "SPILL_MIN_BYTES", 0)
+    with pytest.raises(WorkFilesLost, match=r"worker\.columns: .* run again") as caught:
+        build_dump_set(NCCL, candidates, shipped)
+    assert "\n" not in str(caught.value)
