@@ -122,3 +122,17 @@ def test_export_refuses_dash_o_dash() -> None:
     result = run("export", HANG, "-o", "-")
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr.startswith("error: export needs -o DIR") and not Path("-").exists()
+
+
+def test_ctrl_c_during_a_command_says_interrupted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while the dumps load: one line, exit code 130 (typer alone ends with the code
+    and says nothing)."""
+    import frtrace.pipeline
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(frtrace.pipeline, "diagnose_source", interrupted)
+    result = run("analyze", HANG, "-f", "json")
+    assert result.exit_code == 130
+    assert result.stderr == "interrupted\n" and result.stdout == ""

@@ -224,6 +224,14 @@ def _quiet_stdout() -> None:
 class OneLineErrors(TyperGroup):
     """A command group whose usage errors are one line on stderr (exit code 2)."""
 
+    def invoke(self, ctx: Any) -> Any:
+        """The command; Ctrl-C during it says "interrupted" (exit code 130), where typer
+        would end with that code and nothing said."""
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise typer.Abort() from None
+
     def main(  # type: ignore[override]
         self,
         args: Sequence[str] | None = None,
@@ -260,6 +268,7 @@ class OneLineErrors(TyperGroup):
         except typer.Abort:  # (typer's own class: its bundled click has none)
             if not standalone_mode:
                 raise
+            end_progress()  # (a terminal's live display would draw over the line)
             _click.echo("interrupted", err=True)
             sys.exit(130)
         except Exception as exc:  # a bug, or a failure nobody foresaw: one line, exit 2
