@@ -38,6 +38,17 @@ libc = ctypes.CDLL(None)
 libc.mallinfo2.restype = Info
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
 libc.free.argtypes = [ctypes.c_void_p]
+if sys.argv[1] == "trim":  # 32 MiB freed in small blocks, kept (a worker's trim threshold)
+    from frtrace.heap import M_TRIM_THRESHOLD, _mallopt, trim
+    _mallopt(M_TRIM_THRESHOLD, 1 << 30)
+    blocks = [libc.malloc(1024) for _ in range(32 << 10)]
+    before = libc.mallinfo2().arena
+    for block in blocks:
+        libc.free(block)
+    kept = libc.mallinfo2().arena
+    trim()
+    print(int(kept >= before - (1 << 20)), int(libc.mallinfo2().arena < before // 4))
+    sys.exit()
 if sys.argv[1] == "fixed":
     from frtrace.heap import GC_THRESHOLDS, give_large_blocks_back
     print(give_large_blocks_back())
@@ -94,3 +105,9 @@ def test_it_is_safe_to_call_twice() -> None:
     if "MALLOC_MMAP_THRESHOLD_" in os.environ:
         pytest.skip("the environment sets the threshold")
     assert give_large_blocks_back() and give_large_blocks_back()
+
+
+def test_trim_hands_freed_heap_back() -> None:
+    """Freed small blocks that glibc keeps (above its trim threshold) go back to the kernel
+    with ``trim`` (``load.tables.give_back_memory`` calls it between the analysis's steps)."""
+    assert _probe("trim") == ["1", "1"]

@@ -8,7 +8,6 @@ have no usable dump.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import os
 import time
@@ -19,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from frtrace.errors import DumpFormatError, NoReadableDumps
+from frtrace.heap import trim
 from frtrace.load import schema, spill
 from frtrace.load.bundle import Bundle
 from frtrace.load.cache import TABLES, DirectoryCache, cache_disabled, cache_root
@@ -188,8 +188,7 @@ def _from_tables(directory: Path, tables: dict[str, pa.Table], discovery: Discov
 def give_back_memory() -> None:
     """Return freed buffers to the OS (glibc keeps them otherwise: ~40% of RSS after loading,
     ~90 bytes per entry after matching)."""
-    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to do
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    trim()
     spill.release_pages()
 
 
