@@ -272,11 +272,13 @@ class _WatchedPool:
             self.stop(worker, politely=True)
             return
         worker.started = time.monotonic()
-        if not self.top_up(worker, 0):  # it died: restart it
+        self.top_up(worker, 0)
+        if not worker.sent:  # it died before its first file: restart it
             self.stop(worker)
-            self.give_back(worker)
             self.replace(busy)
             return
+        # (where a second file could not be sent, it is gone after its first: ``collect``
+        # takes that file's result, or says it crashed on it, and gives the rest back)
         busy[worker.conn] = worker
 
     def top_up(self, worker: _Worker, answered: int) -> bool:

@@ -138,3 +138,26 @@ def test_meanwhile_runs_first_where_no_worker_starts(
     done: list[int] = []
     parallel.parse_candidates(candidates, jobs=2, meanwhile=lambda: done.append(1))
     assert done == [1]
+
+
+def test_a_second_file_that_cannot_be_sent_is_read_all_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new worker's second file (``parallel.IN_FLIGHT``) cannot be sent: the worker reads
+    its first, and every file is read once, in order, with no problem reported."""
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 0)
+    for rank in range(6):
+        write_pickle(tmp_path / f"rank_{rank}", make_dump([make_entry()], world=6))
+    sends = 0
+    send = parallel._WatchedPool.send
+
+    def second_fails(self: parallel._WatchedPool, worker: object, index: int) -> bool:
+        nonlocal sends
+        sends += 1
+        return False if sends == 2 else send(self, worker, index)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(parallel._WatchedPool, "send", second_fails)
+    dumps = load_dumps(tmp_path, jobs=1)
+    assert dumps.loaded_ranks == tuple(range(6)) and not dumps.problems
+    assert dumps.entries.column("rank").to_pylist() == list(range(6))
+    assert sends > 6
