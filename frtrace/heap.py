@@ -42,9 +42,10 @@ GC_THRESHOLDS = (10_000, 20, 20)
 
 
 @functools.cache
-def _libc_function(name: str) -> Any:
-    """``mallopt`` or ``malloc_trim`` of this process's C library (ctypes), or None where it
-    has none of that name (not glibc) or this is not Linux."""
+def _libc_function(name: str, *argtypes: str) -> Any:
+    """The function ``int name(argtypes...)`` of this process's C library (ctypes; each
+    argument type named as ctypes names it: "c_int"), or None where it has none of that name
+    (not glibc) or this is not Linux."""
     if not sys.platform.startswith("linux"):
         return None
     import ctypes  # (already loaded by the analysis path's libraries; not at import time)
@@ -53,15 +54,14 @@ def _libc_function(name: str) -> Any:
         function = getattr(ctypes.CDLL(None), name)
     except (OSError, AttributeError):  # no glibc
         return None
-    # int mallopt(int param, int value); int malloc_trim(size_t pad)
-    function.argtypes = [ctypes.c_int, ctypes.c_int] if name == "mallopt" else [ctypes.c_size_t]
+    function.argtypes = [getattr(ctypes, t) for t in argtypes]
     function.restype = ctypes.c_int
     return function
 
 
 def _mallopt(param: int, value: int) -> bool:
     """glibc's ``mallopt``; False where there is none, or it refused."""
-    mallopt = _libc_function("mallopt")
+    mallopt = _libc_function("mallopt", "c_int", "c_int")
     return mallopt is not None and bool(mallopt(param, value))
 
 
@@ -69,7 +69,7 @@ def trim() -> None:
     """glibc's ``malloc_trim(0)``: the free memory at the top of the heap and the free pages
     within it back to the kernel (freed numpy and Arrow buffers stay in the process
     otherwise); nothing where there is no glibc."""
-    malloc_trim = _libc_function("malloc_trim")
+    malloc_trim = _libc_function("malloc_trim", "c_size_t")
     if malloc_trim is not None:
         malloc_trim(0)
 

@@ -332,7 +332,7 @@ class _WatchedPool:
             self.stop(worker, politely=True)
         else:  # it is gone, or going: the files it was sent after this one go back
             self.stop(worker)
-            self.give_back(worker, keep=1 if result is None else 0)
+            self.give_back(worker, keep=int(result is None))
             self.replace(busy)
         self.finish(index, self.crashed(worker, index) if result is None else result)
 
