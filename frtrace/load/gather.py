@@ -5,10 +5,11 @@ with the remaps of its dictionary codes and stack ids into the shared ones (``Ga
 and once every dump is in builds the table's columns in one pass over the dumps, in file
 order: each dump's part read once (``pread`` into a buffer kept for the next) and spread over
 a block of rows per column in one call (``_scan.scatter``, else numpy), each block appended to
-its column's file (``pwrite``), mapped once complete. No page of a writer's file or of a column
-is faulted into this process on the way. Measured at 4,096 ranks (8.2 million entries): the
-columns built column by column from the mapped writers' files faulted every page of those in
-again for each of the 35 columns; a numpy call per column per dump (143,000) took 2 s more.
+its column's file (``pwrite``, from two threads: ``frtrace.load.outputs``), mapped once
+complete. No page of a writer's file or of a column is faulted into this process on the way.
+Measured at 4,096 ranks (8.2 million entries): the columns built column by column from the
+mapped writers' files faulted every page of those in again for each of the 35 columns; a
+numpy call per column per dump (143,000) took 2 s more.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import contextlib
 import errno
 import mmap
 import os
-import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ import pyarrow.ipc as ipc
 
 from frtrace.errors import WorkFilesLost
 from frtrace.load import ipcfile, native, spill
+from frtrace.load.outputs import ColumnFile, Hole, Writers
 from frtrace.load.shipped import ShippedColumns, Validity, column_dtype, encode, padded
 
 __all__ = ["Gather", "scatter"]
@@ -83,7 +84,7 @@ class Gather:
     def _build(self) -> list[pa.Array]:
         fields = list(self.schema)
         outs = [
-            _Output(self.directory, f.name, dtype, self.rows, pa.types.is_boolean(f.type))
+            ColumnFile(self.directory, f.name, dtype, self.rows, pa.types.is_boolean(f.type))
             for f, dtype in zip(fields, self.dtypes, strict=True)
         ]
         try:
@@ -131,7 +132,7 @@ class Gather:
             return None
         try:  # (on any failure, no file left behind: it holds the dumps' contents)
             outs = [
-                _Hole(written.fd, at, dtype, pa.types.is_boolean(f.type))
+                Hole(written.fd, at, dtype, pa.types.is_boolean(f.type))
                 for f, dtype, at in zip(fields, self.dtypes, written.holes, strict=True)
             ]
             self._fill(outs)
@@ -152,7 +153,7 @@ class Gather:
             written.close()
         return table, written.size, written.checksum(checksums)
 
-    def _fill(self, outs: Sequence[_Output | _Hole]) -> None:
+    def _fill(self, outs: Sequence[ColumnFile | Hole]) -> None:
         """Every dump's part, in file order, spread over its columns' outputs."""
         fields = list(self.schema)
         widths = tuple(dtype.itemsize for dtype in self.dtypes)
@@ -164,6 +165,7 @@ class Gather:
         rows = max(1, min(BLOCK_ROWS, self.rows))  # (a larger dump: a larger block)
         stage = [np.empty(rows, dtype=dtype) for dtype in self.dtypes]
         source = _Sources(self.kept)
+        writers = Writers(outs, widths)
         at = 0
         try:
             for k, chunk in enumerate(self.chunks):
@@ -171,8 +173,7 @@ class Gather:
                 if not count:
                     continue
                 if at + count > len(stage[0]):
-                    for out, staged in zip(outs, stage, strict=True):
-                        out.append(staged[:at])
+                    writers.flush(stage, at)
                     at = 0
                     if count > len(stage[0]):
                         stage = [np.empty(count, dtype=dtype) for dtype in self.dtypes]
@@ -184,9 +185,9 @@ class Gather:
                 ]
                 scatter(part, count, at, stage, widths, remaps, zeroed)
                 at += count
-            for out, staged in zip(outs, stage, strict=True):
-                out.append(staged[:at])
+            writers.flush(stage, at)
         finally:
+            writers.close()
             source.close()
 
     def _array(self, type_: pa.DataType, values: Any, i: int) -> pa.Array:
@@ -285,125 +286,6 @@ class _Sources:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.fds = {}
-
-
-class _Hole:
-    """One column being written into its hole of an IPC file (``Gather.table``), its adler32
-    taken on the way; booleans in memory, packed and written at the end."""
-
-    def __init__(self, fd: int, at: int, dtype: np.dtype[Any], packed: bool) -> None:
-        self.fd = fd
-        self.at = at  # where the next bytes go
-        self.crc = 1
-        self.bits: list[np.ndarray] | None = [] if packed else None
-
-    def append(self, values: np.ndarray) -> None:
-        if self.bits is not None:
-            self.bits.append(values.copy())
-            return
-        self._write(values.data.cast("B"))
-
-    def _write(self, data: memoryview) -> None:
-        self.crc = zlib.adler32(data, self.crc)
-        while data:
-            done = os.pwrite(self.fd, data, self.at)
-            if not done:
-                raise OSError("nothing written")
-            data, self.at = data[done:], self.at + done
-
-    def finish(self) -> int:
-        """Its adler32, once all of it is written."""
-        if self.bits is not None:
-            bits = np.concatenate(self.bits).view(np.bool_) if self.bits else np.zeros(0, bool)
-            self._write(np.packbits(bits, bitorder="little").data.cast("B"))
-            self.bits = None
-        return self.crc
-
-
-class _Output:
-    """One column being built: appended block by block to a file of its own in the spill
-    directory, mapped once complete (its pages the kernel's to drop, as
-    ``frtrace.load.spill``'s); in memory where there is no directory, for booleans (packed
-    afterwards), or where the file cannot be written."""
-
-    def __init__(
-        self, directory: Path | None, name: str, dtype: np.dtype[Any], rows: int, in_memory: bool
-    ) -> None:
-        self.dtype = dtype
-        self.rows = rows
-        self.fd: int | None = None
-        self.filled = 0  # rows appended so far
-        self.array: np.ndarray | None = None
-        size = rows * dtype.itemsize
-        if not in_memory and directory is not None and size:
-            path = directory / f"{name}.values"
-            fd = None
-            try:
-                # (not fallocated: writing into allocated but unwritten blocks took twice as
-                # long; a disk that fills says so on a write, and the column goes on in memory)
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-                path.unlink()  # (the descriptor, then the mapping, keep it)
-                self.fd = fd
-            except OSError:
-                if fd is not None:
-                    os.close(fd)
-                self.fd = None
-        if self.fd is None:
-            self.array = np.empty(rows, dtype=dtype)
-
-    def append(self, values: np.ndarray) -> None:
-        """The next rows' values."""
-        count = len(values)
-        if self.fd is not None:
-            data = values.data.cast("B")
-            at = self.filled * self.dtype.itemsize
-            try:
-                while data:
-                    done = os.pwrite(self.fd, data, at)
-                    if not done:
-                        raise OSError("nothing written")
-                    data, at = data[done:], at + done
-            except OSError:  # (the disk filled after all): the column goes on in memory
-                self._to_memory()
-        if self.array is not None:
-            self.array[self.filled : self.filled + count] = values
-        self.filled += count
-
-    def _to_memory(self) -> None:
-        """Move what was written into memory; go on there."""
-        assert self.fd is not None
-        array = np.empty(self.rows, dtype=self.dtype)
-        done = self.filled * self.dtype.itemsize
-        view = array.data.cast("B")
-        got = 0
-        while got < done:
-            read = os.preadv(self.fd, [view[got:done]], got)
-            if not read:
-                raise OSError("a column's file ends before what was written to it")
-            got += read
-        os.close(self.fd)
-        self.fd = None
-        self.array = array
-
-    def finish(self) -> Any:
-        """The column's values: a mapping of its file, else the array."""
-        if self.fd is None:
-            assert self.array is not None
-            return self.array
-        try:
-            mapped = mmap.mmap(self.fd, self.rows * self.dtype.itemsize, access=mmap.ACCESS_READ)
-        except OSError:
-            self._to_memory()
-            assert self.array is not None
-            return self.array
-        spill.track(mapped)
-        return mapped
-
-    def close(self) -> None:
-        if self.fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self.fd)
-        self.fd = None
 
 
 def _bitmap(valid: list[tuple[int, Validity]], rows: int) -> tuple[pa.Buffer | None, int]:

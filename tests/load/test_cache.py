@@ -339,12 +339,12 @@ def test_a_large_sets_entries_are_written_once_where_the_cache_keeps_them(
 
         monkeypatch.setattr(ipcfile, "write_around", full)
     elif way == "fills in a hole":
-        from frtrace.load import gather
+        from frtrace.load import outputs
 
         def fills(self: object, data: object) -> None:
             raise OSError(28, "No space left on device")
 
-        monkeypatch.setattr(gather._Hole, "_write", fills)
+        monkeypatch.setattr(outputs.Hole, "_write", fills)
     first = load_dumps(directory, cache=True)
     _same(first, kept)
     sets = str(cache_mod.cache_root() / "sets")  # (this test's: another's may be mapped still)

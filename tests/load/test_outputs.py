@@ -1,0 +1,116 @@
+"""The gather's outputs (frtrace.load.outputs): a block's columns appended from two threads.
+
+tests/load/test_spill.py and test_cache.py load every fixture set through the gather; these
+check that two writer threads write what one does, byte for byte and checksum for checksum,
+and that a writer thread's failure is the gather's (no file left behind).
+"""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from frtrace.load import gather, outputs
+from frtrace.load.gather import Gather
+from frtrace.load.outputs import Hole
+from frtrace.load.shipped import ColumnWriter
+
+SCHEMA = pa.schema(
+    [
+        pa.field("a", pa.int64()),
+        pa.field("b", pa.dictionary(pa.int32(), pa.string())),
+        pa.field("c", pa.bool_()),
+        pa.field("d", pa.int32()),
+        pa.field("e", pa.int64()),
+    ]
+)
+APPEND = Hole.append  # (each test wraps this one, never another test's wrapper)
+
+
+def _gather(tmp_path: Path, parts: int = 40) -> Gather:
+    rng = np.random.default_rng(7)
+    writer = ColumnWriter(tmp_path, "w.columns")
+    built = Gather(SCHEMA, None)
+    for k in range(parts):
+        n = int(rng.integers(1, 50))
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pa.array(rng.integers(0, 1 << 40, n), pa.int64()),
+                pa.array(rng.choice(["x", "y", None], n)).dictionary_encode(),
+                pa.array(rng.integers(0, 2, n).astype(bool)),
+                pa.array([None if i % 3 == 0 else k * i for i in range(n)], pa.int32()),
+                pa.array(rng.integers(-5, 5, n), pa.int64()),
+            ],
+            schema=SCHEMA,
+        )
+        built.add(writer.put(batch), {})
+    return built
+
+
+def _written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: int, name: str
+) -> tuple[pa.Table, bytes, int, set[int]]:
+    monkeypatch.setattr(outputs, "WRITER_THREADS", threads)
+    monkeypatch.setattr(outputs, "_cpus", lambda: 2)
+    monkeypatch.setattr(gather, "BLOCK_ROWS", 16)  # (a block written every dump or so)
+    writers: set[int] = set()
+
+    def noted(self: Hole, values: np.ndarray) -> None:
+        writers.add(threading.get_ident())
+        APPEND(self, values)
+
+    monkeypatch.setattr(Hole, "append", noted)
+    dictionaries = {1: pa.array(["x", "y"])}
+    path = tmp_path / f"{name}.arrow"
+    made = _gather(tmp_path / name).table(path, dictionaries)
+    assert made is not None
+    table, _size, checksum = made
+    return table, path.read_bytes(), checksum, writers
+
+
+def test_two_writer_threads_write_what_one_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    one, one_bytes, one_sum, one_writers = _written(tmp_path, monkeypatch, 1, "one")
+    two, two_bytes, two_sum, two_writers = _written(tmp_path, monkeypatch, 2, "two")
+    assert len(one_writers) == 1 and len(two_writers) == 2  # (the second thread wrote)
+    assert two.equals(one) and two.num_rows > 100
+    assert two_bytes == one_bytes
+    assert two_sum == one_sum == zlib.adler32(two_bytes)
+
+
+def test_a_writer_threads_failure_is_the_gathers_and_leaves_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A column that cannot be written in the second thread: the gather fails as when the
+    first cannot, once the other thread is done, and the file holding dumps' contents goes."""
+    monkeypatch.setattr(outputs, "_cpus", lambda: 2)
+    main = threading.get_ident()
+
+    def fails_beside(self: Hole, values: np.ndarray) -> None:
+        if threading.get_ident() != main:
+            raise OSError(28, "No space left on device")
+        APPEND(self, values)
+
+    monkeypatch.setattr(Hole, "append", fails_beside)
+    path = tmp_path / "entries.arrow"
+    with pytest.raises(OSError, match="No space left"):
+        _gather(tmp_path).table(path, {1: pa.array(["x", "y"])})
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3])
+def test_the_columns_are_split_once_each_by_bytes_a_row(parts: int) -> None:
+    widths = (8, 4, 1, 8, 8, 4, 1, 1, 8, 4)
+    groups = outputs._balanced(widths, parts)
+    assert sorted(i for g in groups for i in g) == list(range(len(widths)))
+    assert all(g == sorted(g) for g in groups) and len(groups) == parts
+    loads = [sum(widths[i] for i in g) for g in groups]
+    assert max(loads) - min(loads) <= max(widths)
