@@ -91,3 +91,45 @@ def test_stragglers_block_by_block_equal_one_block(
     assert [s.rank for s in whole] == [5]
     monkeypatch.setattr(segments, "BLOCK_ROWS", 7)
     assert find_stragglers(dumps, membership, matched) == whole
+
+
+@pytest.mark.parametrize("block_rows", [5, 1 << 20])
+def test_arrivals_equal_a_plain_reference_op_by_op(
+    block_rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each op's arrivals, last and second-to-last times, whether one member alone was last
+    and that member's row, each rank's finished ops: as a loop over the ops says, with ties,
+    ops nobody arrived at (not full, or no time) and blocks that cut between ops."""
+    from frtrace.analysis.stragglers import _arrivals
+
+    monkeypatch.setattr(segments, "BLOCK_ROWS", block_rows)
+    rng = np.random.default_rng(3)
+    sizes = rng.integers(1, 6, size=60)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    n = int(sizes.sum())
+    created = rng.integers(1_000, 1_006, size=n).astype(object)  # (few values: ties)
+    created[rng.random(n) < 0.15] = None
+    coll = pd.DataFrame(
+        {"rank": rng.integers(0, 8, size=n), "created_ns": pd.array(created, dtype="Int64")}
+    )
+    full = rng.random(len(sizes)) < 0.7
+    got = _arrivals(coll, starts, sizes, full)
+    base = int(coll["created_ns"].min())
+    done = np.zeros(int(coll["rank"].max()) + 1, dtype=np.int64)
+    for i, (start, size) in enumerate(zip(starts, sizes, strict=True)):
+        rows = range(int(start), int(start + size))
+        t = [
+            float(coll["created_ns"][r] - base)
+            if full[i] and not pd.isna(coll["created_ns"][r])
+            else -np.inf
+            for r in rows
+        ]
+        latest = max(t)
+        last = [r for r, x in zip(rows, t, strict=True) if x == latest]
+        rest = [x for x in t if x != latest]
+        assert got[0][i] == sum(x > -np.inf for x in t)
+        assert got[1][i] == latest and got[2][i] == max(rest, default=-np.inf)
+        assert got[3][i] == (len(last) == 1) and got[4][i] == max(last)
+        for r, x in zip(rows, t, strict=True):
+            done[coll["rank"][r]] += x > -np.inf
+    assert got[5].tolist() == done.tolist()
