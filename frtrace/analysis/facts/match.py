@@ -57,19 +57,27 @@ __all__ = ["match"]
 
 
 def _lookup(
-    codes_: np.ndarray, values: list[str | None], table: dict[str, Any], default: Any
+    codes_: np.ndarray,
+    values: list[str | None],
+    table: dict[str, Any],
+    default: Any,
+    dtype: type[np.generic],
 ) -> np.ndarray:
-    """Map codes through ``table`` (by value); nulls and unknown values get ``default``."""
-    mapped = np.array(
-        [table.get(v, default) if v is not None else default for v in values] + [default]
-    )
-    return mapped[np.where(codes_ < 0, len(values), codes_)]
+    """Map codes (-1: null) through ``table`` (by value), as ``dtype``; nulls and unknown
+    values get ``default``. One comparison of the codes per value the table maps elsewhere
+    (no more than the table holds: the values are distinct), not a gather through int64
+    indices (a copy of the codes as wide again, then one as wide as the result)."""
+    out = np.full(len(codes_), default, dtype=dtype)
+    for code, value in enumerate(values):
+        mapped = table.get(value, default) if value is not None else default
+        if mapped != default:
+            out[codes_ == code] = mapped
+    return out
 
 
 def _state_rank(entries: pa.Table) -> np.ndarray:
     state, values = codes(entries.column("state"))
-    ranks: np.ndarray = _lookup(state, values, {"started": 1, "completed": 2}, 0).astype(np.int8)
-    return ranks
+    return _lookup(state, values, {"started": 1, "completed": 2}, 0, np.int8)
 
 
 def _gid_column(entries: pa.Table, membership: Membership) -> np.ndarray:
@@ -105,17 +113,18 @@ def _done_column(dumps: DumpSet, state_rank: np.ndarray) -> np.ndarray:
     retired = entries.column("retired").fill_null(False).to_numpy(zero_copy_only=False)
     backend_codes, backends = codes(entries.column("backend"))
     # (-1: no backend in the profiling name, e.g. torch 2.2 dumps and damaged names)
-    stateless = _lookup(backend_codes, backends, {"gloo": True}, False).astype(bool) | (
+    stateless = _lookup(backend_codes, backends, {"gloo": True}, False, np.bool_) | (
         backend_codes < 0
     )
-    ranks_with_states = np.unique(rank[state_rank > 0])
+    with_states = np.zeros(int(rank.max()) + 1 if len(rank) else 0, dtype=bool)
+    with_states[rank[state_rank > 0]] = True  # (per rank: a flag, not a sort of the ranks)
     # Gloo's recorder never moves `state`: completion shows only through `retired` (which it
     # sets a moment after the op finished, so the newest op can lag; matching forgives that,
     # and `failure` catches the ops it retired because they failed). On NCCL, `retired`
     # without `completed` means the watchdog gave up (timeout, abort). The hook-based
     # recorders of newer torch (`nccl2:`, `c10d:`, ...) retire an entry when it is issued and
     # complete it when the backend says so: `retired` says nothing there, `state` does.
-    use_retired = stateless & ~np.isin(rank, ranks_with_states)
+    use_retired = stateless & ~with_states[rank]
     done: np.ndarray = np.where(use_retired, retired, state_rank == 2).astype(bool)
     return done
 
@@ -124,8 +133,7 @@ def _sig_columns(entries: pa.Table, op: np.ndarray, ops: list[str | None]) -> np
     """One int64 per entry that is equal across ranks exactly when the op's rules say so."""
 
     def family(names: frozenset[str]) -> np.ndarray:
-        flags: np.ndarray = _lookup(op, ops, dict.fromkeys(names, True), False).astype(bool)
-        return flags
+        return _lookup(op, ops, dict.fromkeys(names, True), False, np.bool_)
 
     def sig(column: str) -> np.ndarray:
         values: np.ndarray = entries.column(column).fill_null(0).to_numpy().astype(np.uint64)

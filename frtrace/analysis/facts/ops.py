@@ -92,4 +92,7 @@ def codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str | None]]:
         return np.zeros(0, dtype=np.int32), []
     values: list[str | None] = column.chunk(0).dictionary.to_pylist()
     parts = [c.indices.fill_null(-1).to_numpy(zero_copy_only=False) for c in column.chunks]
-    return np.concatenate(parts).astype(np.int32, copy=False), values
+    # (one chunk, as a loaded table has: its codes as they are, read-only where they are the
+    # table's own, not copied by a concatenation of one)
+    joined = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    return joined.astype(np.int32, copy=False), values
