@@ -18,6 +18,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -79,10 +80,13 @@ def _entry_groups(entries: pa.Table) -> dict[str, dict[int, str | None]]:
         desc, desc_values = _codes(batch.column(2))
         desc_list: list[str | None] = [*desc_values, None]  # (-1: a null desc)
         width = len(desc_values) + 1
-        # (name, desc) pairs first (few), then (rank, pair): no product of three counts
-        pairs, pair_of = np.unique(name * width + desc + 1, return_inverse=True)
+        # (name, desc) pairs first (few), then (rank, pair): no product of three counts. The
+        # distinct values found by hashing, then sorted (a few hundred), not every row sorted
+        pair_key = name * width + desc + 1
+        pairs = np.sort(pd.unique(pair_key))
+        pair_of = np.searchsorted(pairs, pair_key)
         rank = batch.column(0).to_numpy(zero_copy_only=False).astype(np.int64)
-        keys = np.unique(rank * len(pairs) + pair_of.reshape(-1))
+        keys = np.sort(pd.unique(rank * len(pairs) + pair_of))
         pair = pairs[keys % len(pairs)]
         for r, n, d in zip(
             (keys // len(pairs)).tolist(),

@@ -184,7 +184,12 @@ def match(dumps: DumpSet, membership: Membership) -> MatchResult:
     p2p_rows = frame[frame["is_p2p"] & (frame["gid"] >= 0)]
     if not has_p2p_seq:  # (no p2p op: an empty frame, with every column p2p_ops reads)
         p2p_rows = p2p_rows.assign(p2p_seq=pd.Series([], dtype="Int64"))
-    first_row = pd.Series(frame["row"].to_numpy()).groupby(frame["rank"].to_numpy()).min()
+    # each rank's first row: the least of its runs' first rows (a rank's rows are one run, or
+    # a few: the frame is in row order), not a group-by of every row
+    rank = frame["rank"].to_numpy()
+    runs = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]]) if len(rank) else rank[:0]
+    first_row = pd.Series(frame["row"].to_numpy()[runs]).groupby(rank[runs]).min()
+    del rank, runs
     is_coll = (~frame["is_p2p"] & frame["seq"].notna() & (frame["gid"] >= 0)).to_numpy()
     # The frame (~60 bytes x 8M entries) is handed over, never copied whole: logical_collectives
     # consumes it column by column, keeping the collectives' rows of each.
