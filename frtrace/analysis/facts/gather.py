@@ -11,6 +11,7 @@ own that another rule also needs.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from frtrace.analysis.facts.capture import DumpMoments, dump_moments, dump_times_from_entries
@@ -76,7 +77,13 @@ def facts_of(
     """The facts of a dump set with what else the job left: its Python ``stacks``, the
     failures its logs, error files and sidecars report (``evidence``), and what ``frtrace
     collect`` knew of each rank (``collected``: its dump time, host and pid)."""
-    times = dump_times_from_entries(dumps)  # NCCL: what the dump itself discovered
+    with ThreadPoolExecutor(1, thread_name_prefix="frtrace-facts") as beside:
+        # NCCL: what the dump itself discovered, read beside the matching, which does not
+        # need it (both numpy and Arrow passes over every entry, most without the GIL)
+        discovered = beside.submit(dump_times_from_entries, dumps)
+        membership = resolve_groups(dumps)
+        matched = match(dumps, membership)
+        times = discovered.result()
     failed: frozenset[int] = frozenset()
     if stacks is not None:  # the recorder's sidecar, written with the dump
         times |= {r: t for r in stacks.ranks if (t := stacks.taken_at_ns(r)) is not None}
@@ -84,7 +91,9 @@ def facts_of(
             r for r in stacks.ranks if (stacks.trigger(r) or "").startswith("exception")
         )
     used, sources = manifest_times(collected, times)  # collect's, where the dumps say none
-    facts = gather_facts(dumps, times | used, failed, evidence, stacks, collected)
+    facts = gather_facts(
+        dumps, times | used, failed, evidence, stacks, collected, lined_up=(membership, matched)
+    )
     claimed = tuple(ManifestTimes(manifest=rel, ranks=ranks) for rel, ranks in sources)
     return replace(facts, claimed=claimed) if claimed else facts
 
@@ -96,11 +105,17 @@ def gather_facts(
     evidence: JobEvidence | None = None,
     stacks: StackSet | None = None,
     collected: Collected | None = None,
+    *,
+    lined_up: tuple[Membership, MatchResult] | None = None,
 ) -> Facts:
     """The facts of a loaded dump set; ``dumped_at_ns``: when each rank's dump was written,
-    where known; ``failed_ranks``: ranks whose dump was written because something failed."""
-    membership = resolve_groups(dumps)
-    matched = match(dumps, membership)
+    where known; ``failed_ranks``: ranks whose dump was written because something failed;
+    ``lined_up``: its groups and matched ops, where the caller has them already."""
+    if lined_up is None:
+        membership = resolve_groups(dumps)
+        matched = match(dumps, membership)
+    else:
+        membership, matched = lined_up
     give_back_memory()  # (matching's per-entry temporaries: before the next steps allocate)
     moments = dump_moments(dumps, dumped_at_ns or {}, failed_ranks)
     waits = build_wait_graph(dumps, membership, matched, running=moments.running, moments=moments)
