@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from frtrace.load import spill
+from frtrace.load.parallel import default_jobs  # (the CPUs this process may run on)
 
 __all__ = ["WRITER_THREADS", "ColumnFile", "Hole", "Writers"]
 
@@ -38,7 +39,7 @@ class Writers:
 
     def __init__(self, outs: Sequence[ColumnFile | Hole], widths: tuple[int, ...]) -> None:
         self.outs = list(outs)
-        threads = max(1, min(WRITER_THREADS, _cpus(), len(self.outs)))
+        threads = max(1, min(WRITER_THREADS, default_jobs(), len(self.outs)))
         self.groups = _balanced(widths, threads)
         self.pool = (
             ThreadPoolExecutor(threads - 1, thread_name_prefix="frtrace-gather")
@@ -67,14 +68,6 @@ class Writers:
         if self.pool is not None:
             self.pool.shutdown(wait=True)
             self.pool = None
-
-
-def _cpus() -> int:
-    """The CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # (not Linux)
-        return os.cpu_count() or 1
 
 
 def _balanced(widths: tuple[int, ...], parts: int) -> list[list[int]]:

@@ -56,7 +56,7 @@ def _written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: int, name: str
 ) -> tuple[pa.Table, bytes, int, set[int]]:
     monkeypatch.setattr(outputs, "WRITER_THREADS", threads)
-    monkeypatch.setattr(outputs, "_cpus", lambda: 2)
+    monkeypatch.setattr(outputs, "default_jobs", lambda: 2)
     monkeypatch.setattr(gather, "BLOCK_ROWS", 16)  # (a block written every dump or so)
     writers: set[int] = set()
 
@@ -91,7 +91,7 @@ def test_a_writer_threads_failure_is_the_gathers_and_leaves_no_file(
 ) -> None:
     """A column that cannot be written in the second thread: the gather fails as when the
     first cannot, once the other thread is done, and the file holding dumps' contents goes."""
-    monkeypatch.setattr(outputs, "_cpus", lambda: 2)
+    monkeypatch.setattr(outputs, "default_jobs", lambda: 2)
     main = threading.get_ident()
 
     def fails_beside(self: Hole, values: np.ndarray) -> None:
