@@ -41,7 +41,7 @@ typedef struct {
 /* The arrays of the last tree freed and of the last read, kept for the next file: a fresh
  * allocation per file costs its pages faulted in again (a sixth of the time). One of each,
  * none past SPARE_LIMIT (a huge file's arrays are not kept). */
-enum { S_NODES, S_KIDS, S_MADE, S_STACK, S_MARKS, S_PARENTS, S_CHILDREN, S_MEMO, N_SPARES };
+enum { S_NODES, S_KIDS, S_MADE, S_STACK, S_MARKS, S_RUNS, S_MEMO, N_SPARES };
 #define SPARE_LIMIT ((size_t)64 << 20)
 
 static struct {
@@ -138,7 +138,11 @@ typedef struct {
     size_t n, pos;
     size_t frame_end;  /* where the current FRAME ends (at or before pos: none) */
     Tree *t;
-    U32s stack, marks, parents, children;
+    U32s stack, marks;
+    U32s children;  /* every container's children, in the order they were added (the kids) */
+    U32s runs;      /* (parent, first child, count): each batch of children added together */
+    size_t edges;   /* children added (before finish lays out those of a container added in
+                     * several runs again, after them) */
     uint32_t *memo;  /* memo index -> node + 1 (0: empty) */
     size_t memo_cap, memo_len;
 } Reader;
@@ -196,11 +200,6 @@ static int64_t pop_mark(Reader *r) {
     return r->marks.at[--r->marks.size];
 }
 
-static int add_child(Reader *r, uint32_t parent, uint32_t child) {
-    if (u32_push(&r->parents, parent) < 0 || u32_push(&r->children, child) < 0) return -1;
-    return 0;
-}
-
 /* A dict key pickle could hash without calling anything: a str, bytes or number. */
 static int plain_key(Reader *r, uint32_t node) {
     uint8_t kind = r->t->nodes[node].kind;
@@ -209,11 +208,22 @@ static int plain_key(Reader *r, uint32_t node) {
 
 /* The items above stack position x become children of `parent` (in pairs for a dict). */
 static int adopt(Reader *r, uint32_t parent, size_t x) {
-    int dict = r->t->nodes[parent].kind == T_DICT;
-    if (dict && (r->stack.size - x) % 2) return NOT_HERE;  /* odd number of items */
-    for (size_t k = x; k < r->stack.size; k++) {
-        if (dict && (k - x) % 2 == 0 && !plain_key(r, r->stack.at[k])) return NOT_HERE;
-        if (add_child(r, parent, r->stack.at[k]) < 0) return -1;
+    size_t count = r->stack.size - x;
+    if (r->t->nodes[parent].kind == T_DICT) {
+        if (count % 2) return NOT_HERE;  /* odd number of items */
+        for (size_t k = x; k < r->stack.size; k += 2) {
+            if (!plain_key(r, r->stack.at[k])) return NOT_HERE;
+        }
+    }
+    if (count) {  /* one run: the items copied at once, the parent noted once */
+        U32s *c = &r->children;
+        if (grow((void **)&c->at, &c->cap, c->size + count - 1, 1024, sizeof(uint32_t)) < 0 ||
+            u32_push(&r->runs, parent) < 0 || u32_push(&r->runs, (uint32_t)c->size) < 0 ||
+            u32_push(&r->runs, (uint32_t)count) < 0) {
+            return -1;
+        }
+        memcpy(c->at + c->size, r->stack.at + x, count * sizeof(uint32_t));
+        c->size += count;
     }
     r->stack.size = x;
     return 1;
@@ -405,30 +415,63 @@ static int step(Reader *r) {
     }
 }
 
-/* Lay every container's children out together, in the order they were added. */
+/* Lay every container's children out together, in the order they were added: those added in
+ * one run (most containers: a dict's SETITEMS, a list's APPENDS) are where they were added;
+ * those of a container filled in several runs (a list of over 1,000 items, whose APPENDS the
+ * pickler batches) are copied after all of them, run after run. The children array becomes
+ * the tree's kids. (Containers are made with len 0 and v 0, and given children only here.) */
+#define SEVERAL ((uint64_t)1 << 63)  /* (in v while laying out: more than one run) */
+#define PLACED ((uint64_t)1 << 62)   /* (and its place after the others is chosen) */
 static int finish(Reader *r) {
     Tree *t = r->t;
-    size_t edges = r->parents.size;
-    for (size_t i = 0; i < t->n_nodes; i++) {
-        if (IS_CONTAINER(t->nodes[i].kind)) t->nodes[i].len = 0;
+    U32s *c = &r->children;
+    size_t n_runs = r->runs.size / 3;
+    const uint32_t *runs = r->runs.at;
+    size_t moved = 0;  /* children of the containers of several runs */
+    r->edges = c->size;
+    for (size_t k = 0; k < n_runs; k++) {
+        Node *parent = &t->nodes[runs[3 * k]];
+        uint32_t count = runs[3 * k + 2];
+        if (parent->len == 0) {
+            parent->v = runs[3 * k + 1];
+        } else {
+            if (!(parent->v & SEVERAL)) {
+                parent->v |= SEVERAL;
+                moved += parent->len;
+            }
+            moved += count;
+        }
+        parent->len += count;  /* (fewer children in all than bytes: under NO_NODE) */
     }
-    for (size_t e = 0; e < edges; e++) t->nodes[r->parents.at[e]].len++;
-    uint64_t start = 0;
-    for (size_t i = 0; i < t->n_nodes; i++) {
-        if (!IS_CONTAINER(t->nodes[i].kind)) continue;
-        t->nodes[i].v = start;
-        start += t->nodes[i].len;
-        t->nodes[i].len = 0;  /* (counted again as the children are placed) */
+    if (moved) {
+        if (grow((void **)&c->at, &c->cap, c->size + moved - 1, 1024, sizeof(uint32_t)) < 0) return -1;
+        size_t tail = c->size;
+        for (size_t k = 0; k < n_runs; k++) {
+            Node *parent = &t->nodes[runs[3 * k]];
+            if (!(parent->v & SEVERAL)) continue;
+            if (!(parent->v & PLACED)) {
+                parent->v = SEVERAL | PLACED | tail;
+                tail += parent->len;
+                parent->len = 0;  /* (counted again as its runs are copied) */
+            }
+            uint64_t at = (parent->v & ~(SEVERAL | PLACED)) + parent->len;
+            memcpy(c->at + at, c->at + runs[3 * k + 1], runs[3 * k + 2] * sizeof(uint32_t));
+            parent->len += runs[3 * k + 2];
+        }
+        for (size_t k = 0; k < n_runs; k++) t->nodes[runs[3 * k]].v &= ~(SEVERAL | PLACED);
+        c->size = tail;
     }
-    t->kids = spare_sized(S_KIDS, (edges ? edges : 1) * sizeof(uint32_t), &t->kids_bytes);
-    if (t->kids == NULL) return -1;
+    t->kids = c->at != NULL ? c->at : PyMem_Malloc(sizeof(uint32_t));  /* (taken over) */
+    if (t->kids == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    t->kids_bytes = c->at != NULL ? c->cap * sizeof(uint32_t) : sizeof(uint32_t);
+    c->at = NULL;
+    c->cap = c->size = 0;
     t->made = spare_sized(S_MADE, (t->n_nodes ? t->n_nodes : 1) * sizeof(PyObject *), &t->made_bytes);
     if (t->made == NULL) return -1;
     memset(t->made, 0, t->n_nodes * sizeof(PyObject *));
-    for (size_t e = 0; e < edges; e++) {
-        Node *parent = &t->nodes[r->parents.at[e]];
-        t->kids[parent->v + parent->len++] = r->children.at[e];
-    }
     return 0;
 }
 
@@ -885,11 +928,13 @@ static uint32_t entries_node(Tree *t, uint32_t root) {
 static int shared_top(Reader *r, uint32_t root) {
     uint32_t entries = entries_node(r->t, root);
     size_t held = 0;
-    for (size_t e = 0; e < r->children.size; e++) {
-        uint32_t child = r->children.at[e];
-        if (child == root) return 1;
-        held += child == entries;
+    size_t roots = 0;
+    const uint32_t *kids = r->t->kids;
+    for (size_t e = 0; e < r->edges; e++) {  /* (as added: the copies after them aside) */
+        roots += kids[e] == root;
+        held += kids[e] == entries;
     }
+    if (roots) return 1;
     return held > (entries == root ? 0 : 1);  /* (once: the top dict's own "entries") */
 }
 
@@ -944,8 +989,8 @@ PyObject *tree_read(PyObject *self, PyObject *data) {
     memset(&r, 0, sizeof(r));
     u32_take(&r.stack, S_STACK);
     u32_take(&r.marks, S_MARKS);
-    u32_take(&r.parents, S_PARENTS);
-    u32_take(&r.children, S_CHILDREN);
+    u32_take(&r.runs, S_RUNS);
+    u32_take(&r.children, S_KIDS);  /* (the last tree's kids: they become this one's) */
     r.memo = spare_take(S_MEMO, &bytes);
     r.memo_cap = bytes / sizeof(uint32_t);
     if (r.memo != NULL) memset(r.memo, 0, bytes);
@@ -964,8 +1009,8 @@ PyObject *tree_read(PyObject *self, PyObject *data) {
     }
     spare_give(S_STACK, r.stack.at, r.stack.cap * sizeof(uint32_t));
     spare_give(S_MARKS, r.marks.at, r.marks.cap * sizeof(uint32_t));
-    spare_give(S_PARENTS, r.parents.at, r.parents.cap * sizeof(uint32_t));
-    spare_give(S_CHILDREN, r.children.at, r.children.cap * sizeof(uint32_t));
+    spare_give(S_RUNS, r.runs.at, r.runs.cap * sizeof(uint32_t));
+    spare_give(S_KIDS, r.children.at, r.children.cap * sizeof(uint32_t));  /* (not taken over) */
     spare_give(S_MEMO, r.memo, r.memo_cap * sizeof(uint32_t));
     Py_DECREF(t);
     return result;

@@ -714,6 +714,29 @@ def test_plain_streams_are_read(name: str) -> None:
     assert check_stream(HAND_MADE[name]) is not None
 
 
+def test_containers_filled_in_several_runs_keep_their_order() -> None:
+    """A container's children are laid out where they were added when they came in one run
+    (one SETITEMS, one APPENDS) and copied after the others when it had several: the pickler
+    batches a list's or dict's items 1,000 at a time, and a memo reference lets a stream fill
+    two lists in turns. Either way, every child in the order pickle adds it."""
+    entries = [{"i": i, "frames": [{"line": i}] * (i % 3)} for i in range(2_500)]
+    value = {
+        "version": "2.10",
+        "entries": entries,
+        "wide": {str(i): i for i in range(2_100)},
+        "lists": [list(range(i, i + 1_001)) for i in range(3)],
+    }
+    for protocol in PROTOCOLS:
+        got = check_stream(_dumps(value, protocol), pickle.loads)
+        assert got is not None
+        check_view(got["entries"])
+    # lists A and B filled in turns through the memo, A and B in a tuple twice
+    a_b_a_b = b"\x80\x04(]\x94K\x01a]\x94K\x02ah\x00(K\x03K\x04eh\x01K\x05at."
+    got = check_stream(a_b_a_b, pickle.loads)
+    assert got == ([1, 3, 4], [2, 5], [1, 3, 4], [2, 5])
+    assert got[0] is got[2] and got[1] is got[3]
+
+
 @pytest.mark.parametrize("data", [b"\x80\x02].", b"\x80\x02}.", b"\x80\x02N.", b"K\x01."])
 def test_a_stream_without_children_reads_without_a_spare(data: bytes) -> None:
     """(A zero-size array of children was taken for an allocation that failed.)"""
