@@ -59,7 +59,7 @@ def validity_bitmap(valid: np.ndarray | None, n: int) -> tuple[pa.Buffer | None,
 
 # The distinct sizes and dtypes of a file, converted, by their twins: the files of a job repeat
 # the same few (a worker reads hundreds of files), so each is converted and fingerprinted once.
-_DISTINCT: dict[tuple[Any, ...], tuple[pa.Array, np.ndarray]] = {}
+_DISTINCT: dict[tuple[Any, ...], tuple[pa.Array, np.ndarray, list[Any]]] = {}
 _DISTINCT_MAX = 1024
 # (twins with more leaves are converted every time, not kept)
 _DISTINCT_MAX_LEAVES = 4096
@@ -67,12 +67,12 @@ _DISTINCT_MAX_LEAVES = 4096
 
 def distinct_values(
     distinct: tuple[Any, ...], type_: pa.DataType, checked: bool
-) -> tuple[pa.Array, np.ndarray]:
-    """A dictionary column's values (Arrow) and each one's fingerprint (CRC-32 of its repr),
-    from their hashable twins. Raises ValueError (or Arrow's errors) for a value no op has,
-    unless the twins were ``checked`` one by one already. Only checked twins are kept for the
-    next file (exact ints and text: equal as keys exactly when their reprs are; unchecked, 1,
-    1.0 and True would be one key)."""
+) -> tuple[pa.Array, np.ndarray, list[Any]]:
+    """A dictionary column's values (Arrow), each one's fingerprint (CRC-32 of its repr) and
+    the values as Arrow lists them, from their hashable twins. Raises ValueError (or Arrow's
+    errors) for a value no op has, unless the twins were ``checked`` one by one already. Only
+    checked twins are kept for the next file (exact ints and text: equal as keys exactly when
+    their reprs are; unchecked, 1, 1.0 and True would be one key)."""
     key = (type_, *distinct)
     known = _DISTINCT.get(key) if checked else None
     if known is not None:
@@ -92,10 +92,11 @@ def distinct_values(
     crcs = np.fromiter(
         (zlib.crc32(repr(t).encode()) for t in distinct), dtype=np.uint32, count=len(distinct)
     )
+    listed = table.to_pylist()
     leaves = len(table.flatten()) + (len(table.flatten().flatten()) if nested else 0)
     if checked and leaves <= _DISTINCT_MAX_LEAVES:
         if len(_DISTINCT) >= _DISTINCT_MAX:
             _DISTINCT.clear()
         crcs.flags.writeable = False  # (shared by every file with the same values)
-        _DISTINCT[key] = (table, crcs)
-    return table, crcs
+        _DISTINCT[key] = (table, crcs, listed)
+    return table, crcs, listed

@@ -20,7 +20,8 @@ import pyarrow as pa
 
 from frtrace.errors import DumpFormatError
 from frtrace.load import native, schema
-from frtrace.load.arrays import MAX_DIMS, MAX_TENSORS, codes_array, distinct_values, masked_array
+from frtrace.load.arrays import MAX_DIMS, MAX_TENSORS, distinct_values
+from frtrace.load.plain import Col, Column, to_arrow
 from frtrace.load.values import (
     INT64_MAX,
     INT64_MIN,
@@ -95,25 +96,27 @@ class Columns:
                 return list(map(methodcaller("get", key), self.entries))
             return [e[key] if key in e else e.get(alt) for e in self.entries]
 
-    def take(self, key: str, type_: pa.DataType, alt: str | None = None) -> pa.Array:
+    def take(self, key: str, type_: pa.DataType, alt: str | None = None) -> Col:
         """Column ``key`` (or ``alt`` where ``key`` is absent), validated by Arrow."""
         scanned = self.scanned.get(key)
         if scanned is None:
             return self.convert(key, self.values(key, alt), type_)
         if type_ == schema.TEXT:
-            plain = text_from_codes(*scanned)
-            return plain if plain is not None else text_column(key, self.values(key), self)
+            codes, distinct = scanned
+            if _plain_text(distinct):
+                return Column(codes, codes >= 0, distinct)
+            return text_column(key, self.values(key), self)
         values, valid = scanned
-        return number_array(values, valid, type_)
+        return Column(values, valid)
 
-    def take_time(self, key: str, from_json: bool) -> pa.Array:
+    def take_time(self, key: str, from_json: bool) -> Col:
         """An int64 time column; in JSON, where 0 means "not observed", 0 is null."""
         scanned = self.scanned.get(key)
         if scanned is not None:
             values, valid = scanned
             if from_json and (values == 0).any():
                 valid = values != 0 if valid is None else valid & (values != 0)
-            return number_array(values, valid, pa.int64())
+            return Column(values, valid)
         read = self.values(key)
         if from_json:
             read = [None if v == 0 else v for v in read]
@@ -128,7 +131,7 @@ class Columns:
             except (TypeError, ValueError, OverflowError):
                 pass
         if pa.types.is_list(type_):
-            return self.convert_repeated(key, values, type_)[0].cast(type_)
+            return to_arrow(self.convert_repeated(key, values, type_)[0], type_).cast(type_)
         if type_ == schema.TEXT:
             return text_column(key, values, self)
         if _SCALARS.issuperset(map(type, values)):
@@ -138,13 +141,13 @@ class Columns:
                 pass
         return self.convert_slowly(key, values, type_)
 
-    def take_repeated(self, key: str, type_: pa.DataType) -> tuple[pa.Array, np.ndarray]:
+    def take_repeated(self, key: str, type_: pa.DataType) -> tuple[Column, np.ndarray]:
         """A list column and its per-entry fingerprints (0 where missing)."""
         return self.convert_repeated(key, [e.get(key) for e in self.entries], type_)
 
     def convert_repeated(
         self, key: str, values: Sequence[Any], type_: pa.DataType
-    ) -> tuple[pa.Array, np.ndarray]:
+    ) -> tuple[Column, np.ndarray]:
         """Sizes and dtypes repeat a lot: convert each distinct value once, then gather.
 
         Arrow converts nested Python lists slowly (~10 us per entry); distinct values are few.
@@ -168,7 +171,7 @@ class Columns:
             codes, distinct = self.repeated_slowly(key, values, nested)
             return _repeated_array(codes, distinct, type_, checked=True)
 
-    def shape_columns(self) -> list[tuple[pa.Array, np.ndarray]]:
+    def shape_columns(self) -> list[tuple[Column, np.ndarray]]:
         """input_sizes, output_sizes, input_dtypes, output_dtypes with their fingerprints.
 
         The four at once when every entry has them as well-formed lists: one key per entry
@@ -218,7 +221,7 @@ class Columns:
             return self.shapes_one_by_one()  # (_shape_combo leaves Arrow nothing to refuse)
         return out
 
-    def shapes_one_by_one(self) -> list[tuple[pa.Array, np.ndarray]]:
+    def shapes_one_by_one(self) -> list[tuple[Column, np.ndarray]]:
         pairs = zip(SHAPE_KEYS, _SHAPE_TYPES, strict=True)
         return [self.take_repeated(key, type_) for key, type_ in pairs]
 
@@ -286,19 +289,17 @@ class Columns:
 
 def _repeated_array(
     codes: np.ndarray, distinct: list[Any], type_: pa.DataType, *, checked: bool = False
-) -> tuple[pa.Array, np.ndarray]:
+) -> tuple[Column, np.ndarray]:
     """A dictionary column from per-entry codes into distinct hashable twins (None: null),
     and the per-entry fingerprints. Raises ValueError (or Arrow's errors) for a value no op
     has, unless the twins were ``checked`` one by one already."""
     none_at = distinct.index(None) if None in distinct else -1
-    table, crcs = distinct_values(tuple(distinct), type_, checked)
+    table, crcs, listed = distinct_values(tuple(distinct), type_, checked)
     if none_at < 0:  # (every entry has a value: no mask to make)
-        indices = masked_array(codes, None, pa.int32())
-        return pa.DictionaryArray.from_arrays(indices, table), crcs[codes]
+        return Column(codes, None, listed, table), crcs[codes]
     valid = codes != none_at
     sig = np.where(valid, crcs[codes] if len(crcs) else 0, 0).astype(np.uint32)
-    indices = masked_array(codes, valid, pa.int32())
-    return pa.DictionaryArray.from_arrays(indices, table), sig
+    return Column(codes, valid, listed, table), sig
 
 
 SHAPE_KEYS = ("input_sizes", "output_sizes", "input_dtypes", "output_dtypes")
@@ -364,28 +365,18 @@ _FITS: dict[pa.DataType, Callable[[Any], bool]] = {
 }
 
 
-def number_array(values: np.ndarray, valid: np.ndarray | None, type_: pa.DataType) -> pa.Array:
-    """A numeric or boolean column from its values and where they are valid (None: all)."""
-    if valid is None:
-        return pa.array(values, type=type_)
-    return masked_array(values, valid, type_)
-
-
-def text_from_codes(codes: np.ndarray, distinct: list[Any]) -> pa.Array | None:
-    """The dictionary column of first-seen codes (-1: null) into distinct values, where they
-    are all ASCII strings (else None: text to clean, or values that are not text)."""
-    if not (_PLAIN_TEXT.issuperset(map(type, distinct)) and all(map(str.isascii, distinct))):
-        return None
-    return pa.DictionaryArray.from_arrays(codes_array(codes), pa.array(distinct, type=pa.string()))
+def _plain_text(distinct: list[Any]) -> bool:
+    """Whether dictionary values are all ASCII strings (else: text to clean, or values that
+    are not text)."""
+    return _PLAIN_TEXT.issuperset(map(type, distinct)) and all(map(str.isascii, distinct))
 
 
 def text_column(key: str, values: Sequence[Any], cols: Columns | None = None) -> pa.Array:
     """A dictionary-encoded string column: each distinct string converted once."""
     try:  # all strings or None (the usual case): encoded in C, each distinct string once
         codes, distinct = first_seen_codes(values)
-        plain = text_from_codes(codes, distinct)
-        if plain is not None:
-            return plain
+        if _plain_text(distinct):
+            return to_arrow(Column(codes, codes >= 0, distinct), schema.TEXT)
         encoded: pa.Array = strings(values).dictionary_encode()  # (text to clean: see clean)
         return encoded
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):

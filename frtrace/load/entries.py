@@ -1,4 +1,5 @@
-"""One file's entries -> one Arrow record batch of ``schema.ENTRIES``.
+"""One file's entries -> the columns of ``schema.ENTRIES``: an Arrow record batch, or the
+columns as a worker hands them over (``frtrace.load.plain``).
 
 Knows the entry key names of every torch version (``seq_id`` / ``collective_seq_id``,
 ``time_created_us`` / ``_ns``, JSON's 0 for an unobserved time) and splits ``profiling_name``
@@ -17,13 +18,14 @@ import numpy as np
 import pyarrow as pa
 
 from frtrace.load import native, schema
-from frtrace.load.arrays import codes_array, masked_array
+from frtrace.load.arrays import masked_array
 from frtrace.load.columns import SHAPE_KEYS, Columns, text_column
 from frtrace.load.formats import split_profiling_name
+from frtrace.load.plain import Col, Column, PlainBatch, text_codes, to_arrow, to_plain
 from frtrace.load.stacks import Stack, intern_coded_stacks, intern_stacks
-from frtrace.load.values import first_seen_codes, label, strings
+from frtrace.load.values import first_seen_codes, label
 
-__all__ = ["entries_batch"]
+__all__ = ["entries_batch", "entries_columns", "plain_batch"]
 
 _ONLY_STR = frozenset((str,))
 _ONLY_BOOL = frozenset((bool,))
@@ -66,6 +68,29 @@ _PREFETCH = frozenset(key for key, _, _ in _SPECS if isinstance(key, str)) - {
 def entries_batch(
     path: Path, rank: int, entries: Sequence[dict[str, Any]], from_json: bool
 ) -> tuple[pa.RecordBatch, tuple[Stack, ...], list[str]]:
+    """The file's entries as an Arrow batch, its distinct stacks, its problems."""
+    columns, stacks, problems = entries_columns(path, rank, entries, from_json)
+    return arrow_batch(columns), stacks, problems
+
+
+def arrow_batch(columns: Sequence[Col]) -> pa.RecordBatch:
+    """``entries_columns``'s columns as an Arrow batch."""
+    arrays = [to_arrow(c, f.type) for c, f in zip(columns, schema.ENTRIES, strict=True)]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema.ENTRIES)
+
+
+def plain_batch(columns: Sequence[Col]) -> PlainBatch:
+    """``entries_columns``'s columns as a worker hands them over (no Arrow made for those
+    read on a fast path)."""
+    plain = [to_plain(c, f.type) for c, f in zip(columns, schema.ENTRIES, strict=True)]
+    return PlainBatch(tuple(plain), len(plain[0].values))
+
+
+def entries_columns(
+    path: Path, rank: int, entries: Sequence[dict[str, Any]], from_json: bool
+) -> tuple[list[Col], tuple[Stack, ...], list[str]]:
+    """The file's entries as the columns of ``schema.ENTRIES``, its distinct stacks, its
+    problems."""
     cols = Columns(path, rank, entries)
     cols.scan(_SPECS, _PREFETCH)
     n = len(entries)
@@ -80,7 +105,7 @@ def entries_batch(
     pg_ids = cols.take("pg_id", pa.int64())
     group_name, group_desc = _group_columns(cols, pg_ids)
 
-    is_p2p = _is_p2p(cols, is_send_recv)
+    is_p2p = Column(_is_p2p(cols, is_send_recv), None)
 
     if n and "time_created_ns" not in entries[0] and "time_created_us" in entries[0]:
         us = [_us_to_ns(e.get("time_created_us")) for e in entries]
@@ -93,9 +118,9 @@ def entries_batch(
     (in_sizes, in_sig), (out_sizes, out_sig) = shapes[0], shapes[1]
     (in_dtypes, in_dt_sig), (out_dtypes, out_dt_sig) = shapes[2], shapes[3]
 
-    arrays = [
-        pa.array(np.full(n, rank, dtype=np.int32)),
-        pa.array(np.arange(n, dtype=np.int32)),
+    columns = [
+        Column(np.full(n, rank, dtype=np.int32), None),
+        Column(np.arange(n, dtype=np.int32), None),
         cols.take("record_id", pa.int64()),
         pg_ids,
         group_name,
@@ -103,10 +128,10 @@ def entries_batch(
         cols.take("collective_seq_id", pa.int64(), alt="seq_id"),
         cols.take("p2p_seq_id", pa.int64()),
         cols.take("op_id", pa.int64()),
-        _dictionary(name_codes, name_values),
+        text_codes(name_codes, name_values),
         backend,
         op_arr,
-        pa.array(is_p2p, type=pa.bool_()),
+        is_p2p,
         src,
         dst,
         in_sizes,
@@ -130,8 +155,7 @@ def entries_batch(
         _splits(cols, "input_split_sizes"),
         _splits(cols, "output_split_sizes"),
     ]
-    batch = pa.RecordBatch.from_arrays(arrays, schema=schema.ENTRIES)
-    return batch, stacks, cols.problems
+    return columns, stacks, cols.problems
 
 
 def _names(cols: Columns) -> tuple[np.ndarray, list[Any], list[Any]]:
@@ -151,13 +175,13 @@ def _names(cols: Columns) -> tuple[np.ndarray, list[Any], list[Any]]:
     return codes, values, [split_profiling_name(v) for v in values]  # once per distinct name
 
 
-def _stack_ids(cols: Columns) -> tuple[pa.Array, tuple[Stack, ...]]:
+def _stack_ids(cols: Columns) -> tuple[Col, tuple[Stack, ...]]:
     """Each entry's stack id into the file's distinct stacks, and those stacks."""
     scanned = cols.scanned.get("frames")
     if scanned is not None:
         frame_codes, frame_lists = scanned
         sids, stacks = intern_coded_stacks(frame_codes, frame_lists, cols.problems)
-        return codes_array(sids), stacks
+        return Column(sids, sids >= 0), stacks
     ids, stacks = intern_stacks(cols.values("frames"), cols.problems)
     return pa.array(ids, type=pa.int32()), stacks
 
@@ -166,7 +190,7 @@ def _stack_ids(cols: Columns) -> tuple[pa.Array, tuple[Stack, ...]]:
 _MAX_SPLITS = 1 << 20
 
 
-def _splits(cols: Columns, key: str) -> pa.Array:
+def _splits(cols: Columns, key: str) -> Col:
     """FR 2.11's per-peer split sizes (read by presence): a list of ints, else null."""
     # (not recorded before 2.11, nor for ops other than all_to_all: all None, nothing to do)
     if cols.scanned.get(key) is True:
@@ -198,12 +222,10 @@ def _splits(cols: Columns, key: str) -> pa.Array:
 
 
 @functools.lru_cache(maxsize=4)
-def _no_splits(n: int) -> pa.Array:
+def _no_splits(n: int) -> Column:
     """A split sizes column of ``n`` entries, every one null (most files: the same length)."""
     codes = np.zeros(n, dtype=np.int32)
-    return pa.DictionaryArray.from_arrays(
-        masked_array(codes, codes != 0, pa.int32()), pa.array([None], type=schema.SPLITS)
-    )
+    return Column(codes, codes != 0, [None], pa.array([None], type=schema.SPLITS))
 
 
 def _encode(values: Sequence[str | None]) -> tuple[np.ndarray, list[str]]:
@@ -212,25 +234,20 @@ def _encode(values: Sequence[str | None]) -> tuple[np.ndarray, list[str]]:
     return codes, [str(v) for v in distinct]
 
 
-def _dictionary(codes: np.ndarray, values: list[Any]) -> pa.Array:
-    """A dictionary<int32, string> array from codes (-1: null) and their values."""
-    return pa.DictionaryArray.from_arrays(codes_array(codes), strings(values))
-
-
-def _decoded(codes: np.ndarray, values: list[str | None]) -> pa.Array:
+def _decoded(codes: np.ndarray, values: list[str | None]) -> Column:
     """Map each code to a (possibly repeated or None) string, dictionary-encoded."""
     inner, distinct = _encode(values)
     mapped = np.append(inner, -1)[codes]  # code -1 picks the appended -1 (null)
-    return _dictionary(mapped, distinct)
+    return text_codes(mapped, distinct)
 
 
-def _gather_ints(codes: np.ndarray, values: list[int | None]) -> pa.Array:
-    table = np.array([-1 if v is None else v for v in values] + [-1], dtype=np.int64)
+def _gather_ints(codes: np.ndarray, values: list[int | None]) -> Column:
+    table = np.array([-1 if v is None else v for v in values] + [-1], dtype=np.int32)
     picked = table[codes]
-    return masked_array(picked, picked >= 0, pa.int32())
+    return Column(picked, picked >= 0)
 
 
-def _group_columns(cols: Columns, pg_id_column: pa.Array) -> tuple[pa.Array, pa.Array]:
+def _group_columns(cols: Columns, pg_id_column: Col) -> tuple[Col, Col]:
     """group_name, group_desc from ``process_group`` (2.x), else ``str(pg_id)`` (1.x, 2.2)."""
     problems = cols.problems
     coded = cols.scanned.get("process_group")  # (pairs of str, every entry has one)
@@ -258,7 +275,8 @@ def _group_columns(cols: Columns, pg_id_column: pa.Array) -> tuple[pa.Array, pa.
     name: list[str | None] = []
     desc: list[str | None] = []
     bad = 0
-    for grp, pg_id in zip(groups, pg_id_column.to_pylist(), strict=True):
+    pg_ids = to_arrow(pg_id_column, pa.int64()).to_pylist()
+    for grp, pg_id in zip(groups, pg_ids, strict=True):
         if isinstance(grp, list | tuple) and len(grp) >= 1:
             name.append(label(grp[0]))
             desc.append(label(grp[1]) if len(grp) > 1 else None)
@@ -271,11 +289,9 @@ def _group_columns(cols: Columns, pg_id_column: pa.Array) -> tuple[pa.Array, pa.
     return text_column("group_name", name), text_column("group_desc", desc)
 
 
-def _sig_array(sig: np.ndarray, values: pa.Array) -> pa.Array:
+def _sig_array(sig: np.ndarray, values: Column) -> Column:
     """The fingerprints, null where the sizes or dtypes are."""
-    if not values.null_count:
-        return pa.array(sig, type=pa.uint32())
-    return masked_array(sig, values.is_valid().to_numpy(zero_copy_only=False), pa.uint32())
+    return Column(sig, values.valid)
 
 
 def _is_p2p(cols: Columns, is_send_recv: np.ndarray) -> np.ndarray:

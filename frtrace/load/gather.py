@@ -29,7 +29,8 @@ import pyarrow.ipc as ipc
 from frtrace.errors import WorkFilesLost
 from frtrace.load import ipcfile, native, spill
 from frtrace.load.outputs import ColumnFile, Hole, Writers
-from frtrace.load.shipped import ShippedColumns, Validity, column_dtype, encode, padded
+from frtrace.load.plain import Validity, column_dtype
+from frtrace.load.shipped import ShippedColumns, encode, padded
 
 __all__ = ["Gather", "scatter"]
 

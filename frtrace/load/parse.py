@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -32,9 +32,10 @@ import pyarrow.compute as pc
 from frtrace.errors import DumpFormatError, DumpTooLargeError
 from frtrace.load import native
 from frtrace.load.discover import Candidate
-from frtrace.load.entries import entries_batch
+from frtrace.load.entries import arrow_batch, entries_columns, plain_batch
 from frtrace.load.formats import group_rows, parse_version, pg_status_rows
-from frtrace.load.schema import ENTRIES
+from frtrace.load.plain import Col, PlainBatch, batch_of, to_arrow
+from frtrace.load.schema import ENTRIES, TEXT
 from frtrace.load.stacks import Stack
 from frtrace.load.unpickle import read_payload
 from frtrace.load.values import label, short_message
@@ -44,11 +45,15 @@ __all__ = [
     "MAX_ENTRIES",
     "DumpMeta",
     "ParsedDump",
+    "PlainDump",
     "load_all",
     "parse_dump",
     "parse_payload",
     "try_parse",
+    "try_parse_plain",
 ]
+
+_Read = TypeVar("_Read", "ParsedDump", "PlainDump")
 
 # The recorder keeps TORCH_FR_BUFFER_SIZE entries (2,000 by default). A pickle can repeat one
 # entry a million times in a few MB (memo references), and each entry costs ~1 KB here.
@@ -119,6 +124,29 @@ def _from_wire(
     return ParsedDump(meta=meta, entries=entries, stacks=stacks, groups=groups, pg_status=pg_status)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlainDump:
+    """One file, read for a worker's hand-over (``frtrace.load.shipped``): a ``ParsedDump``
+    whose entries are laid out as a writer's file holds them, with no Arrow made for them."""
+
+    meta: DumpMeta
+    entries: PlainBatch
+    stacks: tuple[Stack, ...]
+    groups: tuple[dict[str, Any], ...]
+    pg_status: tuple[dict[str, Any], ...]
+
+    def parsed(self) -> ParsedDump:
+        """The same dump with its entries as an Arrow batch (a file not handed over)."""
+        entries = batch_of(self.entries, ENTRIES)
+        return ParsedDump(
+            meta=self.meta,
+            entries=entries,
+            stacks=self.stacks,
+            groups=self.groups,
+            pg_status=self.pg_status,
+        )
+
+
 def _empty_from_wire(
     meta: DumpMeta,
     stacks: tuple[Stack, ...],
@@ -137,8 +165,33 @@ def parse_dump(cand: Candidate) -> ParsedDump:
     return parse_payload(payload, encoding, cand)
 
 
+def parse_plain(cand: Candidate) -> PlainDump:
+    """``parse_dump`` for a worker's hand-over: the entries as ``PlainBatch``."""
+    if cand.refused is not None:
+        raise DumpFormatError(cand.refused)
+    payload, encoding = read_payload(cand.path, cand.size_bytes, cand.data)
+    meta, columns, stacks, groups, pg_status = _parts(payload, encoding, cand)
+    entries = plain_batch(columns)
+    return PlainDump(meta=meta, entries=entries, stacks=stacks, groups=groups, pg_status=pg_status)
+
+
 def parse_payload(payload: Any, encoding: str, cand: Candidate) -> ParsedDump:
     """Turn a decoded dump (list or dict) into a ParsedDump."""
+    meta, columns, stacks, groups, pg_status = _parts(payload, encoding, cand)
+    entries = arrow_batch(columns)
+    return ParsedDump(meta=meta, entries=entries, stacks=stacks, groups=groups, pg_status=pg_status)
+
+
+_RECORD_ID = ENTRIES.get_field_index("record_id")
+_BACKEND = ENTRIES.get_field_index("backend")
+
+
+def _parts(
+    payload: Any, encoding: str, cand: Candidate
+) -> tuple[
+    DumpMeta, list[Col], tuple[Stack, ...], tuple[dict[str, Any], ...], tuple[dict[str, Any], ...]
+]:
+    """A decoded dump's meta, entry columns, stacks, group rows and pg_status rows."""
     path, rank = cand.path, cand.rank
     problems: list[str] = []
     top, layout, entries = _entries_of(payload, path, problems)
@@ -154,14 +207,14 @@ def parse_payload(payload: Any, encoding: str, cand: Candidate) -> ParsedDump:
         if old or old_config or (version or "").startswith("1."):
             layout = "1.x"
 
-    batch, stacks, entry_problems = entries_batch(path, rank, entries, encoding == "json")
+    columns, stacks, entry_problems = entries_columns(path, rank, entries, encoding == "json")
     problems.extend(entry_problems)
     groups = group_rows(rank, top.get("pg_config"), problems)
     pg_status = pg_status_rows(rank, top.get("pg_status"), problems)
 
-    lowest, highest = _span(batch.column("record_id"))
+    lowest, highest = _span(to_arrow(columns[_RECORD_ID], pa.int64()))
     lib = top.get("comm_lib_version", top.get("nccl_version"))
-    backend = _backend(batch, lib)
+    backend = _backend(to_arrow(columns[_BACKEND], TEXT), lib)
     meta = DumpMeta(
         rank=rank,
         path=str(path),
@@ -178,13 +231,7 @@ def parse_payload(payload: Any, encoding: str, cand: Candidate) -> ParsedDump:
         has_stacks=bool(stacks),
         problems=tuple(problems),
     )
-    return ParsedDump(
-        meta=meta,
-        entries=batch,
-        stacks=stacks,
-        groups=tuple(groups),
-        pg_status=tuple(pg_status),
-    )
+    return meta, columns, stacks, tuple(groups), tuple(pg_status)
 
 
 def _span(column: pa.Array) -> tuple[Any, Any]:
@@ -245,10 +292,10 @@ def _entries_of(
     return top, layout, entries
 
 
-def _backend(batch: pa.RecordBatch, lib: Any) -> str | None:
+def _backend(column: pa.Array, lib: Any) -> str | None:
     """The backend most of the entries name, the first named of equals (Gloo where none does
     and the library version is "", as the generic recorder writes it)."""
-    backend: str | None = _most_common(batch.column("backend"))
+    backend: str | None = _most_common(column)
     if backend is None and lib == "":
         backend = "gloo"  # the generic recorder writes "" as Gloo's library version
     return backend
@@ -299,13 +346,24 @@ def load_all(
 
 def try_parse(cand: Candidate) -> ParsedDump | DumpFormatError:
     """parse_dump, with any failure turned into a one-line DumpFormatError naming the file."""
+    return _guarded(cand, parse_dump)
+
+
+def try_parse_plain(cand: Candidate) -> PlainDump | DumpFormatError:
+    """parse_plain, with any failure turned into a one-line DumpFormatError naming the file."""
+    return _guarded(cand, parse_plain)
+
+
+def _guarded(cand: Candidate, parse: Callable[[Candidate], _Read]) -> _Read | DumpFormatError:
+    """``parse(cand)``, with any failure turned into a one-line DumpFormatError naming the
+    file."""
     # A dump is a few hundred thousand small containers that all stay alive until the file is
     # converted: the cyclic GC would scan them again and again for nothing (they hold no
     # cycles). Off while one file is read; its previous state is restored.
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return parse_dump(cand)
+        return parse(cand)
     except DumpFormatError as exc:
         return exc
     except MemoryError:  # past the worker's memory limit (frtrace.load.parallel): refused

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
-from frtrace.load.parse import DumpMeta, ParsedDump
+from frtrace.load.parse import DumpMeta, ParsedDump, PlainDump
+from frtrace.load.plain import PlainBatch, Validity, of_arrow
 from frtrace.load.stacks import Stack
 
 __all__ = [
@@ -34,16 +34,11 @@ __all__ = [
     "ColumnWriter",
     "ShippedColumns",
     "ShippedDump",
-    "Validity",
-    "column_dtype",
     "encode",
     "padded",
 ]
 
 ALIGN = 8
-
-# A column's validity in one dump: True (no null), False (all null), else a bool per row.
-Validity = np.ndarray | bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,16 +63,6 @@ class ShippedDump:
     pg_status: tuple[dict[str, Any], ...]
 
 
-def column_dtype(type_: pa.DataType) -> np.dtype[Any]:
-    """How a column of ``type_`` is laid out in a writer's file."""
-    if pa.types.is_boolean(type_):
-        return np.dtype(np.uint8)
-    if pa.types.is_dictionary(type_):
-        type_ = type_.index_type
-    dtype: np.dtype[Any] = np.dtype(type_.to_pandas_dtype())
-    return dtype
-
-
 def padded(nbytes: int) -> int:
     """``nbytes`` rounded up to ``ALIGN``: where the next column of a dump starts."""
     return -(-nbytes // ALIGN) * ALIGN
@@ -92,7 +77,7 @@ class ColumnWriter:
         self.fd: int | None = os.open(self.path, flags, 0o600)  # (the columns are the dumps')
         self.at = 0
 
-    def ship(self, parsed: ParsedDump) -> ShippedDump:
+    def ship(self, parsed: ParsedDump | PlainDump) -> ShippedDump:
         """Write the dump's columns; what the parent needs to find them. ``OSError``: not
         written (disk full, say), and this writer writes no more."""
         return ShippedDump(
@@ -103,7 +88,7 @@ class ColumnWriter:
             pg_status=parsed.pg_status,
         )
 
-    def put(self, batch: pa.RecordBatch) -> ShippedColumns:
+    def put(self, batch: pa.RecordBatch | PlainBatch) -> ShippedColumns:
         if self.fd is None:
             raise OSError("this column file failed before")
         parts, valid, dictionaries = encode(batch)
@@ -132,55 +117,19 @@ class ColumnWriter:
 
 
 def encode(
-    batch: pa.RecordBatch,
+    batch: pa.RecordBatch | PlainBatch,
 ) -> tuple[list[Any], tuple[Validity, ...], tuple[list[Any] | None, ...]]:
     """A batch as a writer's file holds it: its parts (bytes-like), each column's validity
     and each dictionary column's values."""
     parts: list[Any] = []
     valid: list[Validity] = []
     dictionaries: list[list[Any] | None] = []
-    for column in batch.columns:
-        values, ok, dictionary = _plain(column)
+    plain = batch.columns if isinstance(batch, PlainBatch) else map(of_arrow, batch.columns)
+    for column in plain:
+        values = column.values
         parts.append(values.data.cast("B") if values.nbytes else b"")
         if pad := padded(values.nbytes) - values.nbytes:
             parts.append(bytes(pad))
-        valid.append(ok)
-        dictionaries.append(dictionary)
+        valid.append(column.valid)
+        dictionaries.append(column.dictionary)
     return parts, tuple(valid), tuple(dictionaries)
-
-
-def _plain(column: pa.Array) -> tuple[np.ndarray, Validity, list[Any] | None]:
-    """A column's values as a numpy array (nulls filled), its validity, its dictionary: read
-    from its buffers (Arrow's fill_null, to_numpy and is_valid were most of what shipping a
-    dump cost)."""
-    dictionary = None
-    if isinstance(column, pa.DictionaryArray):
-        dictionary = column.dictionary.to_pylist()
-        array: pa.Array = column.indices
-        fill: Any = len(dictionary)
-    else:
-        array = column
-        fill = 0
-    n, offset, nulls = len(array), array.offset, array.null_count
-    bitmap, data = array.buffers()[:2]
-    if pa.types.is_boolean(array.type):
-        values = _bits(data, offset, n).view(np.uint8)
-    else:
-        dtype = column_dtype(array.type)
-        values = np.frombuffer(data, dtype, n, offset * dtype.itemsize) if n else np.zeros(0, dtype)
-    ok: Validity = True
-    if nulls == n and n:
-        return np.full(n, fill, dtype=values.dtype), False, dictionary
-    if nulls:
-        ok = _bits(bitmap, offset, n)
-        values = np.where(ok, values, np.array(fill, dtype=values.dtype))
-    return np.ascontiguousarray(values), ok, dictionary
-
-
-def _bits(buffer: pa.Buffer | None, offset: int, n: int) -> np.ndarray:
-    """A bit per row (Arrow's, least significant first) as a bool per row."""
-    if buffer is None or not n:
-        return np.zeros(n, dtype=np.bool_)
-    packed = np.frombuffer(buffer, dtype=np.uint8)
-    bits = np.unpackbits(packed, count=offset + n, bitorder="little")[offset:]
-    return bits.view(np.bool_)

@@ -16,7 +16,7 @@ from frtrace.errors import DumpFormatError, DumpTooLargeError
 from frtrace.heap import keep_freed_memory
 from frtrace.load.discover import Candidate
 from frtrace.load.memory import address_space, file_allowance
-from frtrace.load.parse import ParsedDump, try_parse
+from frtrace.load.parse import ParsedDump, try_parse, try_parse_plain
 from frtrace.load.shipped import ColumnWriter, ShippedDump
 
 __all__ = ["Result", "serve"]
@@ -60,13 +60,12 @@ def serve(
             return
         cand = candidates[index]
         _limit_memory(file_allowance(cand.size_bytes, workers))
-        result: Result = try_parse(cand)
-        if isinstance(result, ParsedDump) and ship_to is not None:
-            try:
-                if writer is None:
-                    writer = ColumnWriter(ship_to, f"worker-{os.getpid()}.columns")
-                result = writer.ship(result)
-            except OSError:
+        result: Result
+        if ship_to is None:
+            result = try_parse(cand)
+        else:
+            result, writer = _shipped(cand, ship_to, writer)
+            if writer is None:  # (not written: this dump and the next go in the message)
                 ship_to = None
         try:
             conn.send(result)
@@ -74,6 +73,23 @@ def serve(
             return
         if isinstance(result, DumpTooLargeError):
             return  # after a MemoryError the next file gets a fresh process
+
+
+def _shipped(
+    cand: Candidate, ship_to: Path, writer: ColumnWriter | None
+) -> tuple[Result, ColumnWriter | None]:
+    """Read ``cand`` straight into the layout of this worker's file (no Arrow on the way) and
+    write it there; the result, and the writer (None where the file cannot be written: the
+    dump is sent whole)."""
+    read = try_parse_plain(cand)
+    if isinstance(read, DumpFormatError):
+        return read, writer
+    try:
+        if writer is None:
+            writer = ColumnWriter(ship_to, f"worker-{os.getpid()}.columns")
+        return writer.ship(read), writer
+    except OSError:
+        return read.parsed(), None
 
 
 class _NoPandas:

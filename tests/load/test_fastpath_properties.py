@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from frtrace.load import entries as load_entries
 from frtrace.load import native
 from frtrace.load.columns import Columns, text_column
+from frtrace.load.shipped import encode
 from frtrace.load.tables import load_dumps
 from frtrace.load.values import strings
 from tests.conftest import LOADER_SETTINGS, make_dump, make_entry, write_pickle
@@ -162,6 +163,34 @@ def test_fast_paths_give_the_careful_batch(
         if isinstance(a, pa.DictionaryArray):
             assert a.dictionary.equals(b.dictionary)
     assert fast[1:] == careful[1:]
+
+
+@pytest.mark.parametrize("how", ["nodes", "c-pass", "python-pass"])
+@SETTINGS
+@given(entries=odd_entries())
+def test_a_workers_columns_are_the_batchs(
+    entries: list[dict[str, Any]], how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The columns a worker hands over, made without Arrow where a fast path read them
+    (``plain_batch``), are the Arrow batch's as a writer's file holds them: the same bytes,
+    validity and dictionaries."""
+    with monkeypatch.context() as m:
+        if how == "python-pass":
+            m.setenv("FRTRACE_PURE_PYTHON", "1")
+        read: Any = entries
+        if how == "nodes":
+            view = native.read_pickle(pickle.dumps(entries, protocol=2))
+            read = entries if view is None else view
+        columns, stacks, problems = load_entries.entries_columns(Path("x"), 0, read, False)
+        batch = load_entries.entries_batch(Path("x"), 0, read, False)
+    parts, valid, dictionaries = encode(load_entries.plain_batch(columns))
+    want_parts, want_valid, want_dictionaries = encode(batch[0])
+    assert b"".join(map(bytes, parts)) == b"".join(map(bytes, want_parts))
+    assert [v if isinstance(v, bool) else v.tolist() for v in valid] == [
+        v if isinstance(v, bool) else v.tolist() for v in want_valid
+    ]
+    assert repr(dictionaries) == repr(want_dictionaries)  # (NaN-free: repr is exact)
+    assert (stacks, problems) == batch[1:]
 
 
 def _text_by_arrow(values: list[Any]) -> pa.Array:

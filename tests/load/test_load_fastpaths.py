@@ -22,11 +22,13 @@ from frtrace.load import schema
 from frtrace.load.arrays import MAX_DIMS, MAX_TENSORS
 from frtrace.load.columns import Columns
 from frtrace.load.entries import entries_batch
+from frtrace.load.plain import Column, to_arrow, to_plain
 from frtrace.load.stacks import StackInterner, intern_stacks
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 SHAPE_KEYS = ("input_sizes", "output_sizes", "input_dtypes", "output_dtypes")
 SHAPE_TYPES = (schema.SIZES, schema.SIZES, schema.DTYPES, schema.DTYPES)
+SHAPE_DICTS = (schema.SIZES_DICT, schema.SIZES_DICT, schema.DTYPES_DICT, schema.DTYPES_DICT)
 
 
 def _fixture_entries() -> list[tuple[str, list[dict[str, Any]]]]:
@@ -51,21 +53,27 @@ def _fixture_entries() -> list[tuple[str, list[dict[str, Any]]]]:
 FIXTURE_ENTRIES = _fixture_entries()
 
 
-def _careful_shapes(entries: list[dict[str, Any]]) -> list[tuple[pa.Array, list[int]]]:
+def _careful_shapes(entries: list[dict[str, Any]]) -> list[tuple[Column, list[int]]]:
     cols = Columns(Path("x"), 0, entries)
     out = [cols.take_repeated(k, t) for k, t in zip(SHAPE_KEYS, SHAPE_TYPES, strict=True)]
     return [(a, s.tolist()) for a, s in out]
 
 
-def _fast_shapes(entries: list[dict[str, Any]]) -> list[tuple[pa.Array, list[int]]]:
+def _fast_shapes(entries: list[dict[str, Any]]) -> list[tuple[Column, list[int]]]:
     cols = Columns(Path("x"), 0, entries)
     return [(a, s.tolist()) for a, s in cols.shape_columns()]
 
 
-def _same(a: list[tuple[pa.Array, list[int]]], b: list[tuple[pa.Array, list[int]]]) -> None:
-    for (arr_a, sig_a), (arr_b, sig_b) in zip(a, b, strict=True):
+def _same(a: list[tuple[Column, list[int]]], b: list[tuple[Column, list[int]]]) -> None:
+    """The same Arrow columns, the same columns as a worker hands them over, the same
+    fingerprints."""
+    for (col_a, sig_a), (col_b, sig_b), type_ in zip(a, b, SHAPE_DICTS, strict=True):
+        arr_a, arr_b = to_arrow(col_a, type_), to_arrow(col_b, type_)
         assert arr_a.equals(arr_b)
         assert arr_a.dictionary.equals(arr_b.dictionary)
+        plain_a, plain_b = to_plain(col_a, type_), to_plain(col_b, type_)
+        assert plain_a.values.tobytes() == plain_b.values.tobytes()
+        assert plain_a.dictionary == plain_b.dictionary == arr_a.dictionary.to_pylist()
         assert sig_a == sig_b
 
 

@@ -19,8 +19,8 @@ from frtrace.errors import WorkFilesLost
 from frtrace.load import gather, schema, spill
 from frtrace.load.discover import discover
 from frtrace.load.gather import Gather
-from frtrace.load.parse import ParsedDump, try_parse
-from frtrace.load.shipped import ColumnWriter, ShippedDump
+from frtrace.load.parse import ParsedDump, PlainDump, try_parse, try_parse_plain
+from frtrace.load.shipped import ColumnWriter, ShippedDump, encode
 from frtrace.load.tables import DumpSet, build_dump_set, load_dumps
 from tests.conftest import fixture_sets
 
@@ -69,6 +69,32 @@ def test_results_read_here_and_shipped_ones_gather_in_file_order(
     assert any(isinstance(r, ShippedDump) for r in mixed)
     monkeypatch.setattr(spill, "SPILL_MIN_BYTES", 0)
     _same(build_dump_set(NCCL, candidates, mixed), kept)
+
+
+def test_a_dump_read_for_the_hand_over_is_the_dump_read_in_arrow() -> None:
+    """Every fixture dump read as a worker reads it for its file (``try_parse_plain``: no
+    Arrow made for the columns a fast path read) and as an Arrow batch: the same meta, stacks
+    and side rows, the same bytes, validity and dictionaries in the file, and the same batch
+    where it is sent whole instead (``PlainDump.parsed``)."""
+    read = 0
+    for directory in fixture_sets():
+        for cand in discover(directory).candidates:
+            plain, parsed = try_parse_plain(cand), try_parse(cand)
+            if not isinstance(parsed, ParsedDump):
+                assert str(plain) == str(parsed)
+                continue
+            assert isinstance(plain, PlainDump)
+            read += 1
+            assert (plain.meta, plain.stacks) == (parsed.meta, parsed.stacks)
+            assert repr((plain.groups, plain.pg_status)) == repr((parsed.groups, parsed.pg_status))
+            got, want = encode(plain.entries), encode(parsed.entries)
+            assert b"".join(map(bytes, got[0])) == b"".join(map(bytes, want[0])), cand.path
+            assert [v if isinstance(v, bool) else v.tolist() for v in got[1]] == [
+                v if isinstance(v, bool) else v.tolist() for v in want[1]
+            ]
+            assert repr(got[2]) == repr(want[2])
+            assert plain.parsed().entries.equals(parsed.entries)
+    assert read >= 100
 
 
 def test_a_writers_file_holds_each_column_padded_and_nulls_filled(tmp_path: Path) -> None:
