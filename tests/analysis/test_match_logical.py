@@ -121,6 +121,23 @@ def test_ranks_in_any_order_give_the_same_ops(
     pd.testing.assert_frame_equal(in_order, expected, check_categorical=True)
 
 
+@pytest.mark.parametrize("name", list(JOBS))
+def test_group_ids_counted_or_hashed_are_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """Each entry's group id, looked up through a table of every (rank, group name) (the
+    usual case) and through a hash of the pairs (ranks numbered far apart): the same."""
+    write_dumps(simulate(JOBS[name]), tmp_path / "d")
+    dumps = load_dumps(tmp_path / "d")
+    membership = resolve_groups(dumps)
+    counted = match_module._gid_column(dumps.entries, membership)
+    monkeypatch.setattr(match_module, "_PAIRS_COUNTED", -(1 << 62))
+    hashed = match_module._gid_column(dumps.entries, membership)
+    assert (counted >= 0).any()
+    np.testing.assert_array_equal(counted, hashed)
+    assert counted.dtype == hashed.dtype == np.int32
+
+
 def test_first_valid_skips_nulls_like_pandas_first() -> None:
     column = pd.Series(pd.array([None, 5, 7, None, None, 3], dtype="Int64"))
     order = np.array([0, 1, 2, 3, 4, 5])

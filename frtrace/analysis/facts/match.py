@@ -38,6 +38,7 @@ from frtrace.analysis.facts.ops import (
     UNEVEN_OPS,
     MatchResult,
     codes,
+    fixed_values,
 )
 from frtrace.analysis.facts.p2ppairs import pair_p2p
 from frtrace.analysis.facts.p2pstatus import settle_by_status
@@ -80,6 +81,12 @@ def _state_rank(entries: pa.Table) -> np.ndarray:
     return _lookup(state, values, {"started": 1, "completed": 2}, 0, np.int8)
 
 
+# Pairs of (rank, group name) looked up through a table of every pair's place (counted in one
+# pass: 10 ms at 4,096 ranks, where hashing 8 million pairs took 0.1 s) where they are this
+# many more than a quarter of the rows, or fewer; else hashed.
+_PAIRS_COUNTED = 1 << 16
+
+
 def _gid_column(entries: pa.Table, membership: Membership) -> np.ndarray:
     """Group id per entry row (-1 where the group is unknown)."""
     names, values = codes(entries.column("group_name"))
@@ -89,17 +96,21 @@ def _gid_column(entries: pa.Table, membership: Membership) -> np.ndarray:
     pair += names
     pair += 1
     del names
+
+    def gid(p: int) -> int:
+        n = p % width - 1
+        return -1 if n < 0 else membership.of_rank.get((p // width, str(values[n])), -1)
+
+    space = int(pair.max()) + 1 if len(pair) else 0
+    if space <= len(pair) // 4 + _PAIRS_COUNTED:  # (ranks x names: a table, in one count)
+        present = np.flatnonzero(np.bincount(pair, minlength=space))
+        table = np.full(space, -1, dtype=np.int32)
+        table[present] = [gid(int(p)) for p in present]
+        looked_up: np.ndarray = table[pair]
+        return looked_up
     inverse, unique = pd.factorize(pair)  # hashing: linear, 10x np.unique's sort
     del pair
-    gids = np.array(
-        [
-            -1
-            if (n := int(p % width) - 1) < 0
-            else membership.of_rank.get((int(p // width), str(values[n])), -1)
-            for p in unique
-        ],
-        dtype=np.int32,
-    )
+    gids = np.array([gid(int(p)) for p in unique], dtype=np.int32)
     out: np.ndarray = gids[inverse]
     return out
 
@@ -135,9 +146,12 @@ def _sig_columns(entries: pa.Table, op: np.ndarray, ops: list[str | None]) -> np
     def family(names: frozenset[str]) -> np.ndarray:
         return _lookup(op, ops, dict.fromkeys(names, True), False, np.bool_)
 
-    def sig(column: str) -> np.ndarray:
-        values: np.ndarray = entries.column(column).fill_null(0).to_numpy().astype(np.uint64)
-        return values
+    def sig(column: str, out: np.ndarray) -> np.ndarray:
+        values, nulls = fixed_values(entries.column(column))
+        np.copyto(out, values)  # (into a buffer used again: no fresh 8 bytes per entry)
+        if nulls is not None:
+            out[nulls] = 0
+        return out
 
     uneven = family(UNEVEN_OPS)
     input_only = family(COMPARE_INPUT_ONLY)
@@ -145,19 +159,20 @@ def _sig_columns(entries: pa.Table, op: np.ndarray, ops: list[str | None]) -> np
     # mixed = sig_in * A ^ sig_out * B ^ (dt_in * C ^ dt_out) * D, where the root-only side
     # is empty on non-roots (gather: output, scatter: input) and skipped; built in place,
     # one 8M-entry column at a time
+    n = entries.num_rows
     with np.errstate(over="ignore"):
-        mixed = sig("input_dtype_sig")
+        mixed = sig("input_dtype_sig", np.empty(n, dtype=np.uint64))
         mixed[output_only] = 0
         mixed *= np.uint64(0x27D4EB2F165667C5)
-        part = sig("output_dtype_sig")
+        part = sig("output_dtype_sig", np.empty(n, dtype=np.uint64))
         part[input_only] = 0
         mixed ^= part
         mixed *= np.uint64(0x165667B19E3779F9)
-        part = sig("input_sig")
+        part = sig("input_sig", part)
         part[uneven | output_only] = 0
         part *= np.uint64(0x9E3779B97F4A7C15)
         mixed ^= part
-        part = sig("output_sig")
+        part = sig("output_sig", part)
         part[uneven | input_only] = 0
         part *= np.uint64(0xC2B2AE3D27D4EB4F)
         mixed ^= part
@@ -167,14 +182,16 @@ def _sig_columns(entries: pa.Table, op: np.ndarray, ops: list[str | None]) -> np
 
 
 def _nullable_int64(column: pa.ChunkedArray) -> pd.Series:
-    """An int64 column as pandas' Int64 (values and a mask: no float64 on the way)."""
-    if column.null_count:
-        values = column.fill_null(0).to_numpy()
-        mask = column.is_null().to_numpy(zero_copy_only=False)
-    else:
-        values = column.to_numpy()
+    """An int64 column as pandas' Int64 (values and a mask: no float64 on the way; a null's
+    value 0)."""
+    stored, nulls = fixed_values(column)
+    values = np.array(stored, dtype=np.int64)  # (its own: the table's may be mapped read-only)
+    if nulls is None:
         mask = np.zeros(len(values), dtype=bool)
-    return pd.Series(pd.arrays.IntegerArray(np.array(values, dtype=np.int64), mask))
+    else:
+        mask = nulls
+        values[mask] = 0
+    return pd.Series(pd.arrays.IntegerArray(values, mask))
 
 
 def match(dumps: DumpSet, membership: Membership) -> MatchResult:

@@ -22,6 +22,7 @@ __all__ = [
     "MatchResult",
     "OpRef",
     "codes",
+    "fixed_values",
 ]
 
 # Sizes are compared only where the ops are equal; these never carry sizes of their own.
@@ -96,3 +97,17 @@ def codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str | None]]:
     # table's own, not copied by a concatenation of one)
     joined = parts[0] if len(parts) == 1 else np.concatenate(parts)
     return joined.astype(np.int32, copy=False), values
+
+
+def fixed_values(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray | None]:
+    """A fixed-width column's values as stored (a null's value is any) and where it is null
+    (None: nowhere), read from its buffers: not copied where it has one chunk, as a loaded
+    table has (Arrow's ``fill_null`` made a copy of every value to fill a few)."""
+    array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    dtype = np.dtype(array.type.to_pandas_dtype())
+    n = len(array)
+    if not n:
+        return np.zeros(0, dtype=dtype), None
+    values = np.frombuffer(array.buffers()[1], dtype, n, array.offset * dtype.itemsize)
+    nulls = array.is_null().to_numpy(zero_copy_only=False) if array.null_count else None
+    return values, nulls
