@@ -145,3 +145,15 @@ def test_first_valid_skips_nulls_like_pandas_first() -> None:
     last = np.array([1, 2, 4, 5])
     got = coalesce._first_valid(column, order, first, last)
     assert got.tolist() == [5, 7, pd.NA, 3]
+
+
+def test_op_order_with_sequence_numbers_at_int64s_top() -> None:
+    """(Damaged dumps) the sort key, made in place, wraps past int64 on the way and back:
+    the order is still by (gid, seq), rows of equal keys in row order."""
+    top = 2**63 - 1
+    gid = np.array([3, 0, 3, 0, 3], dtype=np.int32)
+    seq = np.array([top, top - 2, top - 1, top - 2, top], dtype=np.int64)
+    rank = np.array([0, 0, 1, 1, 2], dtype=np.int32)
+    row = np.arange(5, dtype=np.int32)
+    order = coalesce._op_order(gid, seq, rank, row)
+    assert order.tolist() == [1, 3, 2, 0, 4]
