@@ -25,7 +25,7 @@ from frtrace.load.plain import Col, Column, PlainBatch, text_codes, to_arrow, to
 from frtrace.load.stacks import Stack, intern_coded_stacks, intern_stacks
 from frtrace.load.values import first_seen_codes, label
 
-__all__ = ["entries_batch", "entries_columns", "plain_batch"]
+__all__ = ["arrow_batch", "entries_batch", "entries_columns", "plain_batch"]
 
 _ONLY_STR = frozenset((str,))
 _ONLY_BOOL = frozenset((bool,))

@@ -75,7 +75,7 @@ class PlainBatch:
 def text_codes(codes: np.ndarray, values: list[Any]) -> Column:
     """A text column from its codes (-1: null) into ``values`` (strings), as ``strings``
     converts them (lone surrogates spelled out: then the Arrow values are made here)."""
-    if all(v.isascii() for v in values):
+    if all(isinstance(v, str) and v.isascii() for v in values):
         return Column(codes, codes >= 0, values)
     table = strings(values)
     return Column(codes, codes >= 0, table.to_pylist(), table)

@@ -131,6 +131,20 @@ def _batch(entries: list[dict[str, Any]]) -> tuple[pa.RecordBatch, Any, list[str
     return load_entries.entries_batch(Path("x"), 0, entries, False)
 
 
+def _read(entries: list[dict[str, Any]], how: str, m: pytest.MonkeyPatch) -> Any:
+    """The entries as ``how`` reads them: from the C reader's view of them pickled as torch
+    does ("nodes"; a set in them needs a global: not read as nodes, unpickled as it would be),
+    else decoded, with the C pass or without it ("python-pass")."""
+    if how == "python-pass":
+        m.setenv("FRTRACE_PURE_PYTHON", "1")
+    if how != "nodes":
+        return entries
+    data = pickle.dumps(entries, protocol=2)
+    view = native.read_pickle(data)
+    assert view is not None or "GLOBAL" in {op.name for op, _, _ in genops(data)}
+    return pickle.loads(data) if view is None else view
+
+
 @pytest.mark.parametrize("how", ["nodes", "c-pass", "python-pass"])
 @SETTINGS
 @given(entries=odd_entries())
@@ -140,17 +154,7 @@ def test_fast_paths_give_the_careful_batch(
     """Read from the pickle's nodes, with the C pass over decoded entries (frtrace.load.native)
     and without it: the batch of the careful path."""
     with monkeypatch.context() as m:
-        if how == "python-pass":
-            m.setenv("FRTRACE_PURE_PYTHON", "1")
-        if how == "nodes":  # (the C reader's view of the same entries, pickled as torch does;
-            # a set in them needs a global: not read as nodes, unpickled as it would be)
-            data = pickle.dumps(entries, protocol=2)
-            view = native.read_pickle(data)
-            assert view is not None or "GLOBAL" in {op.name for op, _, _ in genops(data)}
-            read = pickle.loads(data) if view is None else view
-            fast = load_entries.entries_batch(Path("x"), 0, read, False)
-        else:
-            fast = _batch(entries)
+        fast = load_entries.entries_batch(Path("x"), 0, _read(entries, how, m), False)
     with monkeypatch.context() as m:
         m.setenv("FRTRACE_PURE_PYTHON", "1")
         m.setattr(load_entries, "_PREFETCH", ())
@@ -175,12 +179,7 @@ def test_a_workers_columns_are_the_batchs(
     (``plain_batch``), are the Arrow batch's as a writer's file holds them: the same bytes,
     validity and dictionaries."""
     with monkeypatch.context() as m:
-        if how == "python-pass":
-            m.setenv("FRTRACE_PURE_PYTHON", "1")
-        read: Any = entries
-        if how == "nodes":
-            view = native.read_pickle(pickle.dumps(entries, protocol=2))
-            read = entries if view is None else view
+        read = _read(entries, how, m)
         columns, stacks, problems = load_entries.entries_columns(Path("x"), 0, read, False)
         batch = load_entries.entries_batch(Path("x"), 0, read, False)
     parts, valid, dictionaries = encode(load_entries.plain_batch(columns))
