@@ -28,10 +28,13 @@ enum { T_NONE, T_TRUE, T_FALSE, T_INT, T_BIG, T_FLOAT, T_STR, T_BYTES, T_LIST, T
 
 typedef struct {
     uint8_t kind;
+    uint8_t again; /* pushed again from the memo: the only way a node is a child twice, or a
+                    * child and the top level at once (in the padding: 16 bytes as before) */
     uint32_t len;  /* T_STR, T_BYTES, T_BIG: bytes; containers: children (keys and values) */
     uint64_t v;    /* T_INT: the value; T_FLOAT: its bits; T_STR, T_BYTES, T_BIG: where its bytes
                     * start in the data; containers: where its children start in kids */
 } Node;
+_Static_assert(sizeof(Node) == 16, "a node is 16 bytes");
 
 typedef struct {
     uint32_t *at;
@@ -160,6 +163,7 @@ static inline __attribute__((always_inline)) int64_t new_node(Reader *r, uint8_t
     }
     Node *nd = &t->nodes[t->n_nodes];
     nd->kind = kind;
+    nd->again = 0;
     nd->len = len;
     nd->v = v;
     return (int64_t)t->n_nodes++;
@@ -262,6 +266,7 @@ static int memo_put(Reader *r, uint64_t index) {
 
 static int memo_get(Reader *r, uint64_t index) {
     if (index >= r->memo_cap || r->memo[index] == 0) return NOT_HERE;
+    r->t->nodes[r->memo[index] - 1].again = 1;
     return u32_push(&r->stack, r->memo[index] - 1) < 0 ? -1 : 1;
 }
 
@@ -927,6 +932,11 @@ static uint32_t entries_node(Tree *t, uint32_t root) {
  * such a stream is left to the unpickler: only damage or a crafted file does this). */
 static int shared_top(Reader *r, uint32_t root) {
     uint32_t entries = entries_node(r->t, root);
+    /* A node is on the stack once when made, and again each time the memo gives it: never
+     * pushed again, it is a child at most once, and not both a child and the top level. */
+    if (!r->t->nodes[root].again && (entries == NO_NODE || !r->t->nodes[entries].again)) {
+        return 0;
+    }
     size_t held = 0;
     size_t roots = 0;
     const uint32_t *kids = r->t->kids;
