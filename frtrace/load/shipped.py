@@ -9,6 +9,8 @@ reads the workers' files in file order into the table, the dictionary codes and 
 remapped to the shared ones on the way (``frtrace.load.gather``). Measured at 1,024 ranks, the
 parent's share of the load was half its CPU (receiving, unpickling and appending ~35 column
 chunks per dump, as many times as there are dumps), and on 2 cores the parent was the limit.
+The worker's columns come laid out already (``frtrace.load.plain.PlainBatch``, read without
+Arrow); a batch made in Arrow (a dump the parent reads itself) is read from its buffers.
 
 Layout of one dump in a writer's file: its columns one after another, in the schema's order,
 each padded to 8 bytes: fixed-width values as their numpy type (a null holds 0), a dictionary
