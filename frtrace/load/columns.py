@@ -21,7 +21,7 @@ import pyarrow as pa
 from frtrace.errors import DumpFormatError
 from frtrace.load import native, schema
 from frtrace.load.arrays import MAX_DIMS, MAX_TENSORS, distinct_values
-from frtrace.load.plain import Col, Column, to_arrow
+from frtrace.load.plain import Col, Column, plain_text, to_arrow
 from frtrace.load.values import (
     INT64_MAX,
     INT64_MIN,
@@ -43,7 +43,6 @@ _NUMPY_TYPES = {pa.int64(): np.int64, pa.float64(): np.float64}
 # text is exponentially long (sub-lists shared through the memo) or nested 100,000 deep.
 _SCALARS = frozenset((int, float, bool, type(None)))
 _SEQUENCES = frozenset((list, tuple, type(None)))
-_PLAIN_TEXT = frozenset((str,))
 _BAD = object()
 _UNSEEN = object()
 
@@ -103,7 +102,7 @@ class Columns:
             return self.convert(key, self.values(key, alt), type_)
         if type_ == schema.TEXT:
             codes, distinct = scanned
-            if _plain_text(distinct):
+            if plain_text(distinct):
                 return Column(codes, codes >= 0, distinct)
             return text_column(key, self.values(key), self)
         values, valid = scanned
@@ -365,17 +364,11 @@ _FITS: dict[pa.DataType, Callable[[Any], bool]] = {
 }
 
 
-def _plain_text(distinct: list[Any]) -> bool:
-    """Whether dictionary values are all ASCII strings (else: text to clean, or values that
-    are not text)."""
-    return _PLAIN_TEXT.issuperset(map(type, distinct)) and all(map(str.isascii, distinct))
-
-
 def text_column(key: str, values: Sequence[Any], cols: Columns | None = None) -> pa.Array:
     """A dictionary-encoded string column: each distinct string converted once."""
     try:  # all strings or None (the usual case): encoded in C, each distinct string once
         codes, distinct = first_seen_codes(values)
-        if _plain_text(distinct):
+        if plain_text(distinct):
             return to_arrow(Column(codes, codes >= 0, distinct), schema.TEXT)
         encoded: pa.Array = strings(values).dictionary_encode()  # (text to clean: see clean)
         return encoded

@@ -159,20 +159,22 @@ def _empty_from_wire(
 
 def parse_dump(cand: Candidate) -> ParsedDump:
     """Read one candidate file. Raises DumpFormatError (one line) when it cannot be read."""
-    if cand.refused is not None:
-        raise DumpFormatError(cand.refused)
-    payload, encoding = read_payload(cand.path, cand.size_bytes, cand.data)
-    return parse_payload(payload, encoding, cand)
+    return parse_payload(*_payload(cand), cand)
 
 
 def parse_plain(cand: Candidate) -> PlainDump:
     """``parse_dump`` for a worker's hand-over: the entries as ``PlainBatch``."""
-    if cand.refused is not None:
-        raise DumpFormatError(cand.refused)
-    payload, encoding = read_payload(cand.path, cand.size_bytes, cand.data)
-    meta, columns, stacks, groups, pg_status = _parts(payload, encoding, cand)
+    meta, columns, stacks, groups, pg_status = _parts(*_payload(cand), cand)
     entries = plain_batch(columns)
     return PlainDump(meta=meta, entries=entries, stacks=stacks, groups=groups, pg_status=pg_status)
+
+
+def _payload(cand: Candidate) -> tuple[Any, str]:
+    """A candidate's decoded payload and its encoding; DumpFormatError where it was refused
+    or cannot be read."""
+    if cand.refused is not None:
+        raise DumpFormatError(cand.refused)
+    return read_payload(cand.path, cand.size_bytes, cand.data)
 
 
 def parse_payload(payload: Any, encoding: str, cand: Candidate) -> ParsedDump:

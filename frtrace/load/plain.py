@@ -32,6 +32,7 @@ __all__ = [
     "batch_of",
     "column_dtype",
     "of_arrow",
+    "plain_text",
     "text_codes",
     "to_arrow",
     "to_plain",
@@ -75,10 +76,16 @@ class PlainBatch:
 def text_codes(codes: np.ndarray, values: list[Any]) -> Column:
     """A text column from its codes (-1: null) into ``values`` (strings), as ``strings``
     converts them (lone surrogates spelled out: then the Arrow values are made here)."""
-    if all(isinstance(v, str) and v.isascii() for v in values):
+    if plain_text(values):
         return Column(codes, codes >= 0, values)
     table = strings(values)
     return Column(codes, codes >= 0, table.to_pylist(), table)
+
+
+def plain_text(values: list[Any]) -> bool:
+    """Whether dictionary values are all ASCII strings, stored as they are (else: text to
+    clean, or values that are not text)."""
+    return all(type(v) is str and v.isascii() for v in values)
 
 
 def to_arrow(col: Col, type_: pa.DataType) -> pa.Array:
