@@ -52,6 +52,13 @@ def _reference(coll: pd.DataFrame) -> pd.DataFrame:
     return out[cols].sort_values(["gid", "seq", "rank"], kind="stable").reset_index(drop=True)
 
 
+def _with_rows(frame: pd.DataFrame, keep: np.ndarray | None) -> pd.DataFrame:
+    """The rows of matching's frame that ``keep`` keeps, each with its row in the table (the
+    frame's index there) as a column, as the reference reads it."""
+    coll = frame if keep is None else frame[keep]
+    return coll.assign(row=coll.index.to_numpy().astype(np.int32)).reset_index(drop=True)
+
+
 JOBS = {
     "3d coalesced and p2p": JobSpec(world_size=16, tp=2, pp=2, steps=6, buffer_size=2000),
     "3d wrapped": JobSpec(world_size=16, tp=2, pp=2, steps=12, buffer_size=90),
@@ -79,8 +86,7 @@ def test_segments_equal_group_by(
     real = coalesce.logical_collectives
 
     def both(frame: pd.DataFrame, keep: np.ndarray | None = None) -> pd.DataFrame:
-        coll = frame if keep is None else frame[keep]
-        expected = _reference(coll.reset_index(drop=True))
+        expected = _reference(_with_rows(frame, keep))
         got = real(frame, keep)
         seen.append((got.copy(), expected))  # (matching adds columns to it later)
         return got
@@ -106,7 +112,7 @@ def test_ranks_in_any_order_give_the_same_ops(
     real = coalesce.logical_collectives
 
     def kept(frame: pd.DataFrame, keep: np.ndarray | None = None) -> pd.DataFrame:
-        frames.append((frame if keep is None else frame[keep]).reset_index(drop=True))
+        frames.append(_with_rows(frame, keep))
         return real(frame, keep)
 
     monkeypatch.setattr(match_module, "logical_collectives", kept)

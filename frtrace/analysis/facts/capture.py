@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from frtrace.analysis.facts.ops import codes
+from frtrace.analysis.facts.ops import codes, filled
 from frtrace.load.tables import DumpSet
 
 __all__ = ["DumpMoments", "dump_moments", "dump_times_from_entries"]
@@ -66,7 +66,7 @@ def dump_moments(
     if not dumped_at_ns:
         return DumpMoments(dumped_at_ns={}, idle_s={}, limit_s={}, running=frozenset())
     rank = dumps.entries.column("rank").to_numpy()
-    created = dumps.entries.column("time_created_ns").fill_null(0).to_numpy(zero_copy_only=False)
+    created = filled(dumps.entries.column("time_created_ns"), 0)
     # entries are grouped by rank (file order): one slice per rank, never a mask per rank
     if len(rank):
         starts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])

@@ -87,7 +87,7 @@ def logical_collectives(frame: pd.DataFrame, keep: np.ndarray | None = None) -> 
     gid = take("gid").to_numpy()
     seq = take("seq").to_numpy(dtype=np.int64)  # (no nulls: the collectives have a seq)
     rank = take("rank").to_numpy()
-    row = take("row").to_numpy()
+    row = _rows(frame, keep) if "row" not in frame.columns else take("row").to_numpy()
     order = _op_order(gid, seq, rank, row)
     n = len(order)
     start = np.zeros(n, dtype=bool)  # the first row of each logical op, in sorted order
@@ -141,6 +141,17 @@ def logical_collectives(frame: pd.DataFrame, keep: np.ndarray | None = None) -> 
     # (copy=False: the columns are fresh arrays; pandas would otherwise copy them into one
     # block per dtype, twice the frame for a moment)
     return pd.DataFrame({name: out[name] for name in _LOGICAL_COLUMNS}, copy=False)
+
+
+def _rows(frame: pd.DataFrame, keep: np.ndarray | None) -> np.ndarray:
+    """Each kept row's place in the table, where the frame has no ``row`` column: its index
+    (``match``'s frame: its place), as int32."""
+    index = frame.index
+    if isinstance(index, pd.RangeIndex) and index.step == 1:
+        at = np.arange(index.start, index.stop, dtype=np.int32)
+    else:
+        at = index.to_numpy().astype(np.int32)
+    return at if keep is None else at[keep]
 
 
 def _fold_run_signatures(

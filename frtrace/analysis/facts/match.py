@@ -91,11 +91,14 @@ def _gid_column(entries: pa.Table, membership: Membership) -> np.ndarray:
     """Group id per entry row (-1 where the group is unknown)."""
     names, values = codes(entries.column("group_name"))
     width = len(values) + 1
-    pair = entries.column("rank").to_numpy().astype(np.int64)  # (in place: 65M rows at 32K)
+    ranks = entries.column("rank").to_numpy()
+    # (int32 where every pair fits: 4 bytes per entry, not 8; in place, 65M rows at 32K)
+    top = (int(ranks.max()) + 1) * width if len(ranks) else 0
+    pair = ranks.astype(np.int32 if top < np.iinfo(np.int32).max else np.int64)
     pair *= width
     pair += names
     pair += 1
-    del names
+    del names, ranks
 
     def gid(p: int) -> int:
         n = p % width - 1
@@ -103,7 +106,10 @@ def _gid_column(entries: pa.Table, membership: Membership) -> np.ndarray:
 
     space = int(pair.max()) + 1 if len(pair) else 0
     if space <= len(pair) // 4 + _PAIRS_COUNTED:  # (ranks x names: a table, in one count)
-        present = np.flatnonzero(np.bincount(pair, minlength=space))
+        seen = np.zeros(space, dtype=bool)
+        seen[pair] = True  # (a count would first copy the pairs as int64)
+        present = np.flatnonzero(seen)
+        del seen
         table = np.full(space, -1, dtype=np.int32)
         table[present] = [gid(int(p)) for p in present]
         looked_up: np.ndarray = table[pair]
@@ -140,55 +146,71 @@ def _done_column(dumps: DumpSet, state_rank: np.ndarray) -> np.ndarray:
     return done
 
 
+# Entries whose signatures are worked out at a time: the temporaries are a block's (8 MB), not
+# 8 bytes per entry beside the result.
+SIG_BLOCK_ROWS = 1 << 20
+
+
 def _sig_columns(entries: pa.Table, op: np.ndarray, ops: list[str | None]) -> np.ndarray:
     """One int64 per entry that is equal across ranks exactly when the op's rules say so."""
+    uneven_ops, input_ops, output_ops = (
+        dict.fromkeys(names, True)
+        for names in (UNEVEN_OPS, COMPARE_INPUT_ONLY, COMPARE_OUTPUT_ONLY)
+    )
+    dtype_in, dtype_out, size_in, size_out = (
+        fixed_values(entries.column(name))
+        for name in ("input_dtype_sig", "output_dtype_sig", "input_sig", "output_sig")
+    )
+    n = entries.num_rows
+    mixed = np.empty(n, dtype=np.uint64)
+    part = np.empty(min(n, SIG_BLOCK_ROWS), dtype=np.uint64)
 
-    def family(names: frozenset[str]) -> np.ndarray:
-        return _lookup(op, ops, dict.fromkeys(names, True), False, np.bool_)
-
-    def sig(column: str, out: np.ndarray) -> np.ndarray:
-        values, nulls = fixed_values(entries.column(column))
-        np.copyto(out, values)  # (into a buffer used again: no fresh 8 bytes per entry)
+    def sig(column: tuple[np.ndarray, np.ndarray | None], at: slice, out: np.ndarray) -> None:
+        values, nulls = column
+        np.copyto(out, values[at])
         if nulls is not None:
-            out[nulls] = 0
-        return out
+            out[nulls[at]] = 0
 
-    uneven = family(UNEVEN_OPS)
-    input_only = family(COMPARE_INPUT_ONLY)
-    output_only = family(COMPARE_OUTPUT_ONLY)
     # mixed = sig_in * A ^ sig_out * B ^ (dt_in * C ^ dt_out) * D, where the root-only side
     # is empty on non-roots (gather: output, scatter: input) and skipped; built in place,
-    # one 8M-entry column at a time
-    n = entries.num_rows
+    # one block of entries at a time
     with np.errstate(over="ignore"):
-        mixed = sig("input_dtype_sig", np.empty(n, dtype=np.uint64))
-        mixed[output_only] = 0
-        mixed *= np.uint64(0x27D4EB2F165667C5)
-        part = sig("output_dtype_sig", np.empty(n, dtype=np.uint64))
-        part[input_only] = 0
-        mixed ^= part
-        mixed *= np.uint64(0x165667B19E3779F9)
-        part = sig("input_sig", part)
-        part[uneven | output_only] = 0
-        part *= np.uint64(0x9E3779B97F4A7C15)
-        mixed ^= part
-        part = sig("output_sig", part)
-        part[uneven | input_only] = 0
-        part *= np.uint64(0xC2B2AE3D27D4EB4F)
-        mixed ^= part
-        del part
-    out: np.ndarray = mixed.view(np.int64)
-    return out
+        for start in range(0, n, SIG_BLOCK_ROWS):
+            at = slice(start, min(n, start + SIG_BLOCK_ROWS))
+            codes_ = op[at]
+            uneven = _lookup(codes_, ops, uneven_ops, False, np.bool_)
+            input_only = _lookup(codes_, ops, input_ops, False, np.bool_)
+            output_only = _lookup(codes_, ops, output_ops, False, np.bool_)
+            out, tmp = mixed[at], part[: at.stop - at.start]
+            sig(dtype_in, at, out)
+            out[output_only] = 0
+            out *= np.uint64(0x27D4EB2F165667C5)
+            sig(dtype_out, at, tmp)
+            tmp[input_only] = 0
+            out ^= tmp
+            out *= np.uint64(0x165667B19E3779F9)
+            sig(size_in, at, tmp)
+            tmp[uneven | output_only] = 0
+            tmp *= np.uint64(0x9E3779B97F4A7C15)
+            out ^= tmp
+            sig(size_out, at, tmp)
+            tmp[uneven | input_only] = 0
+            tmp *= np.uint64(0xC2B2AE3D27D4EB4F)
+            out ^= tmp
+    result: np.ndarray = mixed.view(np.int64)
+    return result
 
 
 def _nullable_int64(column: pa.ChunkedArray) -> pd.Series:
     """An int64 column as pandas' Int64 (values and a mask: no float64 on the way; a null's
-    value 0)."""
+    value 0). Without a null, its values are the table's own (read-only, where it is mapped
+    from its file): 8 bytes per entry not copied into new memory."""
     stored, nulls = fixed_values(column)
-    values = np.array(stored, dtype=np.int64)  # (its own: the table's may be mapped read-only)
     if nulls is None:
+        values = stored.astype(np.int64, copy=False)
         mask = np.zeros(len(values), dtype=bool)
     else:
+        values = np.array(stored, dtype=np.int64)  # (its own: nulls' values set to 0)
         mask = nulls
         values[mask] = 0
     return pd.Series(pd.arrays.IntegerArray(values, mask))
@@ -199,13 +221,14 @@ def match(dumps: DumpSet, membership: Membership) -> MatchResult:
     entries = dumps.entries
     frame, has_p2p_seq = _entry_frame(dumps, membership)
     p2p_rows = frame[frame["is_p2p"] & (frame["gid"] >= 0)]
+    p2p_rows.insert(0, "row", p2p_rows.index.to_numpy().astype(np.int32))
     if not has_p2p_seq:  # (no p2p op: an empty frame, with every column p2p_ops reads)
         p2p_rows = p2p_rows.assign(p2p_seq=pd.Series([], dtype="Int64"))
     # each rank's first row: the least of its runs' first rows (a rank's rows are one run, or
     # a few: the frame is in row order), not a group-by of every row
     rank = frame["rank"].to_numpy()
     runs = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]]) if len(rank) else rank[:0]
-    first_row = pd.Series(frame["row"].to_numpy()[runs]).groupby(rank[runs]).min()
+    first_row = pd.Series(runs.astype(np.int32)).groupby(rank[runs]).min()  # (row: place)
     del rank, runs
     is_coll = (~frame["is_p2p"] & frame["seq"].notna() & (frame["gid"] >= 0)).to_numpy()
     # The frame (~60 bytes x 8M entries) is handed over, never copied whole: logical_collectives
@@ -264,7 +287,6 @@ def _entry_frame(dumps: DumpSet, membership: Membership) -> tuple[pd.DataFrame, 
     """One row per entry with what matching reads (group id, seq, op, signature, state), its
     p2p batches marked; and whether it has the ``p2p_seq`` column."""
     entries = dumps.entries
-    n = entries.num_rows
     # Each step reads a few columns of every entry; where the table is mapped from disk
     # (``frtrace.load.spill``) their pages are dropped from memory after each step, so that
     # the table never sits in memory whole beside the frame built from it.
@@ -276,23 +298,26 @@ def _entry_frame(dumps: DumpSet, membership: Membership) -> tuple[pd.DataFrame, 
     release_pages()
     names = [*(v if v is not None else "?" for v in ops), "?"]  # the last one: null op
     distinct = list(dict.fromkeys(names))
-    remap = np.array([distinct.index(name) for name in names], dtype=np.int32)
-    op_index = remap[np.where(op_codes < 0, len(ops), op_codes)]
+    # (the categorical's own width: int8 below 127 values, as pandas would narrow them;
+    # a null's code, -1, takes the last)
+    width = np.int8 if len(distinct) < 127 else np.int32
+    remap = np.array([distinct.index(name) for name in names], dtype=width)
+    op_index = remap[op_codes]
     op_cat = pd.Categorical.from_codes(op_index, dtype=pd.CategoricalDtype(distinct))
     gid = _gid_column(entries, membership)
     release_pages()
     seq = _nullable_int64(entries.column("collective_seq"))
     created = _nullable_int64(entries.column("time_created_ns"))
     release_pages()
+    # (each entry's row is its place in the frame: its index, not a column of 4 bytes each)
     frame = pd.DataFrame(
         {
-            "row": np.arange(n, dtype=np.int32),
-            "rank": entries.column("rank").to_numpy().astype(np.int32),
+            "rank": entries.column("rank").to_numpy().astype(np.int32, copy=False),
             "gid": gid,
             "seq": seq,
             "is_p2p": entries.column("is_p2p").fill_null(False).to_numpy(zero_copy_only=False),
             "op": op_cat,
-            "op_code": op_index,
+            "op_code": op_cat.codes,  # (the same codes, as narrow as the categorical keeps them)
             "sig": sig,
             "done": done,
             "state_rank": state_rank,

@@ -22,6 +22,7 @@ __all__ = [
     "MatchResult",
     "OpRef",
     "codes",
+    "filled",
     "fixed_values",
 ]
 
@@ -92,11 +93,27 @@ def codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str | None]]:
     if column.num_chunks == 0:
         return np.zeros(0, dtype=np.int32), []
     values: list[str | None] = column.chunk(0).dictionary.to_pylist()
-    parts = [c.indices.fill_null(-1).to_numpy(zero_copy_only=False) for c in column.chunks]
+    parts = [
+        c.indices.to_numpy()  # (no null: the table's own codes; Arrow's fill_null copies them)
+        if not c.indices.null_count
+        else c.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+        for c in column.chunks
+    ]
     # (one chunk, as a loaded table has: its codes as they are, read-only where they are the
     # table's own, not copied by a concatenation of one)
     joined = parts[0] if len(parts) == 1 else np.concatenate(parts)
     return joined.astype(np.int32, copy=False), values
+
+
+def filled(column: pa.ChunkedArray, fill: int) -> np.ndarray:
+    """A fixed-width column's values, ``fill`` where null: the table's own (read-only) where
+    it has no null, else a copy."""
+    values, nulls = fixed_values(column)
+    if nulls is None:
+        return values
+    out = values.copy()
+    out[nulls] = fill
+    return out
 
 
 def fixed_values(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray | None]:

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from frtrace.analysis.facts import Facts
+from frtrace.analysis.facts.ops import filled
 from frtrace.analysis.facts.waitgraph import Edge, EdgeKind, victims_of
 from frtrace.detail import RunningSnapshot
 from frtrace.model import Confidence, Finding, FindingKind, Severity
@@ -52,9 +53,7 @@ def check(facts: Facts) -> list[Finding]:
         members = set(facts.membership.groups[edges[0].gid].members)
         if not victims_of(facts.waits, (c,)) <= members:
             return []  # it holds up ranks outside its group: a real chain of waits
-    times = (
-        facts.dumps.entries.column("time_created_ns").fill_null(0).to_numpy(zero_copy_only=False)
-    )
+    times = filled(facts.dumps.entries.column("time_created_ns"), 0)
     newest = int(times.max()) if len(times) else 0
     culprits = np.fromiter(by_culprit, dtype=np.int64)
     ranks = facts.dumps.entries.column("rank").to_numpy()
