@@ -5,7 +5,7 @@ with the remaps of its dictionary codes and stack ids into the shared ones (``Ga
 and once every dump is in builds the table's columns in one pass over the dumps, in file
 order: each dump's part read once (``pread`` into a buffer kept for the next) and spread over
 a block of rows per column in one call (``_scan.scatter``, else numpy), each block appended to
-its column's file (``pwrite``, from two threads: ``frtrace.load.outputs``), mapped once
+its column's file (``pwrite``, from a writer thread: ``frtrace.load.outputs``), mapped once
 complete. No page of a writer's file or of a column is faulted into this process on the way.
 Measured at 4,096 ranks (8.2 million entries): the columns built column by column from the
 mapped writers' files faulted every page of those in again for each of the 35 columns; a
@@ -164,9 +164,14 @@ class Gather:
         ]
         listed = [self.remaps.get(i) for i in range(len(fields))]
         rows = max(1, min(BLOCK_ROWS, self.rows))  # (a larger dump: a larger block)
-        stage = [np.empty(rows, dtype=dtype) for dtype in self.dtypes]
         source = _Sources(self.kept)
         writers = Writers(outs, widths)
+        # (filled in turn: one written out by the writer thread while the next is filled)
+        stages = [
+            [np.empty(rows, dtype=dtype) for dtype in self.dtypes] for _ in range(writers.stages)
+        ]
+        turn = 0
+        stage = stages[turn]
         at = 0
         try:
             for k, chunk in enumerate(self.chunks):
@@ -176,8 +181,10 @@ class Gather:
                 if at + count > len(stage[0]):
                     writers.flush(stage, at)
                     at = 0
-                    if count > len(stage[0]):
-                        stage = [np.empty(count, dtype=dtype) for dtype in self.dtypes]
+                    turn = (turn + 1) % len(stages)
+                    if count > len(stages[turn][0]):
+                        stages[turn] = [np.empty(count, dtype=dtype) for dtype in self.dtypes]
+                    stage = stages[turn]
                 part = source.read(chunk.path, chunk.offset, _part_bytes(widths, count))
                 remaps = [None if r is None else r[k] for r in listed]
                 zeroed = [
@@ -187,6 +194,7 @@ class Gather:
                 scatter(part, count, at, stage, widths, remaps, zeroed)
                 at += count
             writers.flush(stage, at)
+            writers.wait()
         finally:
             writers.close()
             source.close()
