@@ -165,7 +165,7 @@ class Gather:
         listed = [self.remaps.get(i) for i in range(len(fields))]
         rows = max(1, min(BLOCK_ROWS, self.rows))  # (a larger dump: a larger block)
         source = _Sources(self.kept)
-        writers = Writers(outs, widths)
+        writers = Writers(outs)
         # (filled in turn: one written out by the writer thread while the next is filled)
         stages = [
             [np.empty(rows, dtype=dtype) for dtype in self.dtypes] for _ in range(writers.stages)

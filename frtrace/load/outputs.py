@@ -43,9 +43,8 @@ class Writers:
     0.3 s of CPU, and neither staged the next block meanwhile.
     """
 
-    def __init__(self, outs: Sequence[ColumnFile | Hole], widths: tuple[int, ...]) -> None:
+    def __init__(self, outs: Sequence[ColumnFile | Hole]) -> None:
         self.outs = list(outs)
-        self.widths = widths
         beside = WRITER_THREADS > 1 and default_jobs() > 1 and bool(self.outs)
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="frtrace-gather") if beside else None
         self.pending: Future[None] | None = None
