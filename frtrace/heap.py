@@ -5,14 +5,19 @@ but every time it frees such a block it raises that threshold to the block's siz
 32 MiB). Setting the threshold explicitly (``mallopt``) stops the raising; a C library
 without ``mallopt`` (musl, macOS) is left alone.
 
-- **The command** (``give_large_blocks_back``, from ``cli.run``): after the first numpy
-  temporaries of tens of MB are freed, the next ones came from the heap, and a heap that
-  such blocks had fragmented was not given back: the analysis of 4,096 ranks peaked at
-  994-1,013 MB that way. At a fixed 128 KiB every sort's 2 MB temporaries were mapped and
-  faulted in anew (1,024 ranks: 0.6 s slower); at 4 MiB they are reused from the heap, while
-  the blocks of whole columns are still mapped and given back: 939 MB at 4,096 ranks, and no
-  slower (``docs/performance.md``). A library caller's process is left as it is, and a
-  threshold the user set in the environment (``MALLOC_MMAP_THRESHOLD_``) is kept.
+- **The command** (``give_large_blocks_back``, from ``cli.run``): blocks under 256 MiB come
+  from the heap and stay there once freed (free memory at its top is handed back only past
+  1 GiB; ``trim``, between the analysis's steps, hands all of it back), so that temporaries of
+  tens of MB are reused rather than mapped and faulted in anew; larger blocks (a column of 32
+  million entries and more) are still mapped and given back on free. New memory is what the
+  analysis pays for most on a VM whose freed pages go back to the host: at 4,096 ranks the
+  first run took 19.4, 22.3, 18.3 s with a threshold of 4 MiB and 17.5, 20.9, 17.0 s with
+  these (interleaved), the analysis 6.2, 7.4, 5.2 -> 5.2, 6.1, 4.9 s, the peak 819-840 ->
+  870-907 MB (``docs/performance.md``, stop 42). Before the analysis's entry frame shrank
+  (stop 42), the same thresholds peaked at 1,010-1,022 MB, and a threshold that glibc raised
+  itself (to each freed block's size) at 994-1,013 MB, which is why it is fixed. A library
+  caller's process is left as it is, and thresholds the user set in the environment
+  (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``) are kept.
 - **A load worker** (``keep_freed_memory``, from ``load.worker.serve``): its own threshold
   and trim, so that file after file reuses the same memory (below).
 - **Trimming** (``trim``, from ``load.tables.give_back_memory``): the free memory of the
@@ -35,7 +40,8 @@ __all__ = ["collect_less_often", "give_large_blocks_back", "keep_freed_memory", 
 
 M_TRIM_THRESHOLD = -1  # glibc's <malloc.h>
 M_MMAP_THRESHOLD = -3
-COMMAND_MMAP_BYTES = 4 << 20
+COMMAND_MMAP_BYTES = 256 << 20
+COMMAND_TRIM_BYTES = 1 << 30
 WORKER_MMAP_BYTES = 32 << 20
 WORKER_TRIM_BYTES = 128 << 20
 GC_THRESHOLDS = (10_000, 20, 20)
@@ -75,10 +81,15 @@ def trim() -> None:
 
 
 def give_large_blocks_back() -> bool:
-    """The command's: glibc's mmap threshold fixed at 4 MiB; True when it was set here."""
+    """The command's: glibc's mmap threshold fixed at 256 MiB (larger blocks mapped, and
+    given back on free) and its trim threshold at 1 GiB; True when the first was set here."""
     if "MALLOC_MMAP_THRESHOLD_" in os.environ:
         return False
-    return _mallopt(M_MMAP_THRESHOLD, COMMAND_MMAP_BYTES)
+    if not _mallopt(M_MMAP_THRESHOLD, COMMAND_MMAP_BYTES):
+        return False
+    if "MALLOC_TRIM_THRESHOLD_" not in os.environ:
+        _mallopt(M_TRIM_THRESHOLD, COMMAND_TRIM_BYTES)
+    return True
 
 
 def keep_freed_memory() -> None:

@@ -1,5 +1,6 @@
 """The command's heap (``frtrace/heap.py``): glibc's mmap threshold is fixed, so a block of
-4 MiB or more is mapped (and given back on free) even after a larger one was freed."""
+256 MiB or more is mapped (and given back on free) and a smaller one comes from the heap, and
+the heap's free top is kept."""
 
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ def _thresholds_kept() -> Iterator[None]:
 
 
 # One process: free a 16 MiB block (glibc then raises its threshold to 16 MiB unless it was
-# fixed), then ask for 8 MiB and print whether that block was mapped on its own.
+# fixed), then ask for 8 MiB and for 300 MiB (never touched: no memory used) and print whether
+# each was mapped on its own; then whether a block of 64 MiB came from the heap and stayed there
+# once freed.
 PROBE = """
 import ctypes, sys
 class Info(ctypes.Structure):
@@ -53,9 +56,16 @@ if sys.argv[1] == "fixed":
     from frtrace.heap import GC_THRESHOLDS, give_large_blocks_back
     print(give_large_blocks_back())
 libc.free(libc.malloc(16 << 20))
-before = libc.mallinfo2().hblks
-block = libc.malloc(8 << 20)
-print(libc.mallinfo2().hblks - before)
+for size in (8 << 20, 300 << 20):
+    before = libc.mallinfo2().hblks
+    block = libc.malloc(size)
+    print(libc.mallinfo2().hblks - before)
+    libc.free(block)
+start = libc.mallinfo2().arena
+block = libc.malloc(64 << 20)
+before = libc.mallinfo2().arena
+libc.free(block)
+print(int(before >= start + (32 << 20) and libc.mallinfo2().arena >= before - (1 << 20)))
 """
 
 
@@ -71,12 +81,17 @@ def _probe(mode: str, **env: str) -> list[str]:
 
 
 def test_a_large_block_is_mapped_after_a_larger_one_was_freed() -> None:
-    assert _probe("default") == ["0"]  # glibc's own behaviour: the threshold was raised
-    assert _probe("fixed") == ["True", "1"]
+    # glibc's own: 8 MiB from the heap (the threshold was raised to 16), 300 and 64 mapped
+    assert _probe("default") == ["0", "1", "0"]
+    assert _probe("fixed") == ["True", "0", "1", "1"]
 
 
 def test_a_threshold_the_user_set_is_kept() -> None:
-    assert _probe("fixed", MALLOC_MMAP_THRESHOLD_=str(12 << 20)) == ["False", "0"]
+    # (8 MiB under the user's 12: from the heap, 64 mapped; or 64 from the heap, its free top
+    # handed back past the user's 256 KiB)
+    assert _probe("fixed", MALLOC_MMAP_THRESHOLD_=str(12 << 20)) == ["False", "0", "1", "0"]
+    trim = str(256 << 10)
+    assert _probe("fixed", MALLOC_TRIM_THRESHOLD_=trim) == ["True", "0", "1", "0"]
 
 
 def test_the_command_fixes_it_before_anything_else(monkeypatch: pytest.MonkeyPatch) -> None:
