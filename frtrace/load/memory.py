@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import time
 from pathlib import Path
 
 __all__ = [
@@ -112,9 +113,21 @@ def _cgroup_limit() -> int | None:
     return None
 
 
+# How long the memory available, once read, is taken as it was: a worker asks before every
+# file (4,096 files: /proc/meminfo read and parsed 4,096 times, 2% of the workers' time).
+AVAILABLE_FOR_S = 0.5
+_AVAILABLE: list[tuple[float, int | None]] = []  # (when read, what it said), the latest
+
+
 def _available() -> int | None:
+    now = time.monotonic()
+    if _AVAILABLE and now - _AVAILABLE[0][0] < AVAILABLE_FOR_S:
+        return _AVAILABLE[0][1]
+    found: int | None = None
     with contextlib.suppress(OSError, ValueError, IndexError):
         for line in MEMINFO.read_text().splitlines():
             if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return None
+                found = int(line.split()[1]) * 1024
+                break
+    _AVAILABLE[:] = [(now, found)]
+    return found

@@ -69,6 +69,25 @@ def test_the_machine_bounds_every_allowance(monkeypatch: pytest.MonkeyPatch) -> 
     assert 0 < memory.machine_bytes() <= physical
 
 
+def test_the_memory_available_is_read_again_after_a_moment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read once for the files of the next half second (a worker asks before each), then
+    again: never an old answer for long."""
+    meminfo = tmp_path / "meminfo"
+    monkeypatch.setattr(memory, "MEMINFO", meminfo)
+    monkeypatch.setattr(memory, "_AVAILABLE", [])
+    monkeypatch.setattr(memory, "AVAILABLE_FOR_S", 3600.0)
+    meminfo.write_text("MemTotal: 9000 kB\nMemAvailable:    2048 kB\n")
+    assert memory._available() == 2048 << 10
+    meminfo.write_text("MemAvailable: 1024 kB\n")
+    assert memory._available() == 2048 << 10  # (within the moment: as read)
+    monkeypatch.setattr(memory, "AVAILABLE_FOR_S", 0.0)
+    assert memory._available() == 1024 << 10
+    meminfo.unlink()
+    assert memory._available() is None
+
+
 def test_a_memo_bomb_read_in_this_process_is_refused_before_it_is_unpickled(
     tmp_path: Path, small_machine: None
 ) -> None:
