@@ -64,9 +64,9 @@ def mark_p2p_batches(frame: pd.DataFrame) -> None:
 
 def logical_collectives(frame: pd.DataFrame, keep: np.ndarray | None = None) -> pd.DataFrame:
     """One row per (rank, gid, seq) of the collectives in ``frame`` (its rows where ``keep``,
-    else all), in (gid, seq, rank) order; coalesced runs folded into one signature. Consumes
-    ``frame`` (its columns are taken out one by one, each filtered alone: never a copy of the
-    whole frame).
+    else all; an entry's row in the table is its index), in (gid, seq, rank) order; coalesced
+    runs folded into one signature. Consumes ``frame`` (its columns are taken out one by one,
+    each filtered alone: never a copy of the whole frame).
 
     One sort of the rows by (gid, seq, rank, row) puts each run's entries side by side; every
     logical op is then a segment of that order (one row, or a run), and each output column is
@@ -87,7 +87,7 @@ def logical_collectives(frame: pd.DataFrame, keep: np.ndarray | None = None) -> 
     gid = take("gid").to_numpy()
     seq = take("seq").to_numpy(dtype=np.int64)  # (no nulls: the collectives have a seq)
     rank = take("rank").to_numpy()
-    row = _rows(frame, keep) if "row" not in frame.columns else take("row").to_numpy()
+    row = _rows(frame, keep)
     order = _op_order(gid, seq, rank, row)
     n = len(order)
     start = np.zeros(n, dtype=bool)  # the first row of each logical op, in sorted order
@@ -144,8 +144,8 @@ def logical_collectives(frame: pd.DataFrame, keep: np.ndarray | None = None) -> 
 
 
 def _rows(frame: pd.DataFrame, keep: np.ndarray | None) -> np.ndarray:
-    """Each kept row's place in the table, where the frame has no ``row`` column: its index
-    (``match``'s frame: its place), as int32."""
+    """Each kept row's place in the table: the frame's index (``match``'s frame: each row's
+    place in it), as int32."""
     index = frame.index
     if isinstance(index, pd.RangeIndex) and index.step == 1:
         at = np.arange(index.start, index.stop, dtype=np.int32)
