@@ -18,8 +18,10 @@ same place, the same size budget and eviction. It is used only when its identity
 - a digest of the code the Report depends on (``CODE``: the load, analysis and pystack stages,
   the pipeline, this module...) and the Python version (which modules are the standard library).
 
-The identity is taken before anything is read, so a file rewritten meanwhile leaves an entry
-that no longer matches. A damaged entry (not JSON, a wrong field or type, another codec) is
+Each part of the identity is taken before what it identifies is read, so a file rewritten
+meanwhile leaves an entry that no longer matches: the code's and the side files' first, the
+dumps' with them where an entry is stored (to compare), else each by the worker that reads it
+(``load.fingerprint``). A damaged entry (not JSON, a wrong field or type, another codec) is
 deleted and rebuilt; any failure to write is one note on stderr, never an error. Archives are
 not cached (the tables of an archive are not either).
 """
@@ -35,8 +37,9 @@ from typing import Any
 
 from frtrace.analysis.codec import CodecError, decode, decode_report, encode, encode_report
 from frtrace.errors import FrtraceError
-from frtrace.load.cache import DirectoryCache, cache_disabled, cache_root, path_fingerprint
+from frtrace.load.cache import DirectoryCache, cache_disabled, cache_root
 from frtrace.load.discover import Discovery, discover
+from frtrace.load.fingerprint import path_fingerprint
 from frtrace.load.problems import LoadProblem
 from frtrace.model import Report
 
@@ -97,7 +100,7 @@ class DiagnosisCache:
         self.attempt = attempt  # --attempt: another report of the same files
         self.discovery = discovery  # (a miss loads these files: not discovered again)
         self.tables = DirectoryCache(cache_root(), directory, discovery.candidates)
-        self.identity: dict[str, Any] | None = None  # worked out on first use
+        self.beside: dict[str, Any] | None = None  # the identity but the dumps' (``_beside``)
         self.usable = True  # False once a file could not be fingerprinted: nothing is saved
 
     @classmethod
@@ -114,30 +117,37 @@ class DiagnosisCache:
             return None
         return cls(source, discovery, attempt)
 
-    def _identity(self) -> dict[str, Any]:
-        if self.identity is None:
+    def _beside(self) -> dict[str, Any]:
+        """The identity but the dumps' fingerprints: the code, the side files', the set's."""
+        if self.beside is None:
             # (every attempt's: a restarted job's report holds the other attempts' history)
             side = self.discovery.all_side_files or self.discovery.side_files
-            self.identity = {
+            self.beside = {
                 "format": FORMAT,
                 "code": code_digest(),
-                "files": self.tables.file_fingerprints(),
                 "stacks": [path_fingerprint(f.path) for f in side if f.kind == "stacks"],
                 "evidence": [path_fingerprint(f.path) for f in side if f.kind != "stacks"],
                 "set": [p.message for p in self.discovery.problems],  # (a rank found twice)
                 "attempt": self.attempt,
             }
-        return self.identity
+        return self.beside
+
+    def _identity(self) -> dict[str, Any]:
+        """The whole identity: the dumps' fingerprints are the table cache's (taken before
+        their files were read: here, or by the workers where nothing was stored)."""
+        return {**self._beside(), "files": self.tables.file_fingerprints()}
 
     def load(self) -> Diagnosis | None:
         """The stored diagnosis, or None when absent, stale or damaged (then deleted)."""
-        try:
-            identity = self._identity()  # before any file is read (see the module docstring)
+        try:  # before any file is read (see the module docstring)
+            self._beside()
+            data = self.tables.read_sidecar(SIDECAR)
+            # nothing stored: the dumps' fingerprints are taken as they are read
+            identity = None if data is None else self._identity()
         except OSError:  # a file vanished or is unreadable: the load reports it
             self.usable = False
             return None
-        data = self.tables.read_sidecar(SIDECAR)
-        if data is None:
+        if data is None or identity is None:
             return None
         try:
             stored = json.loads(data)
@@ -157,8 +167,10 @@ class DiagnosisCache:
 
     def save(self, diagnosis: Diagnosis) -> None:
         """Store the diagnosis for the next run; on any failure the run goes on without."""
-        if not self.usable:
+        if not self.usable or not self.tables.usable:  # (a dump not fingerprinted)
             return
+        if not self.tables.fingerprinted and self.discovery.candidates:
+            return  # (never fingerprinted after it was read)
         try:
             stored = {
                 "identity": self._identity(),

@@ -305,35 +305,37 @@ def test_the_sidecar_counts_in_the_budget_and_as_a_use(
     assert one in entries and len(entries) == 2
 
 
-def test_a_miss_lists_and_fingerprints_each_dump_once(
+def test_a_first_run_lists_once_and_leaves_the_fingerprints_to_the_workers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On a miss the load reuses the files the diagnosis cache listed and fingerprinted."""
+    """On a miss the load reuses the files the diagnosis cache listed; with nothing stored to
+    compare with, no dump is fingerprinted here: each worker takes its file's as it reads it,
+    and the diagnosis is stored under those (the next run a hit)."""
     directory = healthy_set(tmp_path / "dumps", world=4)
     import frtrace.diagnosis_cache
     import frtrace.load.discover
 
     listed: list[Path] = []
-    fingerprinted: list[str] = []
-    real_discover, real_fingerprint = frtrace.load.discover.discover, cache_mod.file_fingerprint
+    real_discover = frtrace.load.discover.discover
 
     def discover(path: Path, **kwargs: Any) -> Any:
         listed.append(path)
         return real_discover(path, **kwargs)
 
     def fingerprint(cand: Any) -> list[Any]:
-        fingerprinted.append(cand.path.name)
-        return real_fingerprint(cand)
+        raise AssertionError(f"{cand.path} fingerprinted before the workers read it")
 
     monkeypatch.setattr(frtrace.diagnosis_cache, "discover", discover)
     monkeypatch.setattr(tables, "discover", discover)
-    monkeypatch.setattr(cache_mod, "file_fingerprint", fingerprint)
-    code, _ = _invoke("analyze", str(directory))
+    with monkeypatch.context() as first:
+        first.setattr(cache_mod, "file_fingerprint", fingerprint)
+        code, _ = _invoke("analyze", str(directory))
     assert code == 0
     assert listed == [directory]
-    assert sorted(fingerprinted) == sorted(p.name for p in directory.iterdir())
-    assert _sidecars()  # and it was stored, under the one identity both took
-    code, _ = _invoke("analyze", str(directory))  # the hit: nothing fingerprinted twice
+    assert _sidecars()  # and it was stored, under the workers' fingerprints
+    with monkeypatch.context() as hit:
+        _no_reading(hit)
+        code, _ = _invoke("analyze", str(directory))
     assert code == 0
 
 

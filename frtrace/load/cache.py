@@ -17,7 +17,9 @@ be), device and inode, and blake2b of its size, first and last 16 KiB) and of th
 reads them (the sources of ``frtrace/load``). The tables are used only when all of it matches:
 a changed, added or removed file, or another frtrace, reads the dumps again and replaces the
 entry. Each table's byte count and checksum (adler32, 2.5 GB/s) are checked before it is used, so a
-damaged entry is deleted and rebuilt, never used.
+damaged entry is deleted and rebuilt, never used. Each fingerprint is taken before its file is
+read (``load.fingerprint``): all of them first where a manifest is there to compare with, else
+by the load's workers, each as it opens its file (``taken``).
 
 Writes are atomic (a new ``<token>`` folder, then ``os.replace`` of the manifest) and never
 fatal: a read-only or full cache disables caching for the run with one note on stderr. The
@@ -52,6 +54,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from frtrace.load.discover import Candidate
+from frtrace.load.fingerprint import Fingerprint, file_fingerprint
 
 if TYPE_CHECKING:  # imported where used: a hit of the diagnosis cache needs no pyarrow
     import pyarrow as pa
@@ -67,10 +70,6 @@ __all__ = [
 
 FORMAT = "frtrace-tables-1"
 TABLES = ("entries", "stacks", "groups", "pg_status", "files")
-# Bytes hashed at each end of a dump (size and mtime_ns catch most changes; this catches a
-# rewrite that kept both). Measured on 1,024 dumps of 430 KB: 64 KiB costs 0.45 s, 16 KiB
-# 0.12 s (then opening the files dominates), against ~6 s to unpickle them.
-HASH_BYTES = 16 << 10
 DEFAULT_MAX_BYTES = 4 << 30
 _CHUNK = 16 << 20
 # Tables being stored in the background (``DirectoryCache.save_in_background``).
@@ -143,34 +142,6 @@ def _code_version() -> str:
     return digest.hexdigest()
 
 
-def path_fingerprint(path: str | os.PathLike[str]) -> list[Any]:
-    """What identifies one file's content cheaply: absolute path, size, mtime, inode change
-    time, device and inode, ends of it.
-
-    mtime can be set back (``cp -p``, ``rsync -t``, ``tar x``, ``os.utime``), so an edit
-    between the ends that keeps the size would pass; the inode change time cannot be set by
-    a user and moves with every write (and with the ``utime`` that puts mtime back), and a
-    file replaced by another has another inode. All from the one ``fstat`` taken anyway.
-    """
-    path = os.path.abspath(path)
-    with open(path, "rb") as f:
-        info = os.fstat(f.fileno())
-        digest = hashlib.blake2b(str(info.st_size).encode(), digest_size=16)
-        digest.update(f.read(HASH_BYTES))
-        if info.st_size > HASH_BYTES:
-            f.seek(max(HASH_BYTES, info.st_size - HASH_BYTES))
-            digest.update(f.read(HASH_BYTES))
-    changed = [info.st_ctime_ns, info.st_dev, info.st_ino]
-    return [path, info.st_size, info.st_mtime_ns, changed, digest.hexdigest()]
-
-
-def file_fingerprint(cand: Candidate) -> list[Any]:
-    """What identifies one dump's content cheaply: paths, size, mtime, inode change time and
-    identity, ends of the file (``path_fingerprint``)."""
-    path, size, mtime_ns, changed, digest = path_fingerprint(cand.path)
-    return [str(cand.path), path, cand.rank, size, mtime_ns, changed, digest]
-
-
 def _crc(path: Path) -> int:
     """adler32 of the file: catches damage at 2.5 GB/s (crc32: 1.5, blake2b: 0.5)."""
     crc = 1
@@ -217,28 +188,59 @@ class DirectoryCache:
         self.usable = True  # False once a dump could not be fingerprinted: nothing is saved
         self.token: str | None = None  # the folder ``prepare`` made for the next save
 
-    def _identity(self) -> dict[str, Any]:
+    def _identity(self, files: Sequence[Fingerprint] | None = None) -> dict[str, Any]:
         if self.identity is None:
-            files = [file_fingerprint(c) for c in self.candidates]
-            self.identity = {"format": FORMAT, "code": _code_version(), "files": files}
+            if files is None:
+                files = [file_fingerprint(c) for c in self.candidates]
+            self.identity = {"format": FORMAT, "code": _code_version(), "files": list(files)}
         return self.identity
 
-    def file_fingerprints(self) -> list[list[Any]]:
+    def file_fingerprints(self) -> list[Fingerprint]:
         """Each dump's ``file_fingerprint``, in candidate order (``OSError``: one vanished)."""
-        files: list[list[Any]] = self._identity()["files"]
+        files: list[Fingerprint] = self._identity()["files"]
         return files
+
+    @property
+    def fingerprinted(self) -> bool:
+        """Whether the dumps' fingerprints are taken (else: to be taken as they are read)."""
+        return self.identity is not None
+
+    def fingerprint_now(self) -> None:
+        """Take every dump's fingerprint here, before any is read (a file that cannot be
+        fingerprinted: nothing is stored)."""
+        try:
+            self._identity()
+        except OSError:
+            self.usable = False
+
+    def taken(self, files: Sequence[Fingerprint | None]) -> None:
+        """The dumps' fingerprints, each taken by its reader before reading it
+        (``fingerprint.taken``), in candidate order; one missing (a file that could not be
+        opened, or that crashed its reader): nothing is stored."""
+        if self.identity is not None:
+            return
+        present = [f for f in files if f is not None]
+        if len(present) != len(self.candidates):
+            self.usable = False
+            return
+        self._identity(present)
 
     def load(self) -> dict[str, pa.Table] | None:
         """The cached tables (memory-mapped), or None when absent, stale or damaged."""
         finish_saving()  # (tables still being stored by this process: stored first)
         # The identity is taken before the dumps are read: a file rewritten while it is read
         # then leaves an entry that no longer matches, never one that matches stale tables.
+        # With no manifest there is nothing to compare: the workers take it file by file.
+        manifest_path = self.entry / "manifest.json"
+        if self.identity is None and not manifest_path.exists():
+            if self.entry.exists():
+                self._drop()
+            return None
         try:
             identity = self._identity()
         except OSError:  # a dump vanished or is unreadable: read the dumps (and report it)
             self.usable = False
             return None
-        manifest_path = self.entry / "manifest.json"
         try:
             manifest = json.loads(manifest_path.read_text())
         except (OSError, ValueError):

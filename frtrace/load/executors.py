@@ -34,6 +34,7 @@ from frtrace.load import cluster
 from frtrace.load.bundle import Bundle
 from frtrace.load.cluster import FirstPass, Members, dask_frontier, parse_kept
 from frtrace.load.discover import Candidate
+from frtrace.load.fingerprint import Fingerprint
 from frtrace.load.frontier import Frontier
 from frtrace.load.parallel import Result, file_timeout_s, parse_candidates
 from frtrace.load.parse import ParsedDump
@@ -87,6 +88,8 @@ class LocalProcesses:
     progress: bool | Progress = False
     ship_to: Path | None = None  # where the workers write the entry columns (large sets)
     meanwhile: Callable[[], None] | None = None  # done in a thread while the workers read
+    # each file's fingerprint, filled in by its reader (``parse_candidates``), for the cache
+    fingerprints: list[Fingerprint | None] | None = None
 
     def parse(self, candidates: Sequence[Candidate], consume: Consumer) -> None:
         parse_candidates(
@@ -96,6 +99,7 @@ class LocalProcesses:
             consume=consume,
             ship_to=self.ship_to,
             meanwhile=self.meanwhile,
+            fingerprints=self.fingerprints,
         )
 
 

@@ -36,6 +36,7 @@ import pyarrow as pa
 from frtrace.errors import DumpTooLargeError, ReaderFailedError
 from frtrace.load import native, spill
 from frtrace.load.discover import Candidate
+from frtrace.load.fingerprint import Fingerprint, taken
 from frtrace.load.parse import try_parse
 from frtrace.load.worker import Result, serve
 from frtrace.progress import Phase, Progress, owned
@@ -75,6 +76,7 @@ def parse_candidates(
     consume: Consumer | None = None,
     ship_to: Path | None = None,
     meanwhile: Callable[[], None] | None = None,
+    fingerprints: list[Fingerprint | None] | None = None,
 ) -> list[Result]:
     """Parse each candidate; failures come back as DumpFormatError.
 
@@ -89,6 +91,9 @@ def parse_candidates(
     next step's modules), in a thread started once they are; no process is forked while it
     runs (a fork copies the locks a thread holds, an import's among them), and it has ended
     when this returns. Where no worker starts, it runs first, in this thread.
+    ``fingerprints``: a list as long as ``candidates`` where each file's fingerprint is put,
+    taken by its reader just before it reads it (``fingerprint.taken``); None stays for a file
+    that could not be opened or whose reader crashed or ran out of time.
     """
     jobs = default_jobs() if jobs is None else max(1, jobs)
     total_bytes = sum(c.size_bytes for c in candidates)
@@ -102,6 +107,7 @@ def parse_candidates(
             shown.notice(native.notice(reason))
         with shown.phase("load", total=len(candidates), unit="files") as phase:
             pool = _WatchedPool(candidates, workers, phase, consume, ship_to, meanwhile)
+            pool.fingerprints = fingerprints
             return pool.run()
 
 
@@ -164,6 +170,7 @@ class _WatchedPool:
         self.todo = deque(range(len(candidates)))
         self.consume = consume
         self.results: dict[int, Result] = {}  # not yet handed over
+        self.fingerprints: list[Fingerprint | None] | None = None  # (``parse_candidates``)
         self.handed = 0  # results [0, handed) went to consume
         self.done = 0
         # Arrow's allocator reserves its address space (1 GiB) on first use: done here, before
@@ -211,9 +218,16 @@ class _WatchedPool:
         return [self.results.pop(i) for i in range(len(self.candidates)) if i in self.results]
 
     def in_process(self) -> list[Result]:
-        for index, cand in enumerate(self.candidates):
-            self.finish(index, try_parse(cand))
+        for index in range(len(self.candidates)):
+            self.finish(index, self.read_here(index))
         return [self.results.pop(i) for i in range(len(self.candidates)) if i in self.results]
+
+    def read_here(self, index: int) -> Result:
+        """Read one file in this process (its fingerprint first, where they are taken)."""
+        cand = self.candidates[index]
+        if self.fingerprints is not None:
+            self.fingerprints[index] = taken(cand)
+        return try_parse(cand)
 
     def run_meanwhile(self) -> None:
         """The caller's ``meanwhile``, once (an error in it is the caller's to meet again:
@@ -252,7 +266,9 @@ class _WatchedPool:
         recv, send = self.ctx.Pipe(duplex=True)
         _widen(recv, send)
         process = self.ctx.Process(  # type: ignore[attr-defined]
-            target=serve, args=(send, self.candidates, self.size, self.ship_to), daemon=True
+            target=serve,
+            args=(send, self.candidates, self.size, self.ship_to, self.fingerprints is not None),
+            daemon=True,
         )
         # Frozen, the parent's objects are never scanned by the child's garbage collector,
         # which would otherwise write to (and so copy) the pages that hold them.
@@ -308,7 +324,7 @@ class _WatchedPool:
         if worker is None:
             while self.todo:
                 index = self.todo.popleft()
-                self.finish(index, try_parse(self.candidates[index]))
+                self.finish(index, self.read_here(index))
             return
         self.assign(worker, busy)
 
@@ -320,6 +336,8 @@ class _WatchedPool:
         result: Result | None
         try:
             result = worker.conn.recv()
+            if self.fingerprints is not None:  # (then each answer is the file's, and the result)
+                self.fingerprints[index], result = result  # type: ignore[misc]
         except Exception:  # EOF: it died (a half-sent result fails to unpickle the same way)
             result = None
         if result is not None:

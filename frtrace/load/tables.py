@@ -25,6 +25,7 @@ from frtrace.load.cache import TABLES, DirectoryCache, cache_disabled, cache_roo
 from frtrace.load.discover import Candidate, Discovery, SkippedFile, discover
 from frtrace.load.dumpset import DumpSet, WorldSize
 from frtrace.load.executors import FileExecutor, FuturesExecutor, LocalProcesses, open_executor
+from frtrace.load.fingerprint import Fingerprint
 from frtrace.load.gather import Gather
 from frtrace.load.lifetimes import one_attempt  # (loaded dump sets: one attempt's ranks)
 from frtrace.load.members import recorded_groups
@@ -121,19 +122,29 @@ def _read(
     """Every file read and assembled into one DumpSet; the tables written where they stay
     (name -> bytes, adler32); whether a cluster cut the history (``DumpSet.window``)."""
     assembler: _Assembler | None = None
+    taken: list[Fingerprint | None] | None = None
     try:
         with open_executor(scheduler, jobs=jobs, progress=shown) as executor:
             # (a cluster that cuts the history sends a few entries a dump: no spill)
             cuts = isinstance(executor, FuturesExecutor) and executor.cuts(discovery.candidates)
             assembler = _Assembler(directory, discovery.candidates, may_spill=not cuts)
+            # each dump's fingerprint for the cache: taken by the worker that reads it, where
+            # none was taken to compare with a stored entry (else here, before any is read)
+            if store is not None and not store.fingerprinted:
+                if isinstance(executor, LocalProcesses):
+                    taken = [None] * len(discovery.candidates)
+                else:
+                    store.fingerprint_now()
             if isinstance(executor, LocalProcesses):
                 executor = dataclasses.replace(
-                    executor, ship_to=assembler.spill_dir, meanwhile=meanwhile
+                    executor, ship_to=assembler.spill_dir, meanwhile=meanwhile, fingerprints=taken
                 )
             elif meanwhile is not None:
                 meanwhile()
             executor.parse(discovery.candidates, assembler.add)
             window = getattr(executor, "window", None)
+        if store is not None and taken is not None:
+            store.taken(taken)
         if window is not None:  # (the tables lack the settled history: not cached)
             store = None
         # a large set's entries written once, where they stay: the cache's file

@@ -15,6 +15,7 @@ from pathlib import Path
 from frtrace.errors import DumpFormatError, DumpTooLargeError
 from frtrace.heap import keep_freed_memory
 from frtrace.load.discover import Candidate
+from frtrace.load.fingerprint import taken
 from frtrace.load.memory import address_space, file_allowance
 from frtrace.load.parse import ParsedDump, try_parse, try_parse_plain
 from frtrace.load.shipped import ColumnWriter, ShippedDump
@@ -29,11 +30,13 @@ def serve(
     candidates: Sequence[Candidate],
     workers: int = 1,
     ship_to: Path | None = None,
+    fingerprint: bool = False,
 ) -> None:
     """Worker loop: read the file whose index the parent sends, send back the result.
     ``workers``: how many read at once (each may take its share of the machine's memory).
     ``ship_to``: the entry columns go to a file of this worker's there (a file that cannot be
-    written: they go in the message, as without it)."""
+    written: they go in the message, as without it). ``fingerprint``: each answer is
+    (the file's fingerprint, taken before it is read (``fingerprint.taken``), the result)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     # Everything a worker has to say comes back as its result, in one line; a crash is
     # reported by the parent. So nothing reaches the terminal from here: no fault handler
@@ -60,6 +63,7 @@ def serve(
             return
         cand = candidates[index]
         _limit_memory(file_allowance(cand.size_bytes, workers))
+        mark = taken(cand) if fingerprint else None
         result: Result
         if ship_to is None:
             result = try_parse(cand)
@@ -68,7 +72,7 @@ def serve(
             if writer is None:  # (not written: this dump and the next go in the message)
                 ship_to = None
         try:
-            conn.send(result)
+            conn.send((mark, result) if fingerprint else result)
         except (OSError, ValueError):  # the parent is gone
             return
         if isinstance(result, DumpTooLargeError):

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from frtrace.cli import app
 from frtrace.load import cache as cache_mod
 from frtrace.load import tables
+from frtrace.load.fingerprint import HASH_BYTES
 from frtrace.load.tables import DumpSet, load_dumps
 from frtrace.pipeline import analyze_dumps
 from frtrace.report.json import render_json
@@ -217,7 +218,7 @@ def edited_in_the_middle(directory: Path, *, world: int = 2, steps: int = 400) -
         ]
         write_pickle(directory / f"nccl_trace_rank_{rank}", make_dump(entries, world=world))
     target = directory / "nccl_trace_rank_1"
-    assert target.stat().st_size > 2 * cache_mod.HASH_BYTES
+    assert target.stat().st_size > 2 * HASH_BYTES
     return target
 
 
@@ -225,7 +226,7 @@ def edit_keeping_size_and_mtime(target: Path) -> None:
     before = target.stat()
     data = bytearray(target.read_bytes())
     middle = data.find(b"nccl:all_reduce", len(data) // 2)
-    assert cache_mod.HASH_BYTES < middle < len(data) - cache_mod.HASH_BYTES
+    assert HASH_BYTES < middle < len(data) - HASH_BYTES
     data[middle : middle + 15] = b"nccl:all_gather"
     target.write_bytes(bytes(data))
     os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
