@@ -4,6 +4,7 @@ parent sends, send back its result; nothing reaches the terminal from here."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import faulthandler
 import os
 import signal
@@ -15,10 +16,11 @@ from pathlib import Path
 from frtrace.errors import DumpFormatError, DumpTooLargeError
 from frtrace.heap import keep_freed_memory
 from frtrace.load.discover import Candidate
-from frtrace.load.fingerprint import taken
+from frtrace.load.fingerprint import Fingerprint, content_fingerprint, taken
 from frtrace.load.memory import address_space, file_allowance
 from frtrace.load.parse import ParsedDump, try_parse, try_parse_plain
 from frtrace.load.shipped import ColumnWriter, ShippedDump
+from frtrace.load.unpickle import MAX_DUMP_BYTES
 
 __all__ = ["Result", "serve"]
 
@@ -36,7 +38,8 @@ def serve(
     ``workers``: how many read at once (each may take its share of the machine's memory).
     ``ship_to``: the entry columns go to a file of this worker's there (a file that cannot be
     written: they go in the message, as without it). ``fingerprint``: each answer is
-    (the file's fingerprint, taken before it is read (``fingerprint.taken``), the result)."""
+    (the file's fingerprint, its ``fstat`` taken before it is read (``_read_first``), the
+    result)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     # Everything a worker has to say comes back as its result, in one line; a crash is
     # reported by the parent. So nothing reaches the terminal from here: no fault handler
@@ -63,7 +66,9 @@ def serve(
             return
         cand = candidates[index]
         _limit_memory(file_allowance(cand.size_bytes, workers))
-        mark = taken(cand) if fingerprint else None
+        mark = None
+        if fingerprint:
+            cand, mark = _read_first(cand)
         result: Result
         if ship_to is None:
             result = try_parse(cand)
@@ -77,6 +82,23 @@ def serve(
             return
         if isinstance(result, DumpTooLargeError):
             return  # after a MemoryError the next file gets a fresh process
+
+
+def _read_first(cand: Candidate) -> tuple[Candidate, Fingerprint | None]:
+    """The candidate with its bytes read (``Candidate.data``: the reader takes them from
+    there) and its fingerprint: the ``fstat`` of the file opened, taken before they were read,
+    and its ends from them. Where that cannot be done (refused unread, too large, cannot be
+    opened or read), the candidate as it was, for its reader to say why, and the fingerprint
+    taken apart (``taken``; None where the file cannot be opened)."""
+    if cand.data is not None or cand.refused is not None or cand.size_bytes > MAX_DUMP_BYTES:
+        return cand, taken(cand)
+    try:
+        with open(os.path.abspath(cand.path), "rb") as f:
+            info = os.fstat(f.fileno())
+            data = f.read(cand.size_bytes + 1)  # (as ``read_payload``: never more than listed)
+    except (OSError, MemoryError):
+        return cand, taken(cand)
+    return dataclasses.replace(cand, data=data), content_fingerprint(cand, info, data)
 
 
 def _shipped(

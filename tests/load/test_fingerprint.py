@@ -12,7 +12,7 @@ import pytest
 from frtrace.load import cache as cache_mod
 from frtrace.load import worker
 from frtrace.load.discover import discover
-from frtrace.load.fingerprint import file_fingerprint, taken
+from frtrace.load.fingerprint import HASH_BYTES, content_fingerprint, file_fingerprint, taken
 from frtrace.load.tables import load_dumps
 from tests.conftest import healthy_set
 from tests.load.test_cache import (
@@ -33,14 +33,14 @@ def _manifest() -> dict[str, Any]:
 def _noted_by_workers(monkeypatch: pytest.MonkeyPatch, log: Path) -> None:
     """Each fingerprint a worker takes, its file's name appended to ``log`` (a worker's
     memory is its own: a list would stay empty here)."""
-    real = worker.taken
+    real = worker._read_first
 
     def noted(cand: Any) -> Any:
         with log.open("a") as out:
             out.write(f"{cand.path.name}\n")
         return real(cand)
 
-    monkeypatch.setattr(worker, "taken", noted)
+    monkeypatch.setattr(worker, "_read_first", noted)
 
 
 def _here_refused(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -126,16 +126,36 @@ def test_a_file_without_a_fingerprint_stores_nothing(
     """A dump its worker could not fingerprint (it vanished, or its reader crashed first):
     the load goes on, and no entry is stored under an identity that lacks it."""
     directory = healthy_set(tmp_path / "d", world=3)
-    real = worker.taken
+    real = worker._read_first
 
     def lost(cand: Any) -> Any:
-        return None if cand.rank == 2 else real(cand)
+        return (cand, None) if cand.rank == 2 else real(cand)
 
-    monkeypatch.setattr(worker, "taken", lost)
+    monkeypatch.setattr(worker, "_read_first", lost)
     loaded = load_dumps(directory, cache=True)
     assert loaded.loaded_ranks == (0, 1, 2)
     sets = cache_mod.cache_root() / "sets"
     assert not sets.exists() or not list(sets.glob("*/manifest.json"))
+
+
+@pytest.mark.parametrize("size", [0, 1, HASH_BYTES, HASH_BYTES + 1, 2 * HASH_BYTES + 7, 100_000])
+def test_a_fingerprint_from_the_bytes_read_is_the_files(tmp_path: Path, size: int) -> None:
+    """The worker's fingerprint (``fstat``, then the ends of the bytes it read) is what this
+    process takes from the file, at every size around the ends hashed; None where the bytes
+    are not the whole file the ``fstat`` saw."""
+    import os
+
+    path = tmp_path / "nccl_trace_rank_0"
+    path.write_bytes(bytes((i * 7 + size) % 251 for i in range(size)))
+    (cand,) = discover(tmp_path).candidates
+    with path.open("rb") as f:
+        info = os.fstat(f.fileno())
+        data = f.read()
+    assert content_fingerprint(cand, info, data) == file_fingerprint(cand)
+    assert content_fingerprint(cand, info, data + b"x") is None
+    read, mark = worker._read_first(cand)
+    assert read.data == data
+    assert mark == file_fingerprint(cand)
 
 
 def test_taken_is_none_for_a_file_that_cannot_be_opened(tmp_path: Path) -> None:
