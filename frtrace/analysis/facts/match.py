@@ -203,8 +203,11 @@ def _sig_columns(entries: pa.Table, op: np.ndarray, ops: list[str | None]) -> np
 
 def _nullable_int64(column: pa.ChunkedArray) -> pd.Series:
     """An int64 column as pandas' Int64 (values and a mask: no float64 on the way; a null's
-    value 0). Without a null, its values are the table's own (read-only, where it is mapped
-    from its file): 8 bytes per entry not copied into new memory."""
+    value 0), in memory of its own: the Series copies the values, as pandas 3 does an
+    extension array by default. Measured at 4,096 ranks, the table's own (mapped) values
+    kept instead (``copy=False``) made the entry frame 0.3 s faster but matching no faster,
+    and its peak 100 MB higher: ``logical_collectives`` then reads the mapped pages, which
+    stay resident beside its output until the next ``release_pages``."""
     stored, nulls = fixed_values(column)
     if nulls is None:
         values = stored.astype(np.int64, copy=False)
@@ -213,7 +216,7 @@ def _nullable_int64(column: pa.ChunkedArray) -> pd.Series:
         values = np.array(stored, dtype=np.int64)  # (its own: nulls' values set to 0)
         mask = nulls
         values[mask] = 0
-    return pd.Series(pd.arrays.IntegerArray(values, mask))
+    return pd.Series(pd.arrays.IntegerArray(values, mask), copy=True)
 
 
 def match(dumps: DumpSet, membership: Membership) -> MatchResult:
