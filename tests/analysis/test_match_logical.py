@@ -168,3 +168,19 @@ def test_op_order_with_sequence_numbers_at_int64s_top() -> None:
     row = np.arange(5, dtype=np.int32)
     order = coalesce._op_order(gid, seq, rank, row)
     assert order.tolist() == [1, 3, 2, 0, 4]
+
+
+@pytest.mark.parametrize("base", [0, 7, 2**31 - 60, 2**31 + 5, 2**40, -(2**40)])
+def test_op_order_in_four_bytes_or_eight_is_the_lexicographic_order(base: int) -> None:
+    """The key in int32 where every (gid, seq) fits, else int64: both the order of
+    (gid, seq, rank, row), whether the sequence numbers start at 0 or near int32's top
+    (where gid * width + seq would not fit though gid * width + seq - low does)."""
+    rng = np.random.default_rng(abs(base) % 1000)
+    for _ in range(50):
+        n = int(rng.integers(2, 200))
+        rank = np.sort(rng.integers(0, 6, n)).astype(np.int32)
+        gid = rng.integers(0, 5, n).astype(np.int32)
+        seq = (rng.integers(0, 40, n) + base).astype(np.int64)
+        row = np.arange(n, dtype=np.int32)
+        expected = np.lexsort((row, rank, seq, gid))
+        assert coalesce._op_order(gid, seq, rank, row).tolist() == expected.tolist()

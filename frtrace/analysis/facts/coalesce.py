@@ -190,11 +190,19 @@ def _op_order(gid: np.ndarray, seq: np.ndarray, rank: np.ndarray, row: np.ndarra
     if n > 1 and bool((rank[1:] >= rank[:-1]).all()):
         low, high = int(seq.min()), int(seq.max())
         width = high - low + 1
-        if width * (int(gid.max()) + 1) < 1 << 62:
+        span = width * (int(gid.max()) + 1)
+        if span < 1 << 62:
             # gid * width + (seq - low), in place in one array: the sum wraps on the way
             # only where the result fits (int64 arithmetic is modular); two temporaries of
-            # 8 bytes an entry were 0.3 s of fresh memory at 4,096 ranks
-            key = gid.astype(np.int64)
+            # 8 bytes an entry were 0.3 s of fresh memory at 4,096 ranks. In 4 bytes where
+            # every key fits: the stable sort takes half as long (0.25 s, not 0.49 s, for
+            # 8 million entries)
+            # (int64 seq added into int32 keys by numpy's chunked casting: no temporary; the
+            # sum before ``- low`` fits where ``span + high`` does)
+            narrow = low >= 0 and span + high < 1 << 31
+            key: np.ndarray[Any, np.dtype[np.signedinteger[Any]]] = gid.astype(
+                np.int32 if narrow else np.int64
+            )
             key *= width
             key += seq
             key -= low

@@ -81,9 +81,10 @@ def _state_rank(entries: pa.Table) -> np.ndarray:
     return _lookup(state, values, {"started": 1, "completed": 2}, 0, np.int8)
 
 
-# Pairs of (rank, group name) looked up through a table of every pair's place (counted in one
-# pass: 10 ms at 4,096 ranks, where hashing 8 million pairs took 0.1 s) where they are this
-# many more than a quarter of the rows, or fewer; else hashed.
+# Pairs of (rank, group name) looked up through a table of every pair's place (marked in one
+# pass: 10 ms at 4,096 ranks, where hashing 8 million pairs took 0.1-0.2 s) where there are
+# at most this many more places than rows (the table's 5 bytes a place then never exceed the
+# 8 bytes a row of the hash's codes); else hashed (ranks numbered far apart).
 _PAIRS_COUNTED = 1 << 16
 
 
@@ -105,7 +106,7 @@ def _gid_column(entries: pa.Table, membership: Membership) -> np.ndarray:
         return -1 if n < 0 else membership.of_rank.get((p // width, str(values[n])), -1)
 
     space = int(pair.max()) + 1 if len(pair) else 0
-    if space <= len(pair) // 4 + _PAIRS_COUNTED:  # (ranks x names: a table, in one count)
+    if space <= len(pair) + _PAIRS_COUNTED:  # (ranks x names: a table, in one pass)
         seen = np.zeros(space, dtype=bool)
         seen[pair] = True  # (a count would first copy the pairs as int64)
         present = np.flatnonzero(seen)
