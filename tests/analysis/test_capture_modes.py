@@ -13,6 +13,7 @@ right.
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -90,3 +91,36 @@ def test_truth_is_consistent() -> None:
         else:
             assert expect["culprit_ranks"] == truth["culprit_ranks"], name
         assert name == f"{truth['fault']}__{truth['capture_mode']}"
+
+
+@pytest.mark.parametrize("shuffled", [False, True], ids=["in creation order", "out of order"])
+def test_each_ranks_gaps_are_between_its_sorted_creation_times(shuffled: bool) -> None:
+    """``capture._windows``: per rank, the gaps between its recorded creation times in
+    ascending order and its newest, whether its window is already in creation order (no sort
+    then) or not; unknown times (0) left out, a rank with none left out."""
+    import numpy as np
+
+    from frtrace.analysis.facts import capture
+
+    rng = np.random.default_rng(7)
+    ranks = [0, 1, 2, 5]
+    lengths = np.array([4, 0, 6, 3])
+    begins = np.array([0, 4, 4, 10])
+    created = np.cumsum(rng.integers(1, 10**9, 13)).astype(np.int64)
+    created[[2, 11, 12]] = 0  # (not known)
+    if shuffled:
+        created[4:10] = created[4:10][::-1]
+    got = {
+        r: (gaps.tolist(), newest)
+        for r, gaps, newest in capture._windows(created, ranks, begins, lengths)
+    }
+    expected = {}
+    for r, at, n in zip(ranks, begins, lengths, strict=True):
+        times = sorted(int(t) for t in created[at : at + n] if t > 0)
+        if times:
+            gaps = [(b - a) / 1e9 for a, b in itertools.pairwise(times)]
+            expected[r] = (gaps, times[-1])
+    assert got.keys() == expected.keys() == {0, 2, 5}
+    for r in expected:
+        assert got[r][1] == expected[r][1]
+        assert got[r][0] == pytest.approx(expected[r][0])
