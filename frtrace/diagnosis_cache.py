@@ -142,12 +142,11 @@ class DiagnosisCache:
         try:  # before any file is read (see the module docstring)
             self._beside()
             data = self.tables.read_sidecar(SIDECAR)
-            # nothing stored: the dumps' fingerprints are taken as they are read
-            identity = None if data is None else self._identity()
+            if data is None:  # nothing stored: the dumps' are taken as they are read
+                return None
+            identity = self._identity()
         except OSError:  # a file vanished or is unreadable: the load reports it
             self.usable = False
-            return None
-        if data is None or identity is None:
             return None
         try:
             stored = json.loads(data)

@@ -63,10 +63,7 @@ def content_fingerprint(cand: Candidate, info: os.stat_result, data: bytes) -> F
         return None
     view = memoryview(data)
     tail = view[_tail_at(size) : _tail_at(size) + HASH_BYTES] if size > HASH_BYTES else b""
-    path, size, mtime_ns, changed, digest = _described(
-        os.path.abspath(cand.path), info, view[:HASH_BYTES], tail
-    )
-    return [str(cand.path), path, cand.rank, size, mtime_ns, changed, digest]
+    return _of_dump(cand, _described(os.path.abspath(cand.path), info, view[:HASH_BYTES], tail))
 
 
 def _tail_at(size: int) -> int:
@@ -85,7 +82,12 @@ def _described(path: str, info: os.stat_result, head: Any, tail: Any) -> list[An
 def file_fingerprint(cand: Candidate) -> Fingerprint:
     """What identifies one dump's content cheaply: paths, size, mtime, inode change time and
     identity, ends of the file (``path_fingerprint``)."""
-    path, size, mtime_ns, changed, digest = path_fingerprint(cand.path)
+    return _of_dump(cand, path_fingerprint(cand.path))
+
+
+def _of_dump(cand: Candidate, described: list[Any]) -> Fingerprint:
+    """A file's fingerprint as a dump's: its path as given and its rank put in."""
+    path, size, mtime_ns, changed, digest = described
     return [str(cand.path), path, cand.rank, size, mtime_ns, changed, digest]
 
 

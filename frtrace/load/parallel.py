@@ -36,9 +36,9 @@ import pyarrow as pa
 from frtrace.errors import DumpTooLargeError, ReaderFailedError
 from frtrace.load import native, spill
 from frtrace.load.discover import Candidate
-from frtrace.load.fingerprint import Fingerprint, taken
+from frtrace.load.fingerprint import Fingerprint
 from frtrace.load.parse import try_parse
-from frtrace.load.worker import Result, serve
+from frtrace.load.worker import Result, read_first, serve
 from frtrace.progress import Phase, Progress, owned
 
 __all__ = ["Result", "default_jobs", "parse_candidates"]
@@ -92,8 +92,8 @@ def parse_candidates(
     runs (a fork copies the locks a thread holds, an import's among them), and it has ended
     when this returns. Where no worker starts, it runs first, in this thread.
     ``fingerprints``: a list as long as ``candidates`` where each file's fingerprint is put,
-    taken by its reader just before it reads it (``fingerprint.taken``); None stays for a file
-    that could not be opened or whose reader crashed or ran out of time.
+    taken by its reader as it reads it (``worker.read_first``); None stays for a file that
+    could not be opened or whose reader crashed or ran out of time.
     """
     jobs = default_jobs() if jobs is None else max(1, jobs)
     total_bytes = sum(c.size_bytes for c in candidates)
@@ -106,8 +106,9 @@ def parse_candidates(
         if (reason := native.inactive_reason()) is not None:
             shown.notice(native.notice(reason))
         with shown.phase("load", total=len(candidates), unit="files") as phase:
-            pool = _WatchedPool(candidates, workers, phase, consume, ship_to, meanwhile)
-            pool.fingerprints = fingerprints
+            pool = _WatchedPool(
+                candidates, workers, phase, consume, ship_to, meanwhile, fingerprints
+            )
             return pool.run()
 
 
@@ -160,6 +161,7 @@ class _WatchedPool:
         consume: Consumer | None = None,
         ship_to: Path | None = None,
         meanwhile: Callable[[], None] | None = None,
+        fingerprints: list[Fingerprint | None] | None = None,
     ) -> None:
         self.candidates = candidates
         self.ship_to = ship_to
@@ -170,7 +172,7 @@ class _WatchedPool:
         self.todo = deque(range(len(candidates)))
         self.consume = consume
         self.results: dict[int, Result] = {}  # not yet handed over
-        self.fingerprints: list[Fingerprint | None] | None = None  # (``parse_candidates``)
+        self.fingerprints = fingerprints  # each file's, where they are taken (the caller's)
         self.handed = 0  # results [0, handed) went to consume
         self.done = 0
         # Arrow's allocator reserves its address space (1 GiB) on first use: done here, before
@@ -223,10 +225,11 @@ class _WatchedPool:
         return [self.results.pop(i) for i in range(len(self.candidates)) if i in self.results]
 
     def read_here(self, index: int) -> Result:
-        """Read one file in this process (its fingerprint first, where they are taken)."""
+        """Read one file in this process (its fingerprint as it is read, where they are
+        taken)."""
         cand = self.candidates[index]
         if self.fingerprints is not None:
-            self.fingerprints[index] = taken(cand)
+            cand, self.fingerprints[index] = read_first(cand)
         return try_parse(cand)
 
     def run_meanwhile(self) -> None:

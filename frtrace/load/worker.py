@@ -22,7 +22,7 @@ from frtrace.load.parse import ParsedDump, try_parse, try_parse_plain
 from frtrace.load.shipped import ColumnWriter, ShippedDump
 from frtrace.load.unpickle import MAX_DUMP_BYTES
 
-__all__ = ["Result", "serve"]
+__all__ = ["Result", "read_first", "serve"]
 
 Result = ParsedDump | ShippedDump | DumpFormatError
 
@@ -38,7 +38,7 @@ def serve(
     ``workers``: how many read at once (each may take its share of the machine's memory).
     ``ship_to``: the entry columns go to a file of this worker's there (a file that cannot be
     written: they go in the message, as without it). ``fingerprint``: each answer is
-    (the file's fingerprint, its ``fstat`` taken before it is read (``_read_first``), the
+    (the file's fingerprint, its ``fstat`` taken before it is read (``read_first``), the
     result)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     # Everything a worker has to say comes back as its result, in one line; a crash is
@@ -68,7 +68,7 @@ def serve(
         _limit_memory(file_allowance(cand.size_bytes, workers))
         mark = None
         if fingerprint:
-            cand, mark = _read_first(cand)
+            cand, mark = read_first(cand)
         result: Result
         if ship_to is None:
             result = try_parse(cand)
@@ -84,7 +84,7 @@ def serve(
             return  # after a MemoryError the next file gets a fresh process
 
 
-def _read_first(cand: Candidate) -> tuple[Candidate, Fingerprint | None]:
+def read_first(cand: Candidate) -> tuple[Candidate, Fingerprint | None]:
     """The candidate with its bytes read (``Candidate.data``: the reader takes them from
     there) and its fingerprint: the ``fstat`` of the file opened, taken before they were read,
     and its ends from them. Where that cannot be done (refused unread, too large, cannot be

@@ -33,14 +33,14 @@ def _manifest() -> dict[str, Any]:
 def _noted_by_workers(monkeypatch: pytest.MonkeyPatch, log: Path) -> None:
     """Each fingerprint a worker takes, its file's name appended to ``log`` (a worker's
     memory is its own: a list would stay empty here)."""
-    real = worker._read_first
+    real = worker.read_first
 
     def noted(cand: Any) -> Any:
         with log.open("a") as out:
             out.write(f"{cand.path.name}\n")
         return real(cand)
 
-    monkeypatch.setattr(worker, "_read_first", noted)
+    monkeypatch.setattr(worker, "read_first", noted)
 
 
 def _here_refused(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -126,12 +126,12 @@ def test_a_file_without_a_fingerprint_stores_nothing(
     """A dump its worker could not fingerprint (it vanished, or its reader crashed first):
     the load goes on, and no entry is stored under an identity that lacks it."""
     directory = healthy_set(tmp_path / "d", world=3)
-    real = worker._read_first
+    real = worker.read_first
 
     def lost(cand: Any) -> Any:
         return (cand, None) if cand.rank == 2 else real(cand)
 
-    monkeypatch.setattr(worker, "_read_first", lost)
+    monkeypatch.setattr(worker, "read_first", lost)
     loaded = load_dumps(directory, cache=True)
     assert loaded.loaded_ranks == (0, 1, 2)
     sets = cache_mod.cache_root() / "sets"
@@ -153,7 +153,7 @@ def test_a_fingerprint_from_the_bytes_read_is_the_files(tmp_path: Path, size: in
         data = f.read()
     assert content_fingerprint(cand, info, data) == file_fingerprint(cand)
     assert content_fingerprint(cand, info, data + b"x") is None
-    read, mark = worker._read_first(cand)
+    read, mark = worker.read_first(cand)
     assert read.data == data
     assert mark == file_fingerprint(cand)
 
