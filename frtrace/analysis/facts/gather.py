@@ -78,11 +78,13 @@ def facts_of(
     failures its logs, error files and sidecars report (``evidence``), and what ``frtrace
     collect`` knew of each rank (``collected``: its dump time, host and pid)."""
     with ThreadPoolExecutor(1, thread_name_prefix="frtrace-facts") as beside:
-        # NCCL: what the dump itself discovered, read beside the matching, which does not
-        # need it (both numpy and Arrow passes over every entry, most without the GIL)
+        # The groups resolved, then (NCCL) what the dump itself discovered read, beside the
+        # matching, which needs neither until its group id column (Arrow, pandas and numpy
+        # passes over every entry, most without the GIL)
+        groups = beside.submit(resolve_groups, dumps)
         discovered = beside.submit(dump_times_from_entries, dumps)
-        membership = resolve_groups(dumps)
-        matched = match(dumps, membership)
+        matched = match(dumps, groups)
+        membership = groups.result()
         times = discovered.result()
     failed: frozenset[int] = frozenset()
     if stacks is not None:  # the recorder's sidecar, written with the dump

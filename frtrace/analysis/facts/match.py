@@ -20,6 +20,7 @@ Matching produces, vectorised over all entries:
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -220,10 +221,13 @@ def _nullable_int64(column: pa.ChunkedArray) -> pd.Series:
     return pd.Series(pd.arrays.IntegerArray(values, mask), copy=True)
 
 
-def match(dumps: DumpSet, membership: Membership) -> MatchResult:
-    """Line up the entries of ``dumps`` by (group, seq); see the module docstring."""
+def match(dumps: DumpSet, groups: Membership | Future[Membership]) -> MatchResult:
+    """Line up the entries of ``dumps`` by (group, seq); see the module docstring.
+    ``groups``: the groups' members, or their future (being resolved beside: the entry
+    frame's columns but its group ids are built meanwhile)."""
     entries = dumps.entries
-    frame, has_p2p_seq = _entry_frame(dumps, membership)
+    frame, has_p2p_seq = _entry_frame(dumps, groups)
+    membership = _resolved(groups)
     p2p_rows = frame[frame["is_p2p"] & (frame["gid"] >= 0)]
     p2p_rows.insert(0, "row", p2p_rows.index.to_numpy().astype(np.int32))
     if not has_p2p_seq:  # (no p2p op: an empty frame, with every column p2p_ops reads)
@@ -287,7 +291,13 @@ def _wrapped(dumps: DumpSet) -> set[int]:
     return {int(r) for r, w in zip(ranks, wrapped, strict=True) if w}
 
 
-def _entry_frame(dumps: DumpSet, membership: Membership) -> tuple[pd.DataFrame, bool]:
+def _resolved(groups: Membership | Future[Membership]) -> Membership:
+    return groups.result() if isinstance(groups, Future) else groups
+
+
+def _entry_frame(
+    dumps: DumpSet, groups: Membership | Future[Membership]
+) -> tuple[pd.DataFrame, bool]:
     """One row per entry with what matching reads (group id, seq, op, signature, state), its
     p2p batches marked; and whether it has the ``p2p_seq`` column."""
     entries = dumps.entries
@@ -308,7 +318,7 @@ def _entry_frame(dumps: DumpSet, membership: Membership) -> tuple[pd.DataFrame, 
     remap = np.array([distinct.index(name) for name in names], dtype=width)
     op_index = remap[op_codes]
     op_cat = pd.Categorical.from_codes(op_index, dtype=pd.CategoricalDtype(distinct))
-    gid = _gid_column(entries, membership)
+    gid = _gid_column(entries, _resolved(groups))
     release_pages()
     seq = _nullable_int64(entries.column("collective_seq"))
     created = _nullable_int64(entries.column("time_created_ns"))
