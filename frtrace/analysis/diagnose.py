@@ -48,15 +48,15 @@ def diagnose(
 
 def diagnose_facts(facts: Facts) -> Report:
     """Run every rule over the facts and decide."""
-    # The stragglers are found beside the rules and the groups' progress, which they do not
-    # need: numpy passes over every collective, most of them without the GIL (at 4,096 ranks
-    # the three took 0.8-1.1 s one after the other, 0.5-0.6 s side by side)
+    found = [finding for rule in RULES for finding in rule(facts)]
+    give_back_memory()  # (the pages of mapped columns the findings read, and their garbage)
+    # The stragglers are found beside the groups' progress, which they do not need: numpy
+    # passes over every collective, most of them without the GIL
     with ThreadPoolExecutor(1, thread_name_prefix="frtrace-stragglers") as beside:
         late = beside.submit(find_stragglers, facts.dumps, facts.membership, facts.matched)
-        found = [finding for rule in RULES for finding in rule(facts)]
         progress = _progress(facts.membership, facts.matched)
         stragglers = late.result()
-    give_back_memory()  # (the pages of mapped columns they read, and their garbage)
+    give_back_memory()
     decision = verdict(found, facts, stragglers)
     notes = data_notes(facts.dumps, facts.membership, facts.matched, facts.waits, decision.verdict)
     notes += [
@@ -102,9 +102,7 @@ def diagnose_facts(facts: Facts) -> Report:
 def _progress(membership: Membership, matched: MatchResult) -> tuple[GroupProgress, ...]:
     """Per group and member: highest seq entered and highest seq finished (by anyone)."""
     coll = matched.collectives
-    done = rank_group_spans(
-        coll, matched.consensus["start"].to_numpy(), where=coll["done"].to_numpy(dtype=bool)
-    )
+    done = rank_group_spans(coll, where=coll["done"].to_numpy(dtype=bool))
     finished = {
         (r, g): top
         for r, g, top in zip(

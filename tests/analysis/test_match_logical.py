@@ -3,6 +3,7 @@ segment reductions equal the plain pandas group-by they replaced (kept here as t
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -166,8 +167,9 @@ def test_op_order_with_sequence_numbers_at_int64s_top() -> None:
     seq = np.array([top, top - 2, top - 1, top - 2, top], dtype=np.int64)
     rank = np.array([0, 0, 1, 1, 2], dtype=np.int32)
     row = np.arange(5, dtype=np.int32)
-    order = coalesce._op_order(gid, seq, rank, row)
+    order, key = coalesce._op_order(gid, seq, rank, row)
     assert order.tolist() == [1, 3, 2, 0, 4]
+    assert key is not None and _same_as_next(key[order]) == [True, False, False, True]
 
 
 @pytest.mark.parametrize("base", [0, 7, 2**31 - 60, 2**31 + 5, 2**40, -(2**40)])
@@ -183,4 +185,13 @@ def test_op_order_in_four_bytes_or_eight_is_the_lexicographic_order(base: int) -
         seq = (rng.integers(0, 40, n) + base).astype(np.int64)
         row = np.arange(n, dtype=np.int32)
         expected = np.lexsort((row, rank, seq, gid))
-        assert coalesce._op_order(gid, seq, rank, row).tolist() == expected.tolist()
+        order, key = coalesce._op_order(gid, seq, rank, row)
+        assert order.tolist() == expected.tolist()
+        # the key sorted: equal exactly where the (gid, seq) pair is
+        pairs = list(zip(gid[order].tolist(), seq[order].tolist(), strict=True))
+        assert key is not None
+        assert _same_as_next(key[order]) == [a == b for a, b in itertools.pairwise(pairs)]
+
+
+def _same_as_next(values: np.ndarray) -> list[bool]:
+    return (values[1:] == values[:-1]).tolist()

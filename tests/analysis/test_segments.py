@@ -56,7 +56,10 @@ def test_op_blocks_cover_every_op_once_in_whole_ops(monkeypatch: pytest.MonkeyPa
         assert row == starts[first] and end_row - row <= max(20, int(counts[first]))
 
 
-def test_rank_group_spans_equal_the_group_by(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("only_some", [False, True])
+def test_rank_group_spans_equal_the_group_by(
+    monkeypatch: pytest.MonkeyPatch, only_some: bool
+) -> None:
     rng = np.random.default_rng(3)
     frame = pd.DataFrame(
         {
@@ -66,10 +69,11 @@ def test_rank_group_spans_equal_the_group_by(monkeypatch: pytest.MonkeyPatch) ->
         }
     )
     frame = frame.sort_values(["gid", "seq", "rank"], kind="stable").reset_index(drop=True)
-    starts = segments.op_starts(frame["gid"].to_numpy(), frame["seq"].to_numpy())
-    monkeypatch.setattr(segments, "BLOCK_ROWS", 50)  # (a member's rows across many blocks)
-    got = segments.rank_group_spans(frame, starts)
-    expected = frame.groupby(["rank", "gid"], sort=True)["seq"].agg(["min", "max"])
+    where = rng.random(len(frame)) < 0.3 if only_some else None
+    monkeypatch.setattr(segments, "_KEY_ROWS", 50)  # (a member's rows across many parts)
+    got = segments.rank_group_spans(frame, where=where)
+    kept = frame if where is None else frame[where]
+    expected = kept.groupby(["rank", "gid"], sort=True)["seq"].agg(["min", "max"])
     assert list(zip(got["rank"], got["gid"], got["min"], got["max"], strict=True)) == [
         (r, g, lo, hi)
         for (r, g), lo, hi in zip(expected.index, expected["min"], expected["max"], strict=True)

@@ -88,14 +88,16 @@ def logical_collectives(frame: pd.DataFrame, keep: np.ndarray | None = None) -> 
     seq = take("seq").to_numpy(dtype=np.int64)  # (no nulls: the collectives have a seq)
     rank = take("rank").to_numpy()
     row = _rows(frame, keep)
-    order = _op_order(gid, seq, rank, row)
+    order, key = _op_order(gid, seq, rank, row)
     n = len(order)
     start = np.zeros(n, dtype=bool)  # the first row of each logical op, in sorted order
     start[:1] = True
-    for column in (gid, seq, rank):
+    # (the sort's key, where it has one, tells (gid, seq) apart in one gather, not two)
+    for column in (gid, seq, rank) if key is None else (key, rank):
         ordered = column[order]
         start[1:] |= ordered[1:] != ordered[:-1]
         del ordered
+    del key
     first = np.flatnonzero(start)
     del start
     runs = len(first) < n
@@ -180,8 +182,11 @@ def _fold_run_signatures(
     sig[multi] = np.add.reduceat(part, offsets).view(np.int64)
 
 
-def _op_order(gid: np.ndarray, seq: np.ndarray, rank: np.ndarray, row: np.ndarray) -> np.ndarray:
-    """The rows' order by (gid, seq, rank, row).
+def _op_order(
+    gid: np.ndarray, seq: np.ndarray, rank: np.ndarray, row: np.ndarray
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The rows' order by (gid, seq, rank, row), and the key sorted where there is one: one
+    value per (gid, seq), in the rows' order (None: sorted by the columns themselves).
 
     Rows come in (rank, row) order as loaded (one rank's file after another): a stable sort
     on one int64 key of (gid, seq) keeps that order among equals, one pass instead of four.
@@ -206,9 +211,9 @@ def _op_order(gid: np.ndarray, seq: np.ndarray, rank: np.ndarray, row: np.ndarra
             key += seq
             key -= low
             order: np.ndarray = np.argsort(key, kind="stable")
-            return order
-        return np.lexsort((seq, gid))
-    return np.lexsort((row, rank, seq, gid))
+            return order, key
+        return np.lexsort((seq, gid)), None
+    return np.lexsort((row, rank, seq, gid)), None
 
 
 def _first_valid(

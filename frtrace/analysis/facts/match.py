@@ -249,7 +249,7 @@ def match(dumps: DumpSet, groups: Membership | Future[Membership]) -> MatchResul
     # (glibc keeps freed numpy/pandas buffers: ~90 bytes per entry, 6 GB at 32,768 ranks)
     give_back_memory()
     consensus = consensus_of(collectives)
-    spans = rank_group_spans(collectives, consensus["start"].to_numpy())
+    spans = rank_group_spans(collectives)
     collectives, consensus, failed = settle_completion(
         dumps, membership, collectives, consensus, spans
     )
