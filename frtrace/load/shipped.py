@@ -53,6 +53,11 @@ class ShippedColumns:
     valid: tuple[Validity, ...]  # per column
     dictionaries: tuple[list[Any] | None, ...]  # per column: a dictionary column's values
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its values in order (a slots dataclass's own way looks up its fields
+        for every object: the parent unpickles one per dump)."""
+        return (ShippedColumns, (self.path, self.offset, self.rows, self.valid, self.dictionaries))
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ShippedDump:
@@ -63,6 +68,22 @@ class ShippedDump:
     stacks: tuple[Stack, ...]
     groups: tuple[dict[str, Any], ...]
     pg_status: tuple[dict[str, Any], ...]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its values in order (as ``ShippedColumns``)."""
+        return (_shipped_dump, (self.meta, self.columns, self.stacks, self.groups, self.pg_status))
+
+
+def _shipped_dump(
+    meta: DumpMeta,
+    columns: ShippedColumns,
+    stacks: tuple[Stack, ...],
+    groups: tuple[dict[str, Any], ...],
+    pg_status: tuple[dict[str, Any], ...],
+) -> ShippedDump:
+    return ShippedDump(
+        meta=meta, columns=columns, stacks=stacks, groups=groups, pg_status=pg_status
+    )
 
 
 def padded(nbytes: int) -> int:

@@ -260,3 +260,40 @@ def test_a_workers_file_removed_before_it_is_gathered_is_one_line_naming_it(
     with pytest.raises(WorkFilesLost, match=r"worker\.columns: .* run again") as caught:
         build_dump_set(NCCL, candidates, shipped)
     assert "\n" not in str(caught.value)
+
+
+def test_a_shipped_dump_pickles_as_its_values(tmp_path: Path) -> None:
+    """The hand-over's records cross the pipe by their own ``__reduce__`` (no slots
+    dataclass's field lookup per object), and come back equal."""
+    import pickle
+
+    cand = discover(NCCL).candidates[0]
+    plain = try_parse_plain(cand)
+    assert isinstance(plain, PlainDump)
+    writer = ColumnWriter(tmp_path, "w.columns")
+    shipped = writer.ship(plain)
+    writer.close()
+    back = pickle.loads(pickle.dumps(shipped, protocol=pickle.HIGHEST_PROTOCOL))
+    assert isinstance(back, ShippedDump)
+    assert back.meta == shipped.meta
+    got, sent = back.columns, shipped.columns
+    assert (got.path, got.offset, got.rows) == (sent.path, sent.offset, sent.rows)
+    assert got.dictionaries == sent.dictionaries
+    for a, b in zip(got.valid, sent.valid, strict=True):
+        assert np.array_equal(a, b)
+    assert back.stacks == shipped.stacks
+    assert [g["group_name"] for g in back.groups] == [g["group_name"] for g in shipped.groups]
+
+
+def test_a_dictionarys_remap_of_the_same_values_is_the_last_one() -> None:
+    """A chunk whose values are the last chunk's gets the same remap; any other its own."""
+    from frtrace.load.merging import Dictionary
+
+    merged = Dictionary()
+    first = merged.remap(["a", "b"])
+    assert merged.remap(["a", "b"]) is first
+    assert merged.remap(["b", "c"]).tolist() == [1, 2, -1]
+    assert merged.remap(["a", "b"]).tolist() == [0, 1, -1]
+    sizes = merged.remap([[1, 2], [3]])
+    assert merged.remap([[1, 2], [3]]) is sizes and sizes.tolist() == [3, 4, -1]
+    assert merged.values == ["a", "b", "c", [1, 2], [3]]
