@@ -90,16 +90,9 @@ def logical_collectives(frame: pd.DataFrame, keep: np.ndarray | None = None) -> 
     row = _rows(frame, keep)
     order, key = _op_order(gid, seq, rank, row)
     n = len(order)
-    start = np.zeros(n, dtype=bool)  # the first row of each logical op, in sorted order
-    start[:1] = True
     # (the sort's key, where it has one, tells (gid, seq) apart in one gather, not two)
-    for column in (gid, seq, rank) if key is None else (key, rank):
-        ordered = column[order]
-        start[1:] |= ordered[1:] != ordered[:-1]
-        del ordered
+    first = _segment_firsts(order, (gid, seq, rank) if key is None else (key, rank))
     del key
-    first = np.flatnonzero(start)
-    del start
     runs = len(first) < n
     if runs:
         last = np.append(first[1:], n) - 1
@@ -143,6 +136,18 @@ def logical_collectives(frame: pd.DataFrame, keep: np.ndarray | None = None) -> 
     # (copy=False: the columns are fresh arrays; pandas would otherwise copy them into one
     # block per dtype, twice the frame for a moment)
     return pd.DataFrame({name: out[name] for name in _LOGICAL_COLUMNS}, copy=False)
+
+
+def _segment_firsts(order: np.ndarray, columns: tuple[np.ndarray, ...]) -> np.ndarray:
+    """The first place, in ``order``, of each run of rows equal in every one of ``columns``."""
+    start = np.zeros(len(order), dtype=bool)
+    start[:1] = True
+    for column in columns:
+        ordered = column[order]
+        start[1:] |= ordered[1:] != ordered[:-1]
+        del ordered
+    first: np.ndarray = np.flatnonzero(start)
+    return first
 
 
 def _rows(frame: pd.DataFrame, keep: np.ndarray | None) -> np.ndarray:
