@@ -9,6 +9,7 @@ line on stderr, ``error: ...``; never a traceback.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -442,8 +443,19 @@ def run() -> None:
 def main() -> NoReturn:
     """Console-script entry point: ``run``, then the process ends without its teardown
     (``cli.leave``)."""
+    _one_blas_thread()
     try:
         run()
     except SystemExit as done:
         leave(done.code)
     leave(EXIT_OK)
+
+
+def _one_blas_thread() -> None:
+    """No BLAS thread besides this one, unless the user set how many: numpy's OpenBLAS starts
+    one per CPU as it is imported, which spin for ~0.1 s of CPU (measured on 2 CPUs: 0.1 s
+    of a first run's 6.2, beside the load's workers), and no command does linear algebra.
+    Set before numpy is imported (it reads it then); it reaches only our own helpers'
+    processes (py-spy, the store client), never the user's job."""
+    if "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")

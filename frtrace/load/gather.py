@@ -98,13 +98,11 @@ class Gather:
             for out in outs:
                 out.close()
 
-    def table(
-        self, path: Path, dictionaries: dict[int, pa.Array]
-    ) -> tuple[pa.Table, int, int] | None:
+    def table(self, path: Path, dictionaries: dict[int, pa.Array]) -> tuple[pa.Table, int] | None:
         """The table, its dictionary columns' values put on (``dictionaries``), written as an
-        Arrow IPC file at ``path`` (``frtrace.load.ipcfile``) and mapped from it: the table,
-        the file's size and adler32. None (and no file) where Arrow would not write around
-        the values; ``OSError`` (and no file) where the file cannot be written."""
+        Arrow IPC file at ``path`` (``frtrace.load.ipcfile``) and mapped from it: the table
+        and the file's size. None (and no file) where Arrow would not write around the
+        values; ``OSError`` (and no file) where the file cannot be written."""
         if not self.rows:
             return None
         fields = list(self.schema)
@@ -137,7 +135,8 @@ class Gather:
                 for f, dtype, at in zip(fields, self.dtypes, written.holes, strict=True)
             ]
             self._fill(outs)
-            checksums = {i: out.finish() for i, out in enumerate(outs)}
+            for out in outs:
+                out.finish()
             mapped = mmap.mmap(written.fd, written.size, access=mmap.ACCESS_READ)
             spill.track(mapped)
             try:
@@ -152,7 +151,7 @@ class Gather:
             raise
         finally:
             written.close()
-        return table, written.size, written.checksum(checksums)
+        return table, written.size
 
     def _fill(self, outs: Sequence[ColumnFile | Hole]) -> None:
         """Every dump's part, in file order, spread over its columns' outputs."""

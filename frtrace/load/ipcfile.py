@@ -12,7 +12,8 @@ for the table and again for the cache.
 Arrow hands each buffer of a record batch to the file as it is, so the stand-ins are told
 apart by their addresses; should a version of Arrow copy them first, no stand-in is seen and
 ``write_around`` says None (the caller builds the columns the other way). The file's adler32
-(the cache's checksum) is combined from its parts' (``adler32_combine``), never read back.
+(the cache's checksum) is taken by the cache as it stores the file (``cache.DirectoryCache.save``:
+in its thread, beside the analysis), not by the gather.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,29 +28,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-__all__ = ["HoleyFile", "adler32_combine", "stand_ins", "write_around"]
-
-_BASE = 65521  # adler32's modulus
-
-
-def adler32_combine(first: int, second: int, length: int) -> int:
-    """The adler32 of two pieces of data one after the other, from each one's and the second
-    one's length (zlib's adler32_combine)."""
-    rem = length % _BASE
-    sum1 = first & 0xFFFF
-    sum2 = (rem * sum1) % _BASE
-    sum1 += (second & 0xFFFF) + _BASE - 1
-    sum2 += ((first >> 16) & 0xFFFF) + ((second >> 16) & 0xFFFF) + _BASE - rem
-    if sum1 >= _BASE:
-        sum1 -= _BASE
-    if sum1 >= _BASE:
-        sum1 -= _BASE
-    if sum2 >= _BASE << 1:
-        sum2 -= _BASE << 1
-    if sum2 >= _BASE:
-        sum2 -= _BASE
-    return sum1 | (sum2 << 16)
-
+__all__ = ["HoleyFile", "stand_ins", "write_around"]
 
 def stand_ins(sizes: list[int]) -> tuple[mmap.mmap, list[pa.Buffer]]:
     """Buffers of these sizes for a table's values to be written around: slices of one
@@ -73,17 +51,6 @@ class HoleyFile:
     fd: int
     size: int
     holes: list[int]  # per stand-in: where its bytes start in the file (-1: it has none)
-    # the file's pieces in order: (bytes, adler32) of a written piece, (bytes, -1 - stand-in)
-    # of a hole
-    pieces: list[tuple[int, int]]
-
-    def checksum(self, holes: dict[int, int]) -> int:
-        """The file's adler32, from its written pieces' and each hole's (``holes``: per
-        stand-in, the adler32 of what was put in its hole)."""
-        crc = 1
-        for size, piece in self.pieces:
-            crc = adler32_combine(crc, holes[-1 - piece] if piece < 0 else piece, size)
-        return crc
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -99,17 +66,13 @@ class _Sink:
         self.closed = False
         self.wanted = {(b.address, b.size): i for i, b in enumerate(stand_ins) if b.size}
         self.holes: dict[int, int] = {}  # stand-in -> where it goes
-        self.pieces: list[tuple[int, int]] = []
-        self.run: tuple[int, int] | None = None  # the written piece being extended
 
     def write(self, data: Any) -> int:
         view = memoryview(data)
         size = view.nbytes
         which = self.wanted.get((pa.py_buffer(data).address, size)) if size else None
         if which is not None and which not in self.holes:
-            self._end_run()
             self.holes[which] = self.at
-            self.pieces.append((size, -1 - which))
             self.at += size
             return size
         if size:
@@ -117,15 +80,8 @@ class _Sink:
             flat = view.cast("B")
             while done < size:
                 done += os.pwrite(self.fd, flat[done:], self.at + done)
-            length, crc = self.run or (0, 1)
-            self.run = (length + size, zlib.adler32(flat, crc))
             self.at += size
         return size
-
-    def _end_run(self) -> None:
-        if self.run is not None:
-            self.pieces.append(self.run)
-            self.run = None
 
     def tell(self) -> int:
         return self.at
@@ -134,7 +90,6 @@ class _Sink:
         pass
 
     def close(self) -> None:
-        self._end_run()
         self.closed = True
 
 
@@ -161,7 +116,7 @@ def write_around(path: Path, table: pa.Table, stand_ins: list[pa.Buffer]) -> Hol
             raise OSError(f"{path}: {exc}") from exc
         raise
     holes = [sink.holes.get(i, -1) for i in range(len(stand_ins))]
-    return HoleyFile(path=path, fd=fd, size=sink.at, holes=holes, pieces=sink.pieces)
+    return HoleyFile(path=path, fd=fd, size=sink.at, holes=holes)
 
 
 class _NotAsIs(Exception):

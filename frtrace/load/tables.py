@@ -118,9 +118,9 @@ def _read(
     shown: Progress,
     meanwhile: Callable[[], None] | None,
     store: DirectoryCache | None,
-) -> tuple[DumpSet, dict[str, tuple[int, int]], bool]:
+) -> tuple[DumpSet, dict[str, int], bool]:
     """Every file read and assembled into one DumpSet; the tables written where they stay
-    (name -> bytes, adler32); whether a cluster cut the history (``DumpSet.window``)."""
+    (name -> bytes); whether a cluster cut the history (``DumpSet.window``)."""
     assembler: _Assembler | None = None
     taken: list[Fingerprint | None] | None = None
     try:
@@ -244,8 +244,8 @@ class _Assembler:
         self.writer: ColumnWriter | None = None  # for the results read here, in gather mode
         self.columns = EntryColumns()
         self.stack_column = schema.ENTRIES.get_field_index("stack_id")
-        # tables written where they stay (the cache's files): name -> (bytes, adler32)
-        self.written: dict[str, tuple[int, int]] = {}
+        # tables written where they stay (the cache's files): name -> bytes
+        self.written: dict[str, int] = {}
 
     def add(self, index: int, result: ParsedDump | ShippedDump | Bundle | DumpFormatError) -> None:
         """Merge the result of ``candidates[index]`` (a bundle: of the ``count`` from it);
@@ -282,12 +282,12 @@ class _Assembler:
             return None
         if made is None:
             return None
-        entries, size, crc = made
+        entries, size = made
         if at is None:
             with contextlib.suppress(OSError):
                 path.unlink()  # (the mapping keeps it)
         else:
-            self.written["entries"] = (size, crc)
+            self.written["entries"] = size
         return entries
 
     def _gather(self, gather: Gather, result: ParsedDump | ShippedDump) -> None:
@@ -326,8 +326,8 @@ class _Assembler:
         entries_at: Path | None = None,
     ) -> DumpSet:
         """The DumpSet. A large set's entries are written as an Arrow IPC file and mapped
-        from it: at ``entries_at`` (the cache's file, its size and adler32 then in
-        ``written``), else in the spill directory."""
+        from it: at ``entries_at`` (the cache's file, its size then in ``written``), else in
+        the spill directory."""
         if not self.side.loaded:
             if self.spill_dir is not None:
                 spill.remove_spill_directory(self.spill_dir)

@@ -323,7 +323,7 @@ def test_a_large_sets_entries_are_written_once_where_the_cache_keeps_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, way: str
 ) -> None:
     """A large set's entries table is written as the cache's file and mapped from it (its
-    checksum combined from its parts, checked by the next load); where Arrow would not write
+    checksum taken as the cache stores it, checked by the next load); where Arrow would not write
     around the values, or the file cannot be written, the columns are built the other way:
     the tables are the same, and the next load reads them from the cache."""
     from frtrace.load import ipcfile, spill
