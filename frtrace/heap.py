@@ -21,11 +21,21 @@ without ``mallopt`` (musl, macOS) is left alone.
 - **A load worker** (``keep_freed_memory``, from ``load.worker.serve``): its own threshold
   and trim, so that file after file reuses the same memory (below).
 - **Trimming** (``trim``, from ``load.tables.give_back_memory``): the free memory of the
-  heap handed back to the kernel after the load and between the analysis's steps.
+  heap handed back to the kernel after the load and between the analysis's steps, once it is
+  more than ``KEEP_FREED_BYTES`` (64 MiB); less stays, for the next step to reuse. At 1,024
+  ranks each of the six trims handed 20-33 MB back only for the next step to fault it in
+  again (the heap held 33-122 MB free at each); at 4,096 ranks, where the trims keep the
+  peak down, it held 65-256 MB free, and each is still made. Measured at 1,024 ranks
+  (interleaved, with stop 45's other changes): first run 3.98-4.46 -> 3.34-3.93 s, peak
+  427-437 -> 444-475 MB (stop 45, ``docs/performance.md``).
 - **The command's garbage collector** (``collect_less_often``, from ``cli.run``): with
   Python's thresholds (700 allocations, then 10 and 10), a first run at 1,024 ranks collected
   407 times for 0.38-0.44 s, three full passes over the ~100,000 objects of the imported
   modules among them; at 10,000, 20 and 20 it collected 52 times for 0.13 s.
+- **The command's BLAS threads** (``one_blas_thread``, from ``cli.main``): none besides the
+  command's own, unless the user set how many: numpy's OpenBLAS starts one per CPU as it is
+  imported, which spin for ~0.1 s of CPU (on 2 CPUs: 0.1 s of a 1,024-rank first run's 6.2,
+  beside the load's workers), and no command does linear algebra.
 """
 
 from __future__ import annotations
@@ -36,7 +46,14 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["collect_less_often", "give_large_blocks_back", "keep_freed_memory", "trim"]
+__all__ = [
+    "collect_less_often",
+    "free_heap_bytes",
+    "give_large_blocks_back",
+    "keep_freed_memory",
+    "one_blas_thread",
+    "trim",
+]
 
 M_TRIM_THRESHOLD = -1  # glibc's <malloc.h>
 M_MMAP_THRESHOLD = -3
@@ -45,6 +62,12 @@ COMMAND_TRIM_BYTES = 1 << 30
 WORKER_MMAP_BYTES = 32 << 20
 WORKER_TRIM_BYTES = 128 << 20
 GC_THRESHOLDS = (10_000, 20, 20)
+# Freed heap memory ``trim`` leaves to be reused (see the module's notes)
+KEEP_FREED_BYTES = 64 << 20
+_MALLINFO2_FIELDS = (
+    *("arena", "ordblks", "smblks", "hblks", "hblkhd"),
+    *("usmblks", "fsmblks", "uordblks", "fordblks", "keepcost"),
+)
 
 
 @functools.cache
@@ -74,10 +97,41 @@ def _mallopt(param: int, value: int) -> bool:
 def trim() -> None:
     """glibc's ``malloc_trim(0)``: the free memory at the top of the heap and the free pages
     within it back to the kernel (freed numpy and Arrow buffers stay in the process
-    otherwise); nothing where there is no glibc."""
+    otherwise), once the heap holds more than ``KEEP_FREED_BYTES`` free; nothing where there
+    is no glibc."""
     malloc_trim = _libc_function("malloc_trim", "c_size_t")
-    if malloc_trim is not None:
+    if malloc_trim is None:
+        return
+    free = free_heap_bytes()
+    if free is None or free > KEEP_FREED_BYTES:
         malloc_trim(0)
+
+
+def free_heap_bytes() -> int | None:
+    """The bytes free in glibc's heap (``mallinfo2().fordblks``: freed, not yet handed
+    back), or None where it cannot say (no glibc, or one older than 2.33)."""
+    mallinfo2 = _mallinfo2()
+    return None if mallinfo2 is None else int(mallinfo2().fordblks)
+
+
+@functools.cache
+def _mallinfo2() -> Any:
+    """glibc's ``mallinfo2`` (2.33 and later), returning its ``struct mallinfo2``; None where
+    there is none."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in _MALLINFO2_FIELDS]
+
+    try:
+        function = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = []
+    function.restype = MallInfo2
+    return function
 
 
 def give_large_blocks_back() -> bool:
@@ -108,3 +162,11 @@ def keep_freed_memory() -> None:
 def collect_less_often() -> None:
     """The command's: the cyclic garbage collector's thresholds raised (``GC_THRESHOLDS``)."""
     gc.set_threshold(*GC_THRESHOLDS)
+
+
+def one_blas_thread() -> None:
+    """The console command's: ``OPENBLAS_NUM_THREADS=1`` where the user did not set it, before
+    numpy is imported (it reads it then). It reaches only our own helpers' processes (py-spy,
+    the store client), never the user's job; a library caller's process is left as it is."""
+    if "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")

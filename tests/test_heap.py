@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -41,10 +42,10 @@ libc = ctypes.CDLL(None)
 libc.mallinfo2.restype = Info
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
 libc.free.argtypes = [ctypes.c_void_p]
-if sys.argv[1] == "trim":  # 32 MiB freed in small blocks, kept (a worker's trim threshold)
+if sys.argv[1] == "trim":  # MiB freed in small blocks, kept (a worker's trim threshold)
     from frtrace.heap import M_TRIM_THRESHOLD, _mallopt, trim
     _mallopt(M_TRIM_THRESHOLD, 1 << 30)
-    blocks = [libc.malloc(1024) for _ in range(32 << 10)]
+    blocks = [libc.malloc(1024) for _ in range(int(sys.argv[2]) << 10)]
     before = libc.mallinfo2().arena
     for block in blocks:
         libc.free(block)
@@ -69,10 +70,10 @@ print(int(before >= start + (32 << 20) and libc.mallinfo2().arena >= before - (1
 """
 
 
-def _probe(mode: str, **env: str) -> list[str]:
+def _probe(mode: str, *args: str, **env: str) -> list[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")} | env
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, mode], capture_output=True, text=True, env=environ
+        [sys.executable, "-c", PROBE, mode, *args], capture_output=True, text=True, env=environ
     )
     if "mallinfo2" in done.stderr:
         pytest.skip("a C library without mallinfo2 (glibc < 2.33)")
@@ -122,7 +123,43 @@ def test_it_is_safe_to_call_twice() -> None:
     assert give_large_blocks_back() and give_large_blocks_back()
 
 
-def test_trim_hands_freed_heap_back() -> None:
+@pytest.mark.parametrize("mib", [32, 96])
+def test_trim_hands_freed_heap_back_past_what_it_keeps(mib: int) -> None:
     """Freed small blocks that glibc keeps (above its trim threshold) go back to the kernel
-    with ``trim`` (``load.tables.give_back_memory`` calls it between the analysis's steps)."""
-    assert _probe("trim") == ["1", "1"]
+    with ``trim`` (``load.tables.give_back_memory`` calls it between the analysis's steps),
+    once they are more than ``KEEP_FREED_BYTES`` (64 MiB): less is kept, to be reused."""
+    from frtrace.heap import KEEP_FREED_BYTES
+
+    assert KEEP_FREED_BYTES == 64 << 20
+    handed_back = "1" if mib << 20 > KEEP_FREED_BYTES else "0"
+    assert _probe("trim", str(mib)) == ["1", handed_back]
+
+
+# The console command, its work replaced by numpy's import and a count of the threads then
+BLAS = """
+import importlib, os, sys
+app = importlib.import_module("frtrace.cli.app")
+def run():
+    import numpy
+    print(os.environ["OPENBLAS_NUM_THREADS"], len(os.listdir("/proc/self/task")))
+    sys.exit(0)
+app.run = run
+app.main()
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="threads counted in /proc")
+@pytest.mark.parametrize("theirs", [None, "3"])
+def test_the_command_starts_no_blas_thread_unless_the_user_asks(theirs: str | None) -> None:
+    """numpy's OpenBLAS would start a thread per CPU, spinning beside the load's workers:
+    the command asks for none before numpy is imported; a user's own setting stands."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if theirs is not None:
+        env["OPENBLAS_NUM_THREADS"] = theirs
+    run = subprocess.run(
+        [sys.executable, "-c", BLAS], capture_output=True, text=True, env=env, check=True
+    )
+    setting, threads = run.stdout.split()
+    assert setting == (theirs or "1")
+    if theirs is None:
+        assert threads == "1"

@@ -88,28 +88,3 @@ def test_the_console_script_ends_through_it(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1
-
-
-BLAS = """
-import importlib, os
-importlib.import_module("frtrace.cli.app")._one_blas_thread()
-import numpy
-print(os.environ["OPENBLAS_NUM_THREADS"], len(os.listdir("/proc/self/task")))
-"""
-
-
-@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="threads counted in /proc")
-@pytest.mark.parametrize("theirs", [None, "3"])
-def test_the_command_starts_no_blas_thread_unless_the_user_asks(theirs: str | None) -> None:
-    """numpy's OpenBLAS would start a thread per CPU, spinning beside the load's workers:
-    the command asks for none before numpy is imported; a user's own setting stands."""
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
-    if theirs is not None:
-        env["OPENBLAS_NUM_THREADS"] = theirs
-    run = subprocess.run(
-        [sys.executable, "-c", BLAS], capture_output=True, text=True, env=env, check=True
-    )
-    setting, threads = run.stdout.split()
-    assert setting == (theirs or "1")
-    if theirs is None:
-        assert threads == "1"

@@ -9,7 +9,6 @@ line on stderr, ``error: ...``; never a traceback.
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,7 +38,7 @@ from frtrace.cli.params import (
 )
 from frtrace.errors import FrtraceError, InputError
 from frtrace.gate.exitcodes import EXIT_INPUT, EXIT_OK, EXIT_PROBLEM
-from frtrace.heap import collect_less_often, give_large_blocks_back
+from frtrace.heap import collect_less_often, give_large_blocks_back, one_blas_thread
 from frtrace.outpaths import write_out_file
 from frtrace.printable import printable
 
@@ -443,19 +442,9 @@ def run() -> None:
 def main() -> NoReturn:
     """Console-script entry point: ``run``, then the process ends without its teardown
     (``cli.leave``)."""
-    _one_blas_thread()
+    one_blas_thread()
     try:
         run()
     except SystemExit as done:
         leave(done.code)
     leave(EXIT_OK)
-
-
-def _one_blas_thread() -> None:
-    """No BLAS thread besides this one, unless the user set how many: numpy's OpenBLAS starts
-    one per CPU as it is imported, which spin for ~0.1 s of CPU (measured on 2 CPUs: 0.1 s
-    of a first run's 6.2, beside the load's workers), and no command does linear algebra.
-    Set before numpy is imported (it reads it then); it reaches only our own helpers'
-    processes (py-spy, the store client), never the user's job."""
-    if "numpy" not in sys.modules:
-        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")

@@ -30,6 +30,7 @@ import pyarrow.ipc as ipc
 
 __all__ = ["HoleyFile", "stand_ins", "write_around"]
 
+
 def stand_ins(sizes: list[int]) -> tuple[mmap.mmap, list[pa.Buffer]]:
     """Buffers of these sizes for a table's values to be written around: slices of one
     anonymous mapping that nothing writes (its pages are never made)."""

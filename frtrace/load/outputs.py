@@ -2,8 +2,9 @@
 
 A column is appended block by block, either into its hole of the entries' Arrow IPC file
 (``Hole``: the cache's file, else the spill directory's) or to a file of its own in the spill
-directory, mapped once complete (``ColumnFile``; in memory where no file can be written). ``Writers`` appends a block's columns from a thread beside the gather
-where the process may run on two CPUs.
+directory, mapped once complete (``ColumnFile``; in memory where no file can be written).
+``Writers`` appends a block's columns from a thread beside the gather where the process may
+run on two CPUs.
 """
 
 from __future__ import annotations
