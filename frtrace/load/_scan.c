@@ -600,9 +600,88 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(runs_order_doc,
+"runs_order(key, wide, rank, span, order, first) -> int | None\n\n"
+"The stable order of n rows by key (n int64 values if wide, else int32, each in [0, span))\n"
+"into order (room for n int64), and into first (room for n int64) the places in it where a\n"
+"run of rows equal in key and in rank (n int32) starts; the number of runs. None (order and\n"
+"first left half written) where a key is outside [0, span). A counting sort, without the\n"
+"GIL: one pass to count each key, one to place each row, one to find the runs.");
+
+static PyObject *runs_order(PyObject *self, PyObject *args) {
+    Py_buffer key, rank, order, first;
+    int wide;
+    Py_ssize_t span;
+    if (!PyArg_ParseTuple(args, "y*py*nw*w*", &key, &wide, &rank, &span, &order, &first)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    int64_t *ends = NULL;
+    Py_ssize_t n = rank.len / 4;
+    if (rank.len % 4 || key.len != n * (wide ? 8 : 4) || order.len < n * 8 || first.len < n * 8 || span < 1 ||
+        span > PY_SSIZE_T_MAX / 8) {
+        PyErr_SetString(PyExc_ValueError, "a key and a rank per row; room for n rows; span >= 1");
+        goto done;
+    }
+    ends = PyMem_Calloc((size_t)span, sizeof(int64_t));
+    if (ends == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const int32_t *keys32 = (const int32_t *)key.buf;
+    const int64_t *keys64 = (const int64_t *)key.buf;
+    const int32_t *ranks = (const int32_t *)rank.buf;
+    int64_t *out = (int64_t *)order.buf, *starts = (int64_t *)first.buf;
+    int outside = 0;
+    Py_ssize_t runs = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) { /* each key's count */
+        int64_t k = wide ? keys64[i] : keys32[i];
+        if (k < 0 || k >= span) {
+            outside = 1;
+            break;
+        }
+        ends[k]++;
+    }
+    if (!outside) {
+        int64_t at = 0; /* each key's first place, then (as rows are placed) its next */
+        for (Py_ssize_t k = 0; k < span; k++) {
+            int64_t count = ends[k];
+            ends[k] = at;
+            at += count;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) out[ends[wide ? keys64[i] : keys32[i]]++] = i;
+        /* ends[k] is now where key k's rows end: a run starts at each key's first row, and
+         * where the rank changes among its rows */
+        int64_t j = 0;
+        for (Py_ssize_t k = 0; k < span; k++) {
+            int64_t end = ends[k];
+            if (j < end) {
+                int32_t last = ranks[out[j]];
+                starts[runs++] = j;
+                for (j++; j < end; j++) {
+                    int32_t r = ranks[out[j]];
+                    if (r != last) starts[runs++] = j;
+                    last = r;
+                }
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = outside ? Py_NewRef(Py_None) : PyLong_FromSsize_t(runs);
+done:
+    PyMem_Free(ends);
+    PyBuffer_Release(&key);
+    PyBuffer_Release(&rank);
+    PyBuffer_Release(&order);
+    PyBuffer_Release(&first);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"columns", columns, METH_VARARGS, columns_doc},
     {"scatter", scatter, METH_VARARGS, scatter_doc},
+    {"runs_order", runs_order, METH_VARARGS, runs_order_doc},
     {"read", tree_read, METH_O, tree_read_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -39,3 +39,6 @@ def scatter(
     remaps: list[Any],
     zeroed: list[Any],
 ) -> None: ...
+def runs_order(
+    key: Any, wide: bool, rank: Any, span: int, order: Any, first: Any
+) -> int | None: ...

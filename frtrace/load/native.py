@@ -208,3 +208,30 @@ def scatter(
         return False
     _SCAN.scatter(part, rows, at, targets, widths, remaps, zeroed)
     return True
+
+
+def runs_order(
+    key: np.ndarray, rank: np.ndarray, span: int
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The stable order of rows by ``key`` (int32 or int64, each in [0, ``span``)), and
+    where in it each run of rows equal in key and in ``rank`` (int32) starts: a counting
+    sort in C (``frtrace.analysis.facts.coalesce``). None where the C module is not active
+    (or is a build from before it), or a key is outside [0, span)."""
+    if not active() or _SCAN is None or not hasattr(_SCAN, "runs_order"):
+        return None
+    if key.dtype not in (np.int32, np.int64) or len(key) != len(rank):
+        raise ValueError("an int32 or int64 key per rank")
+    rows = len(key)
+    order = np.empty(rows, dtype=np.int64)
+    first = np.empty(rows, dtype=np.int64)
+    runs = _SCAN.runs_order(
+        np.ascontiguousarray(key),
+        key.dtype == np.int64,
+        np.ascontiguousarray(rank, dtype=np.int32),
+        span,
+        order,
+        first,
+    )
+    if runs is None:
+        return None
+    return order, first if runs == rows else first[:runs].copy()

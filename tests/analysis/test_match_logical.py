@@ -3,7 +3,6 @@ segment reductions equal the plain pandas group-by they replaced (kept here as t
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +13,7 @@ from frsim import Fault, FaultKind, JobSpec, simulate, write_dumps
 from frtrace.analysis.facts import coalesce
 from frtrace.analysis.facts import match as match_module
 from frtrace.analysis.facts.groups import resolve_groups
+from frtrace.load import native
 from frtrace.load.tables import load_dumps
 
 KEYS = ["rank", "gid", "seq"]
@@ -167,16 +167,25 @@ def test_op_order_with_sequence_numbers_at_int64s_top() -> None:
     seq = np.array([top, top - 2, top - 1, top - 2, top], dtype=np.int64)
     rank = np.array([0, 0, 1, 1, 2], dtype=np.int32)
     row = np.arange(5, dtype=np.int32)
-    order, key = coalesce._op_order(gid, seq, rank, row)
+    order, first = coalesce._op_order(gid, seq, rank, row)
     assert order.tolist() == [1, 3, 2, 0, 4]
-    assert key is not None and _same_as_next(key[order]) == [True, False, False, True]
+    assert first.tolist() == [0, 1, 2, 3, 4]  # (equal (gid, seq), but of two ranks)
 
 
+@pytest.mark.parametrize("counted", [True, False], ids=["counting sort", "numpy"])
 @pytest.mark.parametrize("base", [0, 7, 2**31 - 60, 2**31 + 5, 2**40, -(2**40)])
-def test_op_order_in_four_bytes_or_eight_is_the_lexicographic_order(base: int) -> None:
+def test_op_order_in_four_bytes_or_eight_is_the_lexicographic_order(
+    base: int, counted: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The key in int32 where every (gid, seq) fits, else int64: both the order of
     (gid, seq, rank, row), whether the sequence numbers start at 0 or near int32's top
-    (where gid * width + seq would not fit though gid * width + seq - low does)."""
+    (where gid * width + seq would not fit though gid * width + seq - low does); by the C
+    counting sort where it is built, and by numpy's sort (the key's values too many to
+    count), the same order and runs."""
+    if counted and not native.active():
+        pytest.skip(f"the C module is not used here ({native.inactive_reason()})")
+    if not counted:
+        monkeypatch.setattr(coalesce, "_most_counted", lambda rows: 0)
     rng = np.random.default_rng(abs(base) % 1000)
     for _ in range(50):
         n = int(rng.integers(2, 200))
@@ -185,13 +194,40 @@ def test_op_order_in_four_bytes_or_eight_is_the_lexicographic_order(base: int) -
         seq = (rng.integers(0, 40, n) + base).astype(np.int64)
         row = np.arange(n, dtype=np.int32)
         expected = np.lexsort((row, rank, seq, gid))
-        order, key = coalesce._op_order(gid, seq, rank, row)
+        order, first = coalesce._op_order(gid, seq, rank, row)
+        assert order.dtype == first.dtype == np.int64
         assert order.tolist() == expected.tolist()
-        # the key sorted: equal exactly where the (gid, seq) pair is
-        pairs = list(zip(gid[order].tolist(), seq[order].tolist(), strict=True))
-        assert key is not None
-        assert _same_as_next(key[order]) == [a == b for a, b in itertools.pairwise(pairs)]
+        # a run starts where the (gid, seq, rank) of the rows in order changes
+        ordered = (gid[order].tolist(), seq[order].tolist(), rank[order].tolist())
+        rows = list(zip(*ordered, strict=True))
+        assert first.tolist() == [0, *(i for i in range(1, n) if rows[i] != rows[i - 1])]
 
 
-def _same_as_next(values: np.ndarray) -> list[bool]:
-    return (values[1:] == values[:-1]).tolist()
+@pytest.mark.skipif(not native.active(), reason="the C module is not used here")
+def test_the_counting_sort_is_numpys_stable_sort() -> None:
+    """``native.runs_order`` against numpy: the stable order of keys (with every rank's rows
+    together, in rank order, as loaded), and the starts of the runs of equal key and rank;
+    a key outside [0, span) is refused (the caller then sorts with numpy)."""
+    rng = np.random.default_rng(45)
+    for trial in range(200):
+        n = int(rng.integers(0, 3000))
+        span = int(rng.integers(1, 50 if trial % 2 else 5000))
+        dtype = np.int64 if trial % 3 else np.int32
+        key = rng.integers(0, span, n).astype(dtype)
+        rank = np.sort(rng.integers(0, 9, n)).astype(np.int32)
+        got = native.runs_order(key, rank, span)
+        assert got is not None
+        order, first = got
+        expected = np.argsort(key, kind="stable")
+        assert order.tolist() == expected.tolist()
+        pairs = list(zip(key[order].tolist(), rank[order].tolist(), strict=True))
+        assert first.tolist() == [i for i in range(n) if i == 0 or pairs[i] != pairs[i - 1]]
+    rank = np.zeros(3, dtype=np.int32)
+    for outside in ([0, 5, 1], [0, -1, 1]):
+        assert native.runs_order(np.array(outside, dtype=np.int64), rank, 5) is None
+    with pytest.raises(ValueError, match="an int32 or int64 key per rank"):
+        native.runs_order(np.zeros(4, dtype=np.int32), np.zeros(3, dtype=np.int32), 5)
+    room = np.empty(4, dtype=np.int64)
+    assert native._SCAN is not None
+    with pytest.raises(ValueError, match="a key and a rank per row"):  # (the C module's own)
+        native._SCAN.runs_order(np.zeros(4, np.int32), False, rank, 5, room, room.copy())
