@@ -327,3 +327,33 @@ def test_the_reader_declines_what_is_not_bytes() -> None:
     assert native.read_pickle(data) is not None
     assert native.read_pickle(bytearray(data)) is None  # type: ignore[arg-type]
     assert native.read_pickle(memoryview(data)) is None  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(not native.active(), reason="the C module is not used here")
+def test_the_counting_sort_is_numpys_stable_sort() -> None:
+    """``native.runs_order`` against numpy: the stable order of keys (with every rank's rows
+    together, in rank order, as loaded), and the starts of the runs of equal key and rank;
+    a key outside [0, span) is refused (the caller then sorts with numpy)."""
+    rng = np.random.default_rng(45)
+    for trial in range(200):
+        n = int(rng.integers(0, 3000))
+        span = int(rng.integers(1, 50 if trial % 2 else 5000))
+        dtype = np.int64 if trial % 3 else np.int32
+        key = rng.integers(0, span, n).astype(dtype)
+        rank = np.sort(rng.integers(0, 9, n)).astype(np.int32)
+        got = native.runs_order(key, rank, span)
+        assert got is not None
+        order, first = got
+        expected = np.argsort(key, kind="stable")
+        assert order.tolist() == expected.tolist()
+        pairs = list(zip(key[order].tolist(), rank[order].tolist(), strict=True))
+        assert first.tolist() == [i for i in range(n) if i == 0 or pairs[i] != pairs[i - 1]]
+    rank = np.zeros(3, dtype=np.int32)
+    for outside in ([0, 5, 1], [0, -1, 1]):
+        assert native.runs_order(np.array(outside, dtype=np.int64), rank, 5) is None
+    with pytest.raises(ValueError, match="an int32 or int64 key per rank"):
+        native.runs_order(np.zeros(4, dtype=np.int32), np.zeros(3, dtype=np.int32), 5)
+    room = np.empty(4, dtype=np.int64)
+    assert native._SCAN is not None
+    with pytest.raises(ValueError, match="a key and a rank per row"):  # (the C module's own)
+        native._SCAN.runs_order(np.zeros(4, np.int32), False, rank, 5, room, room.copy())
