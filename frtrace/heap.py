@@ -25,9 +25,9 @@ without ``mallopt`` (musl, macOS) is left alone.
   more than ``KEEP_FREED_BYTES`` (64 MiB); less stays, for the next step to reuse. At 1,024
   ranks each of the six trims handed 20-33 MB back only for the next step to fault it in
   again (the heap held 33-122 MB free at each); at 4,096 ranks, where the trims keep the
-  peak down, it held 65-256 MB free, and each is still made. Measured at 1,024 ranks
-  (interleaved, with stop 45's other changes): first run 3.98-4.46 -> 3.34-3.93 s, peak
-  427-437 -> 444-475 MB (stop 45, ``docs/performance.md``).
+  peak down, it held 65-256 MB free, and each is still made. A small gain: at 1,024 ranks,
+  6 interleaved first runs on a busy host, always trimming 4.40-6.02 s (median 5.25), now
+  4.21-5.87 s (median 5.18), the same peak (``docs/performance.md``, stop 45).
 - **The command's garbage collector** (``collect_less_often``, from ``cli.run``): with
   Python's thresholds (700 allocations, then 10 and 10), a first run at 1,024 ranks collected
   407 times for 0.38-0.44 s, three full passes over the ~100,000 objects of the imported
