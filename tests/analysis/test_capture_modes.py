@@ -13,11 +13,13 @@ right.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from frtrace.model import Verdict
@@ -124,3 +126,32 @@ def test_each_ranks_gaps_are_between_its_sorted_creation_times(shuffled: bool) -
     for r in expected:
         assert got[r][1] == expected[r][1]
         assert got[r][0] == pytest.approx(expected[r][0])
+
+
+@pytest.mark.parametrize("order", ["as loaded", "two runs a rank"])
+def test_dump_times_are_each_ranks_latest_open_discovery(tmp_path: Path, order: str) -> None:
+    """``capture.dump_times_from_entries`` against a row-by-row reading: per rank, the latest
+    start (completion) time of an entry not retired and ``started`` (``completed``), its rows
+    as loaded or split in two runs a rank (the files read in another order), a null time
+    never counted."""
+    from frsim import Fault, FaultKind, JobSpec, simulate, write_dumps
+    from frtrace.analysis.facts.capture import dump_times_from_entries
+    from frtrace.load.tables import load_dumps
+
+    stall = Fault(kind=FaultKind.HOST_STALL, rank=3, step=4)
+    spec = JobSpec(world_size=8, tp=2, steps=6, buffer_size=200, fault=stall)
+    write_dumps(simulate(spec), tmp_path / "d")
+    dumps = load_dumps(tmp_path / "d")
+    entries = dumps.entries
+    if order == "two runs a rank":
+        rows = np.arange(entries.num_rows)
+        entries = entries.take(np.r_[rows[::2], rows[1::2]])
+        dumps = dataclasses.replace(dumps, entries=entries)
+    expected: dict[int, int] = {}
+    for e in entries.to_pylist():
+        if e["retired"] is False and e["state"] in ("started", "completed"):
+            t = e[f"time_discovered_{e['state']}_ns"]
+            if t is not None:
+                expected[e["rank"]] = max(expected.get(e["rank"], 0), t)
+    assert len(expected) >= 4
+    assert dump_times_from_entries(dumps) == expected

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from frtrace.analysis.facts.ops import codes, filled
+from frtrace.analysis.facts.ops import codes, filled, fixed_values
 from frtrace.load.tables import DumpSet
 
 __all__ = ["DumpMoments", "dump_moments", "dump_times_from_entries"]
@@ -166,7 +166,11 @@ def _windows(
 def dump_times_from_entries(dumps: DumpSet) -> dict[int, int]:
     """Per rank, the latest discovery time of an entry not yet retired whose state says the
     dump discovered it (``started`` with its start time, ``completed`` with its completion
-    time; NCCL): the dump was written moments after it. Ranks without one are absent."""
+    time; NCCL): the dump was written moments after it. Ranks without one are absent.
+
+    Only the rows that count are gathered (a few a rank where most entries are retired):
+    filling each time column's nulls and masking every row were two 64 MB copies a column at
+    4,096 ranks, 0.74 s of CPU beside the entry frame."""
     entries = dumps.entries
     retired = entries.column("retired").fill_null(True).to_numpy(zero_copy_only=False)
     open_ = ~retired.astype(bool)
@@ -175,8 +179,6 @@ def dump_times_from_entries(dumps: DumpSet) -> dict[int, int]:
         return {}
     state, names = codes(entries.column("state"))
     rank = entries.column("rank").to_numpy()
-    # each rank's entries are one run of rows (or a few, if the files came in another order)
-    runs = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
     out: dict[int, int] = {}
     for column, wanted in (
         ("time_discovered_started_ns", "started"),
@@ -185,17 +187,18 @@ def dump_times_from_entries(dumps: DumpSet) -> dict[int, int]:
         if wanted not in names:
             continue
         mask = open_ & (state == names.index(wanted))
-        times = entries.column(column)
-        if times.null_count:
-            mask &= times.is_valid().to_numpy(zero_copy_only=False)
-            times = times.fill_null(0)
-        if not mask.any():
+        times, nulls = fixed_values(entries.column(column))
+        if nulls is not None:
+            mask &= ~nulls
+        rows = np.flatnonzero(mask)
+        del mask
+        if not len(rows):
             continue
-        # per run, the latest: one segment reduction (millions of rows at 4,096 ranks)
-        masked = np.where(mask, times.to_numpy(), np.iinfo(np.int64).min)
-        latest = np.maximum.reduceat(masked, runs)
-        found = np.logical_or.reduceat(mask, runs)
-        del masked, mask
-        for r, t in zip(rank[runs][found].tolist(), latest[found].tolist(), strict=True):
+        # per run of one rank's rows, the latest (a rank's rows are one run, or a few if the
+        # files came in another order: each run's latest, then the latest of those)
+        owner = rank[rows]
+        runs = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+        latest = np.maximum.reduceat(times[rows], runs)
+        for r, t in zip(owner[runs].tolist(), latest.tolist(), strict=True):
             out[r] = max(out.get(r, 0), int(t))
     return out
