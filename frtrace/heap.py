@@ -64,10 +64,8 @@ WORKER_TRIM_BYTES = 128 << 20
 GC_THRESHOLDS = (10_000, 20, 20)
 # Freed heap memory ``trim`` leaves to be reused (see the module's notes)
 KEEP_FREED_BYTES = 64 << 20
-_MALLINFO2_FIELDS = (
-    *("arena", "ordblks", "smblks", "hblks", "hblkhd"),
-    *("usmblks", "fsmblks", "uordblks", "fordblks", "keepcost"),
-)
+# glibc's ``struct mallinfo2``, in order: every field a size_t
+_MALLINFO2_FIELDS = "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
 
 
 @functools.cache
@@ -123,7 +121,7 @@ def _mallinfo2() -> Any:
     import ctypes
 
     class MallInfo2(ctypes.Structure):
-        _fields_ = [(name, ctypes.c_size_t) for name in _MALLINFO2_FIELDS]
+        _fields_ = [(name, ctypes.c_size_t) for name in _MALLINFO2_FIELDS.split()]
 
     try:
         function = ctypes.CDLL(None).mallinfo2
