@@ -21,7 +21,15 @@ from frtrace.load import native, schema
 from frtrace.load.arrays import masked_array
 from frtrace.load.columns import SHAPE_KEYS, Columns, text_column
 from frtrace.load.formats import split_profiling_name
-from frtrace.load.plain import Col, Column, PlainBatch, text_codes, to_arrow, to_plain
+from frtrace.load.plain import (
+    Col,
+    Column,
+    PlainBatch,
+    column_dtype,
+    text_codes,
+    to_arrow,
+    to_plain,
+)
 from frtrace.load.stacks import Stack, intern_coded_stacks, intern_stacks
 from frtrace.load.values import first_seen_codes, label
 
@@ -73,16 +81,22 @@ def entries_batch(
     return arrow_batch(columns), stacks, problems
 
 
+# The entries' types and their layout in a writer's file, looked up once (a field's type is
+# a new object each time it is read, and its hash spells it out: ~0.1 ms of a file's 3).
+_TYPES = tuple(f.type for f in schema.ENTRIES)
+_DTYPES = tuple(column_dtype(t) for t in _TYPES)
+
+
 def arrow_batch(columns: Sequence[Col]) -> pa.RecordBatch:
     """``entries_columns``'s columns as an Arrow batch."""
-    arrays = [to_arrow(c, f.type) for c, f in zip(columns, schema.ENTRIES, strict=True)]
+    arrays = [to_arrow(c, t) for c, t in zip(columns, _TYPES, strict=True)]
     return pa.RecordBatch.from_arrays(arrays, schema=schema.ENTRIES)
 
 
 def plain_batch(columns: Sequence[Col]) -> PlainBatch:
     """``entries_columns``'s columns as a worker hands them over (no Arrow made for those
     read on a fast path)."""
-    plain = [to_plain(c, f.type) for c, f in zip(columns, schema.ENTRIES, strict=True)]
+    plain = [to_plain(c, d) for c, d in zip(columns, _DTYPES, strict=True)]
     return PlainBatch(tuple(plain), len(plain[0].values))
 
 

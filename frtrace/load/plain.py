@@ -105,11 +105,11 @@ def to_arrow(col: Col, type_: pa.DataType) -> pa.Array:
     return pa.DictionaryArray.from_arrays(masked_array(col.values, col.valid, pa.int32()), table)
 
 
-def to_plain(col: Col, type_: pa.DataType) -> Plain:
-    """The column as a writer's file holds it."""
+def to_plain(col: Col, dtype: np.dtype[Any]) -> Plain:
+    """The column as a writer's file holds it: its values as ``dtype`` (``column_dtype`` of
+    its type, which the caller looks up once: a type's hash spells it out each time)."""
     if not isinstance(col, Column):
         return of_arrow(col)
-    dtype = column_dtype(type_)
     n = len(col.values)
     fill = 0 if col.dictionary is None else len(col.dictionary)
     valid = col.valid

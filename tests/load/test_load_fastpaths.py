@@ -19,10 +19,10 @@ import pytest
 
 from frtrace.load import entries as load_entries
 from frtrace.load import schema
-from frtrace.load.arrays import MAX_DIMS, MAX_TENSORS
+from frtrace.load.arrays import MAX_DIMS, MAX_TENSORS, distinct_values
 from frtrace.load.columns import Columns
 from frtrace.load.entries import entries_batch
-from frtrace.load.plain import Column, to_arrow, to_plain
+from frtrace.load.plain import Column, column_dtype, to_arrow, to_plain
 from frtrace.load.stacks import StackInterner, intern_stacks
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -71,7 +71,8 @@ def _same(a: list[tuple[Column, list[int]]], b: list[tuple[Column, list[int]]]) 
         arr_a, arr_b = to_arrow(col_a, type_), to_arrow(col_b, type_)
         assert arr_a.equals(arr_b)
         assert arr_a.dictionary.equals(arr_b.dictionary)
-        plain_a, plain_b = to_plain(col_a, type_), to_plain(col_b, type_)
+        dtype = column_dtype(type_)
+        plain_a, plain_b = to_plain(col_a, dtype), to_plain(col_b, dtype)
         assert plain_a.values.tobytes() == plain_b.values.tobytes()
         assert plain_a.dictionary == plain_b.dictionary == arr_a.dictionary.to_pylist()
         assert sig_a == sig_b
@@ -234,3 +235,16 @@ def test_fields_read_at_once_equal_fields_read_one_by_one(
             one_by_one = _batch(variant)
         assert at_once[0].equals(one_by_one[0])
         assert at_once[1:] == one_by_one[1:]
+
+
+def test_distinct_values_are_kept_per_type() -> None:
+    """The twins of one file kept for the next are keyed by their type too (by the type
+    object's identity, its spelling computed once): the same twins under another type, or
+    under an equal type made anew, give that type's values."""
+    twins = (None, (1, 2), (3,))
+    wide, narrow = pa.list_(pa.int64()), pa.list_(pa.int32())
+    for type_ in (wide, narrow, pa.list_(pa.int64()), wide):
+        table, crcs, listed = distinct_values(twins, type_, checked=True)
+        assert table.type == type_
+        assert listed == [None, [1, 2], [3]]
+        assert len(crcs) == 3
