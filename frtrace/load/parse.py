@@ -34,7 +34,7 @@ from frtrace.load import native
 from frtrace.load.discover import Candidate
 from frtrace.load.entries import arrow_batch, entries_columns, plain_batch
 from frtrace.load.formats import group_rows, parse_version, pg_status_rows
-from frtrace.load.plain import Col, PlainBatch, batch_of, to_arrow
+from frtrace.load.plain import Col, Column, PlainBatch, batch_of, to_arrow
 from frtrace.load.schema import ENTRIES, TEXT
 from frtrace.load.stacks import Stack
 from frtrace.load.unpickle import read_payload
@@ -214,9 +214,9 @@ def _parts(
     groups = group_rows(rank, top.get("pg_config"), problems)
     pg_status = pg_status_rows(rank, top.get("pg_status"), problems)
 
-    lowest, highest = _span(to_arrow(columns[_RECORD_ID], pa.int64()))
+    lowest, highest = _span(columns[_RECORD_ID])
     lib = top.get("comm_lib_version", top.get("nccl_version"))
-    backend = _backend(to_arrow(columns[_BACKEND], TEXT), lib)
+    backend = _backend(columns[_BACKEND], lib)
     meta = DumpMeta(
         rank=rank,
         path=str(path),
@@ -236,8 +236,12 @@ def _parts(
     return meta, columns, stacks, tuple(groups), tuple(pg_status)
 
 
-def _span(column: pa.Array) -> tuple[Any, Any]:
-    """The lowest and highest value of an int64 column, nulls aside (None, None: no value)."""
+def _span(column: Col) -> tuple[Any, Any]:
+    """The lowest and highest value of an int64 column, nulls aside (None, None: no value);
+    a fast path's column read as it is (no Arrow array made for it)."""
+    if isinstance(column, Column):
+        values = column.values if column.valid is None else column.values[column.valid]
+        return (int(values.min()), int(values.max())) if len(values) else (None, None)
     if column.null_count or not len(column):
         span = pc.min_max(column)
         return span["min"].as_py(), span["max"].as_py()
@@ -294,7 +298,7 @@ def _entries_of(
     return top, layout, entries
 
 
-def _backend(column: pa.Array, lib: Any) -> str | None:
+def _backend(column: Col, lib: Any) -> str | None:
     """The backend most of the entries name, the first named of equals (Gloo where none does
     and the library version is "", as the generic recorder writes it)."""
     backend: str | None = _most_common(column)
@@ -303,16 +307,28 @@ def _backend(column: pa.Array, lib: Any) -> str | None:
     return backend
 
 
-def _most_common(column: pa.Array) -> Any:
+def _most_common(column: Col) -> Any:
     """The value of a text column that most entries name (not empty; of equals, the first to
     appear), or None; counted on a dictionary column's codes (no string made per entry)."""
+    if isinstance(column, Column) and column.dictionary is not None:  # (a fast path's)
+        codes = column.values  # (-1: null)
+        return _most_common_code(
+            codes[codes >= 0 if column.valid is None else column.valid], column.dictionary
+        )
+    if isinstance(column, Column):
+        column = to_arrow(column, TEXT)
     if not isinstance(column, pa.DictionaryArray) or column.offset:
         decoded = pc.value_counts(column.dictionary_decode().drop_null())
         values, tally = decoded.field("values").to_pylist(), decoded.field("counts").to_pylist()
         named = Counter({v: n for v, n in zip(values, tally, strict=True) if v})
         return named.most_common(1)[0][0] if named else None
     codes = column.indices.drop_null().to_numpy(zero_copy_only=False)
-    dictionary = column.dictionary.to_pylist()
+    return _most_common_code(codes, column.dictionary.to_pylist())
+
+
+def _most_common_code(codes: np.ndarray, dictionary: list[Any]) -> Any:
+    """``_most_common`` of a dictionary column's codes (nulls left out) into ``dictionary``
+    (its values as Arrow lists them)."""
     tally = np.bincount(codes, minlength=len(dictionary)).tolist()
     counts: dict[Any, int] = {}
     for value, n in zip(dictionary, tally, strict=True):

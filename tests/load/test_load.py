@@ -360,6 +360,7 @@ def test_a_files_backend_is_the_most_named_the_first_of_equals() -> None:
     import pyarrow.compute as pc
 
     from frtrace.load.parse import _most_common
+    from frtrace.load.plain import Column
 
     def counted(column: pa.Array) -> Any:
         counts = pc.value_counts(column.dictionary_decode().drop_null())
@@ -376,3 +377,28 @@ def test_a_files_backend_is_the_most_named_the_first_of_equals() -> None:
         column = pa.DictionaryArray.from_arrays(codes, dictionary)
         for case in (column, column.slice(min(1, n))):
             assert _most_common(case) == counted(case)
+        # a fast path's column (no Arrow array made): its codes, -1 where null
+        fast = codes.fill_null(-1).to_numpy()
+        listed = dictionary.to_pylist()
+        for valid in (fast >= 0, None):
+            assert _most_common(Column(fast, valid, listed)) == counted(column)
+
+
+def test_a_files_record_id_span_from_a_fast_paths_column() -> None:
+    """A file's lowest and highest record id read from a fast path's column are what Arrow
+    says of the same column, nulls aside."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from frtrace.load.parse import _span
+    from frtrace.load.plain import Column, to_arrow
+
+    rng = np.random.default_rng(45)
+    for _ in range(300):
+        n = int(rng.integers(0, 6))
+        values = rng.integers(-5, 5, n).astype(np.int64)
+        for valid in (None, rng.random(n) < 0.6, np.zeros(n, dtype=bool)):
+            column = Column(values, valid)
+            arrow = to_arrow(column, pa.int64())
+            span = pc.min_max(arrow)
+            assert _span(column) == _span(arrow) == (span["min"].as_py(), span["max"].as_py())
