@@ -64,35 +64,36 @@ class Lifetime:
 
 
 def _spans(dumps: DumpSet) -> dict[int, tuple[int, int]]:
-    """Each loaded rank's (first entry's creation, newest time recorded), ns."""
+    """Each loaded rank's (first entry's creation, newest time recorded), ns: the least
+    creation and the greatest of the three times of its entries, nulls aside, taken over each
+    run of the rank's rows (the rows lie in file order: a rank's rows are one run, or a few).
+    Arrow's group-by took 0.11 s of a first run at 1,024 ranks, 0.02 s of it importing its
+    query engine."""
+    import numpy as np
     import pyarrow.compute as pc
 
-    table = dumps.entries.select(
-        ["rank", "time_created_ns", "time_discovered_started_ns", "time_discovered_completed_ns"]
-    )
-    if table.num_rows == 0:
+    entries = dumps.entries
+    if entries.num_rows == 0:
         return {}
-    newest = pc.max_element_wise(
-        table.column("time_created_ns"),
-        table.column("time_discovered_started_ns"),
-        table.column("time_discovered_completed_ns"),
-        skip_nulls=True,
-    )
-    grouped = (
-        table.append_column("newest", newest)
-        .group_by("rank")
-        .aggregate([("time_created_ns", "min"), ("newest", "max")])
-    )
-    out = {}
-    for rank, first, last in zip(
-        grouped.column("rank").to_pylist(),
-        grouped.column("time_created_ns_min").to_pylist(),
-        grouped.column("newest_max").to_pylist(),
-        strict=True,
-    ):
-        if first is not None and last is not None and first > 0:
-            out[int(rank)] = (int(first), int(last))
-    return out
+    rank = entries.column("rank").to_numpy()
+    starts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
+
+    def per_run(name: str, reduce: np.ufunc, unset: int) -> np.ndarray:
+        values = pc.fill_null(entries.column(name), unset).to_numpy()
+        return reduce.reduceat(values, starts)
+
+    lowest, highest = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    first = per_run("time_created_ns", np.minimum, lowest)
+    newest = per_run("time_created_ns", np.maximum, highest)
+    for name in ("time_discovered_started_ns", "time_discovered_completed_ns"):
+        newest = np.maximum(newest, per_run(name, np.maximum, highest))
+    out: dict[int, tuple[int, int]] = {}
+    for r, lo, hi in zip(rank[starts].tolist(), first.tolist(), newest.tolist(), strict=True):
+        if r in out:
+            lo, hi = min(lo, out[r][0]), max(hi, out[r][1])
+        out[r] = (lo, hi)
+    # (a rank without a creation time after 0 has no span)
+    return {r: (lo, hi) for r, (lo, hi) in out.items() if 0 < lo < lowest and hi > highest}
 
 
 def lifetimes(spans: dict[int, tuple[int, int]], gap_ns: int = GAP_NS) -> list[Lifetime]:

@@ -72,3 +72,38 @@ def test_a_dump_whose_ops_stop_short_of_the_others_stays_in(tmp_path: Path) -> N
     dumps = load_dumps(folder, cache=False)
     assert dumps.loaded_ranks == (0, 1, 2, 3)
     assert not [p for p in dumps.problems if "earlier attempt or run" in p.message]
+
+
+def test_each_ranks_span_is_its_least_creation_and_greatest_time() -> None:
+    """A rank's span is the least creation time and the greatest of the three times of its
+    entries, nulls aside, wherever its rows lie (a rank's rows in one run or several); a rank
+    with no creation time, or none after 0, has none."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    import pyarrow as pa
+
+    from frtrace.load.lifetimes import _spans
+
+    rng = np.random.default_rng(46)
+    for _ in range(200):
+        n = int(rng.integers(1, 40))
+        ranks = np.sort(rng.integers(0, 4, n)) if rng.random() < 0.5 else rng.integers(0, 4, n)
+        columns: dict[str, list[int | None]] = {}
+        for key in _KEYS:
+            times = rng.integers(0, 50, n).tolist()
+            columns[key] = [t if rng.random() < 0.7 else None for t in times]
+        rows: dict[int, list[int]] = {}
+        for i, r in enumerate(ranks.tolist()):
+            rows.setdefault(r, []).append(i)
+        wanted = {}
+        for r, at in rows.items():
+            created = [columns[_KEYS[0]][i] for i in at if columns[_KEYS[0]][i] is not None]
+            times = [columns[k][i] for k in _KEYS for i in at if columns[k][i] is not None]
+            if created and min(created) > 0:
+                wanted[r] = (min(created), max(times))
+        table = pa.table(
+            {"rank": pa.array(ranks, pa.int32())}
+            | {k: pa.array(v, pa.int64()) for k, v in columns.items()}
+        )
+        assert _spans(SimpleNamespace(entries=table)) == wanted  # type: ignore[arg-type]
