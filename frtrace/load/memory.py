@@ -74,10 +74,16 @@ def archive_bytes(most: int) -> int:
 
 
 def address_space() -> int | None:
-    """This process's virtual memory size in bytes (Linux), else None."""
+    """This process's virtual memory size in bytes (Linux), else None. Read with ``os.read``:
+    a worker asks before every file, and a text file object took ~65 us of a file's ~2.3 ms
+    (the bytes read: ~5 us)."""
     try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        fd = os.open("/proc/self/statm", os.O_RDONLY)
+        try:
+            data = os.read(fd, 256)
+        finally:
+            os.close(fd)
+        return int(data.split()[0]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return None
 
