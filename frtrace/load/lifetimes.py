@@ -79,7 +79,8 @@ def _spans(dumps: DumpSet) -> dict[int, tuple[int, int]]:
     starts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
 
     def per_run(name: str, reduce: np.ufunc, unset: int) -> np.ndarray:
-        values = pc.fill_null(entries.column(name), unset).to_numpy()
+        column = entries.column(name)  # (filled only where it has nulls: no copy otherwise)
+        values = (column if column.null_count == 0 else pc.fill_null(column, unset)).to_numpy()
         return reduce.reduceat(values, starts)
 
     lowest, highest = np.iinfo(np.int64).max, np.iinfo(np.int64).min
