@@ -31,7 +31,7 @@ NUMBERS = [
     "0.25", "1e3", "nan", "inf", "0x10", "１２", "", "x", "99999999999999999999", "1.2.3",
     "123456789012345678", "1234567890123456789",
 ]  # fmt: skip
-OTHER = [None, 0, 1, 5, -1, 0.5, 2.0, True, False, ("a",), ["a", "b"], ("a", 1), b"x"]
+OTHER = [None, 0, 1, 5, -1, 0.5, 2.0, True, False, ("a",), ["a", "b"], ("a", 1), b"x", Path(".")]
 
 
 def _parameters() -> Iterator[tuple[str, Any, Any]]:
@@ -70,15 +70,16 @@ def _both(param: Any, command: Any, value: Any) -> tuple[tuple[str, Any], tuple[
     return ours, typers
 
 
-def _paths(tmp: Path) -> list[str]:
+def _paths(tmp: Path) -> list[str | Path]:
     (tmp / "file").write_text("x")
     (tmp / "dir").mkdir()
     (tmp / "locked").write_text("x")
     (tmp / "locked").chmod(0)
-    return [
+    spelled = [
         str(tmp / "file"), str(tmp / "dir"), str(tmp / "dir") + "/", str(tmp / "missing"),
         str(tmp / "locked"), str(tmp / "file" / "under"), "", "-", ".", "./x", "a//b",
     ]  # fmt: skip
+    return [*spelled, *map(Path, spelled)]
 
 
 def test_every_command_has_parameters_coerced_here() -> None:

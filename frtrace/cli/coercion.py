@@ -182,9 +182,12 @@ def _path(info: Any) -> Fast:
     fails one is typer's to describe."""
 
     def path(value: Any, param: Any, ctx: Any) -> Any:
-        if type(value) is not str:
+        if isinstance(value, Path):  # (a default)
+            got = value
+        elif type(value) is str:
+            got = Path(value)
+        else:
             return MISS
-        got = Path(value)
         try:
             st = os.stat(got)
         except ValueError:  # (a NUL in it)
