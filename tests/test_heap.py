@@ -142,10 +142,22 @@ app = importlib.import_module("frtrace.cli.app")
 def run():
     import numpy
     print(os.environ["OPENBLAS_NUM_THREADS"], len(os.listdir("/proc/self/task")))
+    print(os.environ["NUMPY_MADVISE_HUGEPAGE"], numpy._core.multiarray._get_madvise_hugepage())
     sys.exit(0)
 app.run = run
 app.main()
 """
+
+
+def _numpy_settings(**theirs: str | None) -> tuple[list[str], list[str]]:
+    """The console command's numpy settings as numpy was imported, the user's given."""
+    env = {k: v for k, v in os.environ.items() if k not in theirs}
+    env.update({k: v for k, v in theirs.items() if v is not None})
+    run = subprocess.run(
+        [sys.executable, "-c", BLAS], capture_output=True, text=True, env=env, check=True
+    )
+    blas, pages = run.stdout.splitlines()
+    return blas.split(), pages.split()
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="threads counted in /proc")
@@ -153,13 +165,18 @@ app.main()
 def test_the_command_starts_no_blas_thread_unless_the_user_asks(theirs: str | None) -> None:
     """numpy's OpenBLAS would start a thread per CPU, spinning beside the load's workers:
     the command asks for none before numpy is imported; a user's own setting stands."""
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
-    if theirs is not None:
-        env["OPENBLAS_NUM_THREADS"] = theirs
-    run = subprocess.run(
-        [sys.executable, "-c", BLAS], capture_output=True, text=True, env=env, check=True
-    )
-    setting, threads = run.stdout.split()
+    (setting, threads), _ = _numpy_settings(OPENBLAS_NUM_THREADS=theirs)
     assert setting == (theirs or "1")
     if theirs is None:
         assert threads == "1"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="numpy's huge pages: Linux")
+@pytest.mark.parametrize("theirs", [None, "1", "0"])
+def test_the_command_asks_for_no_huge_pages_unless_the_user_does(theirs: str | None) -> None:
+    """numpy asks the kernel for huge pages for its large arrays, which a fragmented host
+    compacts memory for on the spot: the command tells numpy not to, before it is imported;
+    a user's own setting stands."""
+    _, (setting, used) = _numpy_settings(NUMPY_MADVISE_HUGEPAGE=theirs)
+    assert setting == (theirs or "0")
+    assert used == str(theirs == "1")

@@ -38,7 +38,7 @@ from frtrace.cli.params import (
 )
 from frtrace.errors import FrtraceError, InputError
 from frtrace.gate.exitcodes import EXIT_INPUT, EXIT_OK, EXIT_PROBLEM
-from frtrace.heap import collect_less_often, give_large_blocks_back, one_blas_thread
+from frtrace.heap import before_numpy, collect_less_often, give_large_blocks_back
 from frtrace.outpaths import write_out_file
 from frtrace.printable import printable
 
@@ -442,7 +442,7 @@ def run() -> None:
 def main() -> NoReturn:
     """Console-script entry point: ``run``, then the process ends without its teardown
     (``cli.leave``)."""
-    one_blas_thread()
+    before_numpy()
     try:
         run()
     except SystemExit as done:
