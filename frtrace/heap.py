@@ -35,12 +35,17 @@ without ``mallopt`` (musl, macOS) is left alone.
 - **numpy, before it is imported** (``before_numpy``, from ``cli.main``), where the user did not
   set these: no BLAS thread besides the command's own (numpy's OpenBLAS starts one per CPU as
   it is imported, which spin for ~0.1 s of CPU: on 2 CPUs, 0.1 s of a 1,024-rank first run's
-  6.2, beside the load's workers; no command does linear algebra), and no huge pages asked for
-  its arrays (numpy asks the kernel for them on every array of 4 MiB or more, and with the
-  kernel's common setting, huge pages only where asked and compacted for on the spot, a new
-  one can cost several times the small pages it replaces: 300 MB of a new array took 645-767
-  ms this way and 107-182 ms without on this project's VM; a 1,024-rank first run, 6
-  interleaved pairs, median 2.93 -> 2.84 s, 4,096 ranks 11.23 -> 11.04 s, stop 47).
+  6.2, beside the load's workers; no command does linear algebra); and, on a VM whose freed
+  memory goes back to its host (a virtio balloon device that reports free pages), no huge
+  pages asked for its arrays. numpy asks the kernel for them on every array of 4 MiB or more;
+  the kernel reports to the host the free blocks of a huge page's size, and the host discards
+  them, so a new huge page there is memory the host must find again: on this project's VM
+  (no compaction counted), 300 MB of a new array took 645-767 ms with huge pages and 107-182
+  ms without; a 1,024-rank first run, 6 interleaved pairs, median 2.93 -> 2.84 s, 4,096 ranks
+  11.23 -> 11.04 s (stop 47). Where the host's memory stays (bare metal; a VM whose memory is
+  pinned, as a GPU passed through pins it), a huge page is the faster: 58 ms against 107-132
+  ms for the same array right after another process freed its memory. So numpy's default
+  stands there.
 """
 
 from __future__ import annotations
@@ -49,12 +54,14 @@ import functools
 import gc
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 __all__ = [
     "before_numpy",
     "collect_less_often",
     "free_heap_bytes",
+    "free_pages_reported",
     "give_large_blocks_back",
     "keep_freed_memory",
     "trim",
@@ -169,10 +176,38 @@ def collect_less_often() -> None:
 
 def before_numpy() -> None:
     """The console command's numpy settings, made before numpy is imported (it reads them
-    then), where the user did not make them: ``OPENBLAS_NUM_THREADS=1`` and
-    ``NUMPY_MADVISE_HUGEPAGE=0`` (see the module's notes). They reach only our own helpers'
+    then), where the user did not make them: ``OPENBLAS_NUM_THREADS=1``, and
+    ``NUMPY_MADVISE_HUGEPAGE=0`` where freed memory goes back to the host
+    (``free_pages_reported``; see the module's notes). They reach only our own helpers'
     processes (py-spy, the store client), never the user's job; a library caller's process is
     left as it is."""
     if "numpy" not in sys.modules:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-        os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
+        if "NUMPY_MADVISE_HUGEPAGE" not in os.environ and free_pages_reported():
+            os.environ["NUMPY_MADVISE_HUGEPAGE"] = "0"
+
+
+# Where Linux lists a VM's virtio devices; a balloon's device id, and the feature bit by which
+# it takes the guest's free pages back (VIRTIO_BALLOON_F_REPORTING, virtio spec 5.5.3).
+VIRTIO_DEVICES = Path("/sys/bus/virtio/devices")
+_BALLOON = "0x0005"
+_REPORTING_BIT = 5
+
+
+def free_pages_reported(devices: Path = VIRTIO_DEVICES) -> bool:
+    """Whether this machine hands its free memory back to a host: a virtio balloon device
+    that negotiated free page reporting (its ``features``: one character a bit, '1' set)."""
+    try:
+        listed = list(devices.iterdir())
+    except OSError:
+        return False
+    for device in listed:
+        try:
+            if (device / "device").read_text().strip() != _BALLOON:
+                continue
+            features = (device / "features").read_text().strip()
+        except OSError:
+            continue
+        if len(features) > _REPORTING_BIT and features[_REPORTING_BIT] == "1":
+            return True
+    return False

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from frtrace.heap import GC_THRESHOLDS, give_large_blocks_back
+from frtrace.heap import GC_THRESHOLDS, free_pages_reported, give_large_blocks_back
 
 cli_app = importlib.import_module("frtrace.cli.app")  # (frtrace.cli.app is also the Typer)
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
@@ -142,7 +142,8 @@ app = importlib.import_module("frtrace.cli.app")
 def run():
     import numpy
     print(os.environ["OPENBLAS_NUM_THREADS"], len(os.listdir("/proc/self/task")))
-    print(os.environ["NUMPY_MADVISE_HUGEPAGE"], numpy._core.multiarray._get_madvise_hugepage())
+    huge = numpy._core.multiarray._get_madvise_hugepage()
+    print(os.environ.get("NUMPY_MADVISE_HUGEPAGE", "-"), huge)
     sys.exit(0)
 app.run = run
 app.main()
@@ -173,10 +174,42 @@ def test_the_command_starts_no_blas_thread_unless_the_user_asks(theirs: str | No
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="numpy's huge pages: Linux")
 @pytest.mark.parametrize("theirs", [None, "1", "0"])
-def test_the_command_asks_for_no_huge_pages_unless_the_user_does(theirs: str | None) -> None:
-    """numpy asks the kernel for huge pages for its large arrays, which a fragmented host
-    compacts memory for on the spot: the command tells numpy not to, before it is imported;
-    a user's own setting stands."""
+def test_the_command_asks_for_no_huge_pages_where_the_host_takes_freed_memory(
+    theirs: str | None,
+) -> None:
+    """numpy asks the kernel for huge pages for its large arrays, new memory every time on a
+    VM that hands freed memory back to its host: there the command tells numpy not to,
+    before it is imported; elsewhere numpy's default stands; a user's own setting stands."""
     _, (setting, used) = _numpy_settings(NUMPY_MADVISE_HUGEPAGE=theirs)
-    assert setting == (theirs or "0")
-    assert used == str(theirs == "1")
+    if theirs is None:
+        reported = free_pages_reported()
+        assert setting == ("0" if reported else "-")
+        assert used == str(not reported)
+    else:
+        assert (setting, used) == (theirs, str(theirs == "1"))
+
+
+def _device(root: Path, name: str, device: str, features: str) -> None:
+    (root / name).mkdir()
+    (root / name / "device").write_text(f"{device}\n")
+    (root / name / "features").write_text(f"{features}\n")
+
+
+@pytest.mark.parametrize(
+    ("devices", "reported"),
+    [
+        ([], False),
+        ([("0x0001", "1111111111")], False),  # a network device, every bit set
+        ([("0x0005", "0110000000")], False),  # a balloon without free page reporting
+        ([("0x0002", "0"), ("0x0005", "0110010100")], True),  # this project's VM's
+        ([("0x0005", "01100")], False),  # (too short to say)
+    ],
+)
+def test_free_pages_are_reported_by_a_balloon_with_the_feature(
+    tmp_path: Path, devices: list[tuple[str, str]], reported: bool
+) -> None:
+    for k, (device, features) in enumerate(devices):
+        _device(tmp_path, f"virtio{k}", device, features)
+    (tmp_path / "virtio9").mkdir()  # (a device whose files cannot be read)
+    assert free_pages_reported(tmp_path) is reported
+    assert free_pages_reported(tmp_path / "missing") is False
