@@ -8,7 +8,7 @@ a decimal number, a path, a choice by its exact name, a list of texts), and for 
 ``install`` puts a coercion here in front of typer's: it gives what typer's gives, and for
 anything else (another type, a value out of range, a path that fails its checks, a value
 typer would reject) it hands the value to typer's own coercion, so what is accepted and
-every error message stay typer's (``tests/cli/test_coercion.py`` compares the two on each
+every error message stay typer's (``tests/test_cli_coercion.py`` compares the two on each
 parameter of each command). Where typer is not the version this was written against,
 nothing is installed.
 
