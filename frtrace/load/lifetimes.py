@@ -77,7 +77,6 @@ def _spans(dumps: DumpSet) -> dict[int, tuple[int, int]]:
         return {}
     rank = entries.column("rank").to_numpy()
     starts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
-
     ends = np.r_[starts[1:], len(rank)]
 
     def per_run(name: str, reduce: np.ufunc, unset: int) -> np.ndarray:
