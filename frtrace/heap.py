@@ -64,6 +64,7 @@ __all__ = [
     "free_pages_reported",
     "give_large_blocks_back",
     "keep_freed_memory",
+    "libc_function",
     "trim",
 ]
 
@@ -81,7 +82,7 @@ _MALLINFO2_FIELDS = "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks 
 
 
 @functools.cache
-def _libc_function(name: str, *argtypes: str) -> Any:
+def libc_function(name: str, *argtypes: str) -> Any:
     """The function ``int name(argtypes...)`` of this process's C library (ctypes; each
     argument type named as ctypes names it: "c_int"), or None where it has none of that name
     (not glibc) or this is not Linux."""
@@ -100,7 +101,7 @@ def _libc_function(name: str, *argtypes: str) -> Any:
 
 def _mallopt(param: int, value: int) -> bool:
     """glibc's ``mallopt``; False where there is none, or it refused."""
-    mallopt = _libc_function("mallopt", "c_int", "c_int")
+    mallopt = libc_function("mallopt", "c_int", "c_int")
     return mallopt is not None and bool(mallopt(param, value))
 
 
@@ -109,7 +110,7 @@ def trim() -> None:
     within it back to the kernel (freed numpy and Arrow buffers stay in the process
     otherwise), once the heap holds more than ``KEEP_FREED_BYTES`` free; nothing where there
     is no glibc."""
-    malloc_trim = _libc_function("malloc_trim", "c_size_t")
+    malloc_trim = libc_function("malloc_trim", "c_size_t")
     if malloc_trim is None:
         return
     free = free_heap_bytes()

@@ -44,14 +44,17 @@ import numpy as np
 import pyarrow as pa
 
 from frtrace.errors import InputError
+from frtrace.heap import libc_function
 from frtrace.load.cache import private_directory
 
 __all__ = [
     "SPILL_MIN_BYTES",
     "SpilledColumn",
+    "drop_range",
     "finish_removing",
     "release_pages",
     "remove_spill_directory",
+    "reserve",
     "spill_directory",
     "spill_min_bytes",
     "track",
@@ -85,6 +88,33 @@ def release_pages() -> None:
     for mapped in list(_MAPPED):
         with contextlib.suppress(OSError, ValueError):
             mapped.madvise(advice)
+
+
+# Linux's <linux/falloc.h>: free a range of a file's pages and blocks, its size kept
+FALLOC_FL_KEEP_SIZE = 0x01
+FALLOC_FL_PUNCH_HOLE = 0x02
+
+
+def reserve(fd: int, length: int) -> bool:
+    """Give the first ``length`` bytes of a file open for writing their blocks on disk now
+    (Linux's ``fallocate``; holes read as zeros still), so that writing them cannot fail for
+    room. False where there is no room, or no way to reserve it here (never written out as
+    zeros, as ``posix_fallocate`` would where the filesystem cannot)."""
+    fallocate = libc_function("fallocate64", "c_int", "c_int", "c_int64", "c_int64")
+    return fallocate is not None and length > 0 and bool(fallocate(fd, 0, 0, length) == 0)
+
+
+def drop_range(fd: int, start: int, length: int) -> bool:
+    """Let go of bytes [start, start + length) of a file open for writing, that nothing will
+    read again: its pages in the page cache (written or not) and its blocks on disk are freed
+    now, and the range reads as zeros (Linux's ``fallocate`` punching a hole). False, and
+    nothing done, where the filesystem or the C library cannot (the range then stays until the
+    file is removed)."""
+    fallocate = libc_function("fallocate64", "c_int", "c_int", "c_int64", "c_int64")
+    if fallocate is None or length <= 0:
+        return False
+    mode = FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
+    return bool(fallocate(fd, mode, start, length) == 0)
 
 
 def track(mapped: mmap.mmap) -> None:

@@ -262,6 +262,84 @@ def test_a_workers_file_removed_before_it_is_gathered_is_one_line_naming_it(
     assert "\n" not in str(caught.value)
 
 
+def _shipped_to(writer: ColumnWriter) -> tuple[list[Any], list[Any]]:
+    candidates = discover(NCCL).candidates
+    results = [try_parse(c) for c in candidates]
+    shipped = [writer.ship(r) if isinstance(r, ParsedDump) else r for r in results]
+    return candidates, shipped
+
+
+def _can_drop(where: Path) -> bool:
+    """Can this filesystem let go of a file's range (``spill.drop_range``)?"""
+    probe = where / "probe"
+    fd = os.open(probe, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, bytes(1 << 16))
+        return spill.reserve(fd, 1 << 16) and spill.drop_range(fd, 0, 1 << 16)
+    finally:
+        os.close(fd)
+        probe.unlink()
+
+
+@pytest.mark.parametrize("reserved", [True, False])
+def test_the_writers_files_are_let_go_of_as_the_table_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reserved: bool
+) -> None:
+    """The parts of the workers' files are freed as they are gathered into the entries'
+    file (so that its pages are theirs again), once that file's room is reserved; where it
+    cannot be, they stay until the end, for the other way. The table is the same either way."""
+    if not _can_drop(tmp_path):
+        pytest.skip("this filesystem cannot free a range of a file")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    kept = _load(NCCL, monkeypatch, gathered=False)
+    if not reserved:
+        monkeypatch.setattr(spill, "reserve", lambda fd, length: False)
+    writer = ColumnWriter(tmp_path, "worker.columns")
+    candidates, shipped = _shipped_to(writer)
+    writer.close()
+    assert os.stat(writer.path).st_blocks > 0
+    monkeypatch.setattr(spill, "SPILL_MIN_BYTES", 0)
+    _same(build_dump_set(NCCL, candidates, shipped), kept)
+    assert (os.stat(writer.path).st_blocks == 0) == reserved
+
+
+def test_next_offsets_are_the_lowest_of_each_files_later_parts() -> None:
+    def part(path: str, offset: int) -> Any:
+        return gather.ShippedColumns(path, offset, 1, (), ())
+
+    parts = [part("a", 0), part("b", 0), part("a", 80), part("a", 40), part("b", 8)]
+    assert gather._next_offsets(parts) == [40, 8, 40, None, None]
+
+
+def test_a_table_write_that_fails_once_the_parts_are_let_go_of_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the entries' file fails to be written (a disk error) after the workers' files
+    were freed, the columns cannot be gathered the other way: one line naming the file and
+    what to do, and no file of the dumps' contents left behind."""
+    from frtrace.load import outputs
+
+    if not _can_drop(tmp_path):
+        pytest.skip("this filesystem cannot free a range of a file")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    writer = ColumnWriter(tmp_path, "worker.columns")
+    candidates, shipped = _shipped_to(writer)
+    writer.close()
+    monkeypatch.setattr(spill, "SPILL_MIN_BYTES", 0)
+
+    def broken(self: object, data: object) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(outputs.Hole, "_write", broken)
+    said = r"entries\.arrow: .*Input/output.* run again"
+    with pytest.raises(WorkFilesLost, match=said) as caught:
+        build_dump_set(NCCL, candidates, shipped)
+    assert "\n" not in str(caught.value)
+    spill.finish_removing()
+    spilled = tmp_path / "cache" / "frtrace" / "spill"
+    assert not [p for p in spilled.rglob("*") if p.is_file() and p.name != spill.LOCK_NAME]
+
+
 def test_a_shipped_dump_pickles_as_its_values(tmp_path: Path) -> None:
     """The hand-over's records cross the pipe by their own ``__reduce__`` (no slots
     dataclass's field lookup per object), and come back equal."""
