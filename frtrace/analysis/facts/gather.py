@@ -78,14 +78,33 @@ def facts_of(
     failures its logs, error files and sidecars report (``evidence``), and what ``frtrace
     collect`` knew of each rank (``collected``: its dump time, host and pid)."""
     with ThreadPoolExecutor(1, thread_name_prefix="frtrace-facts") as beside:
-        # The groups resolved, then (NCCL) what the dump itself discovered read, beside the
-        # matching, which needs neither until its group id column (Arrow, pandas and numpy
-        # passes over every entry, most without the GIL)
+        # The groups resolved, then when each dump was written (what (NCCL) the dump itself
+        # discovered, the sidecars, collect's manifests) and what that says of each rank,
+        # beside the matching, which needs none of it until its group id column (Arrow,
+        # pandas and numpy passes over every entry, most without the GIL)
         groups = beside.submit(resolve_groups, dumps)
-        discovered = beside.submit(dump_times_from_entries, dumps)
+        timed = beside.submit(_dump_moments, dumps, stacks, collected)
         matched = match(dumps, groups)
         membership = groups.result()
-        times = discovered.result()
+        moments, sources = timed.result()
+    facts = gather_facts(
+        dumps,
+        evidence=evidence,
+        stacks=stacks,
+        collected=collected,
+        moments=moments,
+        lined_up=(membership, matched),
+    )
+    claimed = tuple(ManifestTimes(manifest=rel, ranks=ranks) for rel, ranks in sources)
+    return replace(facts, claimed=claimed) if claimed else facts
+
+
+def _dump_moments(
+    dumps: DumpSet, stacks: StackSet | None, collected: Collected | None
+) -> tuple[DumpMoments, tuple[tuple[str, tuple[int, ...]], ...]]:
+    """When each rank's dump was written and what that says of it (``dump_moments``), and
+    the manifests of ``frtrace collect`` that alone gave a rank's time (each with its ranks)."""
+    times = dump_times_from_entries(dumps)
     failed: frozenset[int] = frozenset()
     if stacks is not None:  # the recorder's sidecar, written with the dump
         times |= {r: t for r in stacks.ranks if (t := stacks.taken_at_ns(r)) is not None}
@@ -93,11 +112,7 @@ def facts_of(
             r for r in stacks.ranks if (stacks.trigger(r) or "").startswith("exception")
         )
     used, sources = manifest_times(collected, times)  # collect's, where the dumps say none
-    facts = gather_facts(
-        dumps, times | used, failed, evidence, stacks, collected, lined_up=(membership, matched)
-    )
-    claimed = tuple(ManifestTimes(manifest=rel, ranks=ranks) for rel, ranks in sources)
-    return replace(facts, claimed=claimed) if claimed else facts
+    return dump_moments(dumps, times | used, failed), sources
 
 
 def gather_facts(
@@ -109,17 +124,21 @@ def gather_facts(
     collected: Collected | None = None,
     *,
     lined_up: tuple[Membership, MatchResult] | None = None,
+    moments: DumpMoments | None = None,
 ) -> Facts:
     """The facts of a loaded dump set; ``dumped_at_ns``: when each rank's dump was written,
     where known; ``failed_ranks``: ranks whose dump was written because something failed;
-    ``lined_up``: its groups and matched ops, where the caller has them already."""
+    ``lined_up``: its groups and matched ops, and ``moments``: what the dump times say of
+    each rank (``dump_moments``; for it, ``dumped_at_ns`` and ``failed_ranks`` are then not
+    read), where the caller has them already."""
     if lined_up is None:
         membership = resolve_groups(dumps)
         matched = match(dumps, membership)
     else:
         membership, matched = lined_up
     give_back_memory()  # (matching's per-entry temporaries: before the next steps allocate)
-    moments = dump_moments(dumps, dumped_at_ns or {}, failed_ranks)
+    if moments is None:
+        moments = dump_moments(dumps, dumped_at_ns or {}, failed_ranks)
     waits = build_wait_graph(dumps, membership, matched, running=moments.running, moments=moments)
     places: dict[int, CulpritWhere] = {}
     sampled: dict[int, ProcessStacks] = {}

@@ -248,8 +248,12 @@ def match(dumps: DumpSet, groups: Membership | Future[Membership]) -> MatchResul
     # The per-entry columns are gone: hand their memory back, or it stays in the process
     # (glibc keeps freed numpy/pandas buffers: ~90 bytes per entry, 6 GB at 32,768 ranks)
     give_back_memory()
-    consensus = consensus_of(collectives)
-    spans = rank_group_spans(collectives)
+    with ThreadPoolExecutor(1, thread_name_prefix="frtrace-spans") as beside:
+        # each member's span of each group (a sort of its rows: without the GIL) beside the
+        # ops' consensus; both only read the collectives
+        spanned = beside.submit(rank_group_spans, collectives)
+        consensus = consensus_of(collectives)
+        spans = spanned.result()
     collectives, consensus, failed = settle_completion(
         dumps, membership, collectives, consensus, spans
     )
