@@ -48,15 +48,14 @@ def diagnose(
 
 def diagnose_facts(facts: Facts) -> Report:
     """Run every rule over the facts and decide."""
-    found = [finding for rule in RULES for finding in rule(facts)]
-    give_back_memory()  # (the pages of mapped columns the findings read, and their garbage)
-    # The stragglers are found beside the groups' progress, which they do not need: numpy
-    # passes over every collective, most of them without the GIL
+    # The stragglers are found beside the rules and the groups' progress, which they do not
+    # need: numpy passes over every collective, most of them without the GIL
     with ThreadPoolExecutor(1, thread_name_prefix="frtrace-stragglers") as beside:
         late = beside.submit(find_stragglers, facts.dumps, facts.membership, facts.matched)
+        found = [finding for rule in RULES for finding in rule(facts)]
         progress = _progress(facts.membership, facts.matched)
         stragglers = late.result()
-    give_back_memory()
+    give_back_memory()  # (the pages of mapped columns the findings read, and their garbage)
     decision = verdict(found, facts, stragglers)
     notes = data_notes(facts.dumps, facts.membership, facts.matched, facts.waits, decision.verdict)
     notes += [
