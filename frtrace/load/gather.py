@@ -312,7 +312,7 @@ class _Sources:
         it) need not be read again, those pages are freed (``spill.drop_range``): the table
         being written then takes the same memory, not as much again. At 4,096 ranks the
         writers' files are 1.4 GB; with both held until the end, writing the table took
-        1.8-3.6 s, and 0.6 s so. True where something was let go of."""
+        1.1-3.6 s, and 0.6 s so. True where something was let go of."""
         fd = self.fds.get(path)
         if not self.release or fd is None or path in self.kept_whole:
             return False
