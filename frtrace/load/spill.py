@@ -100,8 +100,7 @@ def reserve(fd: int, length: int) -> bool:
     (Linux's ``fallocate``; holes read as zeros still), so that writing them cannot fail for
     room. False where there is no room, or no way to reserve it here (never written out as
     zeros, as ``posix_fallocate`` would where the filesystem cannot)."""
-    fallocate = libc_function("fallocate64", "c_int", "c_int", "c_int64", "c_int64")
-    return fallocate is not None and length > 0 and bool(fallocate(fd, 0, 0, length) == 0)
+    return _fallocate(fd, 0, 0, length)
 
 
 def drop_range(fd: int, start: int, length: int) -> bool:
@@ -110,11 +109,14 @@ def drop_range(fd: int, start: int, length: int) -> bool:
     now, and the range reads as zeros (Linux's ``fallocate`` punching a hole). False, and
     nothing done, where the filesystem or the C library cannot (the range then stays until the
     file is removed)."""
+    return _fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, start, length)
+
+
+def _fallocate(fd: int, mode: int, start: int, length: int) -> bool:
+    """The C library's ``fallocate`` (the system call, never emulated); False where there is
+    none, the range is empty, or it refused."""
     fallocate = libc_function("fallocate64", "c_int", "c_int", "c_int64", "c_int64")
-    if fallocate is None or length <= 0:
-        return False
-    mode = FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
-    return bool(fallocate(fd, mode, start, length) == 0)
+    return fallocate is not None and length > 0 and bool(fallocate(fd, mode, start, length) == 0)
 
 
 def track(mapped: mmap.mmap) -> None:
