@@ -1,4 +1,4 @@
-"""The one compiled part: frtrace.load._scan (optional), the C reader of a dump's pickle and
+"""The one compiled part: frtrace.load.read._scan (optional), the C reader of a dump's pickle and
 the C pass that reads its columns.
 
 Everything else is in pyproject.toml. Where the module cannot be built (no C compiler), the
@@ -14,9 +14,9 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "frtrace.load._scan",
-            ["frtrace/load/_scan.c", "frtrace/load/_tree.c"],
-            depends=["frtrace/load/_scan.h"],
+            "frtrace.load.read._scan",
+            ["frtrace/load/read/_scan.c", "frtrace/load/read/_tree.c"],
+            depends=["frtrace/load/read/_scan.h"],
             optional=os.environ.get("FRTRACE_REQUIRE_C", "") in ("", "0"),
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
         )

@@ -21,7 +21,7 @@ same place, the same size budget and eviction. It is used only when its identity
 Each part of the identity is taken before what it identifies is read, so a file rewritten
 meanwhile leaves an entry that no longer matches: the code's and the side files' first, the
 dumps' with them where an entry is stored (to compare), else each by the worker that reads it
-(``load.fingerprint``). A damaged entry (not JSON, a wrong field or type, another codec) is
+(``incident.fingerprint``). A damaged entry (not JSON, a wrong field or type, another codec) is
 deleted and rebuilt; any failure to write is one note on stderr, never an error. Archives are
 not cached (the tables of an archive are not either).
 """
@@ -37,10 +37,10 @@ from typing import Any
 
 from frtrace.analysis.codec import CodecError, decode, decode_report, encode, encode_report
 from frtrace.errors import FrtraceError
+from frtrace.incident.discover import Discovery, discover
+from frtrace.incident.fingerprint import path_fingerprint
+from frtrace.incident.problems import LoadProblem
 from frtrace.load.cache import DirectoryCache, cache_disabled, cache_root
-from frtrace.load.discover import Discovery, discover
-from frtrace.load.fingerprint import path_fingerprint
-from frtrace.load.problems import LoadProblem
 from frtrace.model import Report
 
 __all__ = ["CODE", "FORMAT", "SIDECAR", "Diagnosis", "DiagnosisCache", "code_digest"]
@@ -53,21 +53,17 @@ PACKAGE = Path(__file__).resolve().parent
 CODE = (
     "__init__.py",
     "analysis",
-    "budget.py",
+    "base",  # (progress says what the run does; hashed as every module the pipeline imports)
+    "detail",
     "diagnosis_cache.py",
     "errors.py",
     "evidence",
-    "heap.py",
+    "incident",
     "job",
-    "layout.py",
     "load",
-    "detail",
     "model.py",
     "pipeline.py",
-    "printable.py",
-    "progress.py",  # (it says what the run does; hashed as every module the pipeline imports)
     "pystack",
-    "ranges.py",
     # (never report/: the Report holds typed values, no words; report/ says them when shown)
 )
 

@@ -11,11 +11,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from frtrace.base.progress import Progress, owned
 from frtrace.diagnosis_cache import Diagnosis, DiagnosisCache
 from frtrace.errors import FrtraceError, NoDumpsFound
-from frtrace.load.discover import Discovery, SideFile, discover, list_files
+from frtrace.incident.discover import Discovery, SideFile, discover, list_files
 from frtrace.model import Report
-from frtrace.progress import Progress, owned
 
 # The loader, the side files' readers and the analysis are imported where used: a run that
 # finds its diagnosis in the cache (``diagnose_source``) imports none of them (numpy, Arrow,
@@ -34,7 +34,7 @@ def analyze(
 ) -> Report:
     """Load every dump (and every collected Python stack, log and error file) under
     ``directory``; diagnose. A directory with no dump but logs that report failures is
-    analysed from those alone. ``progress``: the phases shown (``frtrace.progress``)."""
+    analysed from those alone. ``progress``: the phases shown (``frtrace.base.progress``)."""
     from frtrace.load import tables
 
     directory = Path(directory)
@@ -189,8 +189,8 @@ def diagnose_source(
     """The report and load problems of a dump directory or archive: from the cache of an
     earlier run on the same, unchanged files (no dump or table is read then), else loaded,
     diagnosed and stored (not with ``cache=False``; archives are not cached). ``progress``:
-    the phases shown (``frtrace.progress``): discover, load, analyse. ``attempt``: of a
-    restarted job, the attempt analysed (default the newest; ``frtrace.load.attempts``)."""
+    the phases shown (``frtrace.base.progress``): discover, load, analyse. ``attempt``: of a
+    restarted job, the attempt analysed (default the newest; ``frtrace.incident.attempts``)."""
     with owned(progress) as shown:
         return _diagnose_source(source, jobs, only, scheduler, cache, shown, attempt)
 

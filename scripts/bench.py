@@ -472,8 +472,8 @@ def estimate(dumps: Path, ranks: int, sample: int = 48) -> str:
     """Per-file costs measured here, and the loading time they predict for ``ranks`` files."""
     import pickle
 
-    from frtrace.load.discover import discover
-    from frtrace.load.parse import try_parse
+    from frtrace.incident.discover import discover
+    from frtrace.load.read.parse import try_parse
     from frtrace.load.tables import build_dump_set
 
     candidates = discover(dumps).candidates[:sample]

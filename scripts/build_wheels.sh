@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build what PyPI takes for frtrace into OUT (default dist/): the sdist, and from it one
 # manylinux2014 wheel (glibc 2.17+: any cluster of the last decade) per CPython, each with the
-# C reader (frtrace/load/_scan.c, _tree.c) built in.
+# C reader (frtrace/load/read/_scan.c, _tree.c) built in.
 #
 #   scripts/build_wheels.sh [OUT]
 #   PYTHONS="/opt/py311/bin/python3 /opt/py312/bin/python3" scripts/build_wheels.sh dist

@@ -19,8 +19,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from torchfrtrace_runner import run_torchfrtrace  # noqa: E402
 
+from frtrace.base.ranges import format_ranks  # noqa: E402
 from frtrace.pipeline import analyze  # noqa: E402
-from frtrace.ranges import format_ranks  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures"
 

@@ -1,6 +1,7 @@
 """The 100,000-rank model of issue 32 (item 4), from costs measured here on a bench.py set.
 
-The design modelled is the one built (``frtrace.load.cluster``, ``frtrace.load.frontier``):
+The design modelled is the one built (``frtrace.load.workers.cluster``,
+``frtrace.load.workers.frontier``):
 with ``--scheduler`` and a large set, two passes over the files on the Dask workers.
 
 1. Each task (``CUT_FILES_PER_TASK`` files: 128) reads its dumps and folds them into
@@ -58,10 +59,10 @@ def _cpu(call: Any, *args: Any) -> tuple[Any, float]:
 def measure(dumps: Path, sample: int, small: int) -> dict[str, float]:
     """The per-file and per-key costs, on the first ``sample`` files of ``dumps``."""
     sys.path.insert(0, str(ROOT))
-    from frtrace.load.cluster import FAN_IN
-    from frtrace.load.discover import discover
-    from frtrace.load.frontier import cut, fold, merge
-    from frtrace.load.parse import ParsedDump, try_parse
+    from frtrace.incident.discover import discover
+    from frtrace.load.read.parse import ParsedDump, try_parse
+    from frtrace.load.workers.cluster import FAN_IN
+    from frtrace.load.workers.frontier import cut, fold, merge
 
     every = discover(dumps).candidates
     candidates = every[:sample]
@@ -128,8 +129,8 @@ def model(
     costs: dict[str, float], coord: dict[str, float], ranks: int, workers: int
 ) -> dict[str, float]:
     """The prediction for ``ranks`` on ``workers`` single-core workers."""
-    from frtrace.load.cluster import FAN_IN
-    from frtrace.load.executors import CUT_FILES_PER_TASK as FILES_PER_TASK
+    from frtrace.load.workers.cluster import FAN_IN
+    from frtrace.load.workers.executors import CUT_FILES_PER_TASK as FILES_PER_TASK
 
     tasks = math.ceil(ranks / FILES_PER_TASK)
     pass1_s = ranks * (costs["parse_s"] + costs["fold_s"]) / workers

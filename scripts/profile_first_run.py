@@ -103,8 +103,8 @@ def main() -> None:
     import frtrace.cli as cli
     import frtrace.diagnosis_cache as diagnosis_cache
     import frtrace.load.cache as cache
-    import frtrace.load.executors as executors
     import frtrace.load.tables as tables
+    import frtrace.load.workers.executors as executors
     import frtrace.pipeline as pipeline
 
     phases.rows.append(("imports", time.perf_counter() - wall, _cpu() - cpu, 0.0))

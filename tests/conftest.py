@@ -61,7 +61,7 @@ def fixture_sets() -> list[Path]:
 def _holds_dumps(directory: Path) -> bool:
     """A job that left logs only (every rank died before dumping) is not a dump set."""
     from frtrace.errors import NoDumpsFound
-    from frtrace.load.discover import discover
+    from frtrace.incident.discover import discover
 
     try:
         discover(directory)

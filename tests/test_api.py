@@ -33,52 +33,48 @@ PUBLIC = {
 
 # Stage -> the stages it may import. Nothing imports upward; the job side imports nothing of
 # the analysis (a training script pays only for what it uses).
+_GROUND = {"errors", "base"}  # what every stage stands on (``base``: files written safely,
+# the process's heap, progress, printable text, rank ranges; imports nothing but ``errors``)
 ALLOWED = {
-    "job": {"job"},
-    # (``layout``: what each file of a dump folder is, one rule for the three readers)
-    # (``budget``: what an untrusted file may cost, the limits every reader shares;
-    # ``outpaths``: where frtrace writes, never through another user's link)
-    "pystack": {"pystack", "job", "errors", "ranges", "printable", "layout", "budget"},
-    "evidence": {"evidence", "pystack", "job", "errors", "ranges", "printable", "layout", "budget"},
-    # (``heap``: how glibc's malloc keeps memory, set per process: a load worker's)
-    "load": {
-        "load",
-        "errors",
-        "printable",
-        "ranges",
-        "progress",
-        "layout",
-        "budget",
-        "outpaths",
-        "heap",
-    },
+    "errors": set(),
+    "base": {"base", "errors"},
+    "job": {"job", *_GROUND},
+    # stage 0: the folder read once (what each file is, the budgets every reader shares, the
+    # sets, attempts and copies); ``job``: the name of collect's manifest
+    "incident": {"incident", "job", *_GROUND},
+    "pystack": {"pystack", "incident", "job", *_GROUND},
+    "evidence": {"evidence", "pystack", "incident", "job", *_GROUND},
+    "load": {"load", "incident", *_GROUND},
     # the findings' typed evidence: plain values, beside the job's failures they cite
-    "detail": {"detail", "evidence", "pystack", "job", "errors", "ranges", "printable"},
-    "analysis": {
+    "detail": {"detail", "evidence", "pystack", "job", *_GROUND},
+    "model": {"detail", "evidence", "pystack", "job", *_GROUND},
+    "analysis": {"analysis", "model", "detail", "load", "pystack", "evidence", *_GROUND},
+    "collect": {"collect", "incident", "job", *_GROUND},
+    # report and gate read the model (``frtrace.model``, the findings' typed evidence in
+    # ``frtrace.detail``), never the analysis that made it
+    "report": {"report", "model", "detail", "load", "pystack", "evidence", *_GROUND},
+    "diagnosis_cache": {
         "analysis",
         "model",
         "detail",
         "load",
+        "incident",
         "pystack",
         "evidence",
-        "errors",
-        "ranges",
-        "printable",
+        *_GROUND,
     },
-    "collect": {"collect", "job", "errors", "ranges", "printable", "outpaths"},
-    # report and gate read the model (``frtrace.model``, the findings' typed evidence in
-    # ``frtrace.detail``), never the analysis that made it
-    "report": {
-        "report",
-        "model",
-        "detail",
+    "pipeline": {
+        "analysis",
+        "diagnosis_cache",
+        "evidence",
+        "incident",
         "load",
+        "model",
         "pystack",
-        "evidence",
-        "errors",
-        "ranges",
-        "printable",
+        *_GROUND,
     },
+    # the gate, and the report a stalled job writes about itself (``job.watch`` runs
+    # ``gate.watchreport`` by name, on a stall)
     "gate": {
         "gate",
         "pipeline",
@@ -87,37 +83,12 @@ ALLOWED = {
         "load",
         "report",
         "evidence",
-        "errors",
-        "ranges",
-        "printable",
-    },
-    # the modules at the top of the package, held to the same rule: what every stage shares
-    # imports nothing of frtrace; the model imports no stage that reads it; the entry points
-    # import what they wire
-    "errors": set(),
-    "printable": set(),
-    "ranges": set(),
-    "progress": set(),
-    "layout": {"job"},  # (the name of collect's manifest, frtrace.job.manifest)
-    "model": {"detail", "evidence", "pystack", "job", "errors", "ranges", "printable"},
-    "diagnosis_cache": {"analysis", "errors", "load", "model", "detail", "evidence", "pystack"},
-    "pipeline": {
-        "analysis",
-        "diagnosis_cache",
-        "errors",
-        "evidence",
-        "load",
-        "model",
-        "progress",
-        "pystack",
+        "incident",
+        "job",
+        *_GROUND,
     },
     "recorder": {"job"},
     "testing": {"gate"},
-    "budget": set(),
-    "heap": set(),
-    "outpaths": {"errors"},
-    # the report a stalled job writes about itself (``job.watch`` runs it by name, on a stall)
-    "watchreport": {"job", "layout", "model", "pipeline", "printable", "report"},
     "__init__": {"errors", "load", "model", "pipeline"},
     "__main__": {"cli"},
 }
@@ -288,7 +259,7 @@ def test_long_functions_are_few_and_say_why() -> None:
 
 # The entry points above the renderers, the gate and the CLI: what they may import is theirs
 _RENDERERS_UP = ("report", "cli", "gate")
-_ENTRY_POINTS = {"__main__.py", "testing.py", "watchreport.py"}  # (and the watch's report)
+_ENTRY_POINTS = {"__main__.py", "testing.py"}
 
 
 def test_nothing_below_the_renderers_imports_them() -> None:

@@ -63,7 +63,7 @@ def test_version_says_the_reader_python_pyarrow_and_torch_without_importing_torc
     import pyarrow
 
     from frtrace import __version__
-    from frtrace.load import native
+    from frtrace.load.read import native
 
     lines = _version_lines()
     assert lines[0] == f"frtrace {__version__}"
@@ -91,7 +91,7 @@ def test_version_without_torch_and_without_the_c_reader() -> None:
 
 def test_version_names_pure_python_as_the_reason() -> None:
     lines = _version_lines(env={"FRTRACE_PURE_PYTHON": "1"})
-    from frtrace.load import native
+    from frtrace.load.read import native
 
     if native.location() is not None:
         assert lines[1] == "C reader: off: FRTRACE_PURE_PYTHON is set"

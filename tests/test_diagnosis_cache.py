@@ -164,7 +164,7 @@ def test_code_digest_covers_the_analysis(tmp_path: Path) -> None:
     package = tmp_path / "frtrace"
     shutil.copytree(dc.PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
     before = dc.code_digest(package)
-    for name in ("analysis/diagnose.py", "pystack/where.py", "load/parse.py", "pipeline.py"):
+    for name in ("analysis/diagnose.py", "pystack/where.py", "load/read/parse.py", "pipeline.py"):
         path = package / name
         text = path.read_text()
         path.write_text(text + "\n# edited\n")
@@ -313,10 +313,10 @@ def test_a_first_run_lists_once_and_leaves_the_fingerprints_to_the_workers(
     and the diagnosis is stored under those (the next run a hit)."""
     directory = healthy_set(tmp_path / "dumps", world=4)
     import frtrace.diagnosis_cache
-    import frtrace.load.discover
+    import frtrace.incident.discover
 
     listed: list[Path] = []
-    real_discover = frtrace.load.discover.discover
+    real_discover = frtrace.incident.discover.discover
 
     def discover(path: Path, **kwargs: Any) -> Any:
         listed.append(path)

@@ -236,7 +236,7 @@ def test_the_readme_installs_what_exists_before_a_release() -> None:
 
 def test_the_readme_and_the_notice_say_one_slowdown_without_the_c_reader() -> None:
     """The stderr notice and the README give the same measured number, and link to it."""
-    from frtrace.load import native
+    from frtrace.load.read import native
 
     assert native.SLOWDOWN in native.notice("FRTRACE_PURE_PYTHON is set")
     sentence = f"with the same results, {native.SLOWDOWN} slower ([measured]"

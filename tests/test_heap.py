@@ -1,4 +1,4 @@
-"""The command's heap (``frtrace/heap.py``): glibc's mmap threshold is fixed, so a block of
+"""The command's heap (``frtrace/base/heap.py``): glibc's mmap threshold is fixed, so a block of
 256 MiB or more is mapped (and given back on free) and a smaller one comes from the heap, and
 the heap's free top is kept."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from frtrace.heap import GC_THRESHOLDS, free_pages_reported, give_large_blocks_back
+from frtrace.base.heap import GC_THRESHOLDS, free_pages_reported, give_large_blocks_back
 
 cli_app = importlib.import_module("frtrace.cli.app")  # (frtrace.cli.app is also the Typer)
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
@@ -43,7 +43,7 @@ libc.mallinfo2.restype = Info
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
 libc.free.argtypes = [ctypes.c_void_p]
 if sys.argv[1] == "trim":  # MiB freed in small blocks, kept (a worker's trim threshold)
-    from frtrace.heap import M_TRIM_THRESHOLD, _mallopt, trim
+    from frtrace.base.heap import M_TRIM_THRESHOLD, _mallopt, trim
     _mallopt(M_TRIM_THRESHOLD, 1 << 30)
     blocks = [libc.malloc(1024) for _ in range(int(sys.argv[2]) << 10)]
     before = libc.mallinfo2().arena
@@ -54,7 +54,7 @@ if sys.argv[1] == "trim":  # MiB freed in small blocks, kept (a worker's trim th
     print(int(kept >= before - (1 << 20)), int(libc.mallinfo2().arena < before // 4))
     sys.exit()
 if sys.argv[1] == "fixed":
-    from frtrace.heap import GC_THRESHOLDS, give_large_blocks_back
+    from frtrace.base.heap import GC_THRESHOLDS, give_large_blocks_back
     print(give_large_blocks_back())
 libc.free(libc.malloc(16 << 20))
 for size in (8 << 20, 300 << 20):
@@ -128,7 +128,7 @@ def test_trim_hands_freed_heap_back_past_what_it_keeps(mib: int) -> None:
     """Freed small blocks that glibc keeps (above its trim threshold) go back to the kernel
     with ``trim`` (``load.tables.give_back_memory`` calls it between the analysis's steps),
     once they are more than ``KEEP_FREED_BYTES`` (64 MiB): less is kept, to be reused."""
-    from frtrace.heap import KEEP_FREED_BYTES
+    from frtrace.base.heap import KEEP_FREED_BYTES
 
     assert KEEP_FREED_BYTES == 64 << 20
     handed_back = "1" if mib << 20 > KEEP_FREED_BYTES else "0"

@@ -1,5 +1,5 @@
 """Where frtrace writes (``analyze -o FILE``, ``export -o DIR``, collect's folders): never
-through a link another user planted, whoever runs it (``frtrace/outpaths.py``)."""
+through a link another user planted, whoever runs it (``frtrace/base/files.py``)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from frtrace.base.files import open_out_dir, write_file
 from frtrace.cli import app
 from frtrace.errors import UnsafePathError
-from frtrace.outpaths import open_out_dir, write_file
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gloo" / "never_joins"
 NOBODY = 65534

@@ -62,10 +62,10 @@ def test_the_sdist_holds_the_package_and_nothing_of_the_checkout(sdist: Path) ->
         "pyproject.toml",
         "setup.py",
         "frtrace/py.typed",
-        "frtrace/load/_scan.c",
-        "frtrace/load/_tree.c",
-        "frtrace/load/_scan.h",
-        "frtrace/load/_scan.pyi",
+        "frtrace/load/read/_scan.c",
+        "frtrace/load/read/_tree.c",
+        "frtrace/load/read/_scan.h",
+        "frtrace/load/read/_scan.pyi",
         "frtrace/report/report.schema.json",
         "frtrace_torch_plugin.py",
     ):
@@ -101,7 +101,7 @@ def test_the_wheel_built_from_the_sdist_is_frtrace_alone(sdist: Path, tmp_path: 
         assert whl.read(top_level).decode().split() == ["frtrace", "frtrace_torch_plugin"]
         points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
         assert "frtrace_watch = frtrace_torch_plugin:load" in whl.read(points).decode()
-    assert {"frtrace/py.typed", "frtrace/load/_scan.pyi", "frtrace_torch_plugin.py"} <= names
+    assert {"frtrace/py.typed", "frtrace/load/read/_scan.pyi", "frtrace_torch_plugin.py"} <= names
     assert not [n for n in names if n.endswith((".c", ".h")) or n.startswith("frsim/")]
     if shutil.which("cc") or shutil.which("gcc"):  # (without one the module is left out)
         assert any(n.startswith("frtrace/load/_scan.") and n.endswith(".so") for n in names)

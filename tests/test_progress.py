@@ -1,4 +1,4 @@
-"""Long work shows its phases on stderr (frtrace.progress): one line per phase where stderr is
+"""Long work shows its phases on stderr (frtrace.base.progress): one line per phase where stderr is
 not a terminal (a CI log), a live display on a terminal, nothing with -q, nothing for a quick
 run; and the C reader's notice, once."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from frtrace.progress import Progress
+from frtrace.base.progress import Progress
 from tests.conftest import GLOO
 from tests.test_commands import frtrace_script
 
@@ -94,7 +94,7 @@ def test_without_the_c_reader_a_notice_says_so_once(tmp_path: Path) -> None:
 
 
 def test_the_c_reader_in_use_is_not_mentioned(tmp_path: Path) -> None:
-    from frtrace.load import native
+    from frtrace.load.read import native
 
     if not native.active():
         pytest.skip("the C reader is not built here")

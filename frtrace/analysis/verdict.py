@@ -54,10 +54,10 @@ from frtrace.analysis.facts.waitgraph import WaitGraph, victims_of
 from frtrace.analysis.notes import unexplained_ranks
 from frtrace.analysis.rules.first_failure import TOGETHER_NS
 from frtrace.analysis.stackjoin import stacks_agree
+from frtrace.base.ranges import format_ranks
 from frtrace.detail import Disagreement, LaterFailure, NamedApart
 from frtrace.evidence.model import Role
 from frtrace.model import Confidence, Finding, FindingKind, Severity, Straggler, Verdict
-from frtrace.ranges import format_ranks
 
 __all__ = ["Decision", "verdict"]
 

@@ -16,6 +16,9 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
+from frtrace.base.files import write_out_file
+from frtrace.base.heap import before_numpy, collect_less_often, give_large_blocks_back
+from frtrace.base.printable import printable
 from frtrace.cli.leave import leave
 from frtrace.cli.params import (
     AttemptOption,
@@ -38,16 +41,13 @@ from frtrace.cli.params import (
 )
 from frtrace.errors import FrtraceError, InputError
 from frtrace.gate.exitcodes import EXIT_INPUT, EXIT_OK, EXIT_PROBLEM
-from frtrace.heap import before_numpy, collect_less_often, give_large_blocks_back
-from frtrace.outpaths import write_out_file
-from frtrace.printable import printable
 
 if TYPE_CHECKING:
+    from frtrace.base.progress import Progress
     from frtrace.diagnosis_cache import Diagnosis
-    from frtrace.load.problems import LoadProblem
+    from frtrace.incident.problems import LoadProblem
     from frtrace.load.tables import DumpSet
     from frtrace.model import Report
-    from frtrace.progress import Progress
 
 __all__ = ["app", "main"]
 
@@ -85,7 +85,7 @@ def _print_load_problems(problems: Sequence[LoadProblem]) -> None:
 
 
 def _parse_ranks(text: str | None, flag: str) -> tuple[int, ...] | None:
-    from frtrace.ranges import parse_ranks
+    from frtrace.base.ranges import parse_ranks
 
     if text is None:
         return None
@@ -231,8 +231,8 @@ def analyze(
       frtrace analyze tests/fixtures/gloo/mesh_stall --pg 2 --ranks 4-7 -f json    # exit 1
       frtrace analyze tests/fixtures/gloo/healthy -q                               # exit 0: healthy
     """
+    from frtrace.base.ranges import format_ranks
     from frtrace.gate.exitcodes import analysis_exit_code, incomplete_ranks
-    from frtrace.ranges import format_ranks
     from frtrace.report.common import headline
     from frtrace.report.select import Selection, select
 
@@ -319,13 +319,13 @@ def check(
       frtrace check tests/fixtures/gloo/mesh_stall --expect-culprits 5            # exit 0
       frtrace check tests/fixtures/gloo/mesh_stall --expect-healthy   # exit 1: it is a hang
     """
+    from frtrace.base.ranges import format_ranks
     from frtrace.gate.check import (
         compare,
         expectation_from_flags,
         expectation_from_report,
         load_expectation,
     )
-    from frtrace.ranges import format_ranks
     from frtrace.report.json import dumps_compact
 
     try:

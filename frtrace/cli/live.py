@@ -16,9 +16,9 @@ import typer
 from frtrace.gate.exitcodes import EXIT_OK, EXIT_PROBLEM
 
 if TYPE_CHECKING:
-    from frtrace.collect.incident import Snapshot
+    from frtrace.base.progress import Phase
+    from frtrace.collect.snapshots import Snapshot
     from frtrace.detail.motion import SnapshotComparison
-    from frtrace.progress import Phase
 
 __all__ = ["collect", "compare"]
 
@@ -98,8 +98,8 @@ def collect(
     """
     from frtrace.cli.app import _fail, analyze
     from frtrace.cli.params import progress_display
-    from frtrace.collect.incident import collect_incident, env_match
     from frtrace.collect.run import CollectOptions
+    from frtrace.collect.snapshots import collect_incident, env_match
     from frtrace.errors import CollectError, SeveralJobs, UnsafePathError
 
     try:
@@ -131,8 +131,8 @@ def _said(phase: Phase) -> Callable[[Snapshot], None]:
     collected, the table per rank, the other users' ranks left alone."""
     from tabulate import tabulate
 
-    from frtrace.collect.incident import others_left_alone
     from frtrace.collect.run import render_table
+    from frtrace.collect.snapshots import others_left_alone
 
     def say(snapshot: Snapshot) -> None:
         result = snapshot.result

@@ -21,10 +21,10 @@ import typer
 import typer.core
 from typer.core import TyperGroup
 
+from frtrace.base.printable import printable
+from frtrace.base.progress import Progress
 from frtrace.errors import InputError
 from frtrace.gate.exitcodes import EXIT_INPUT
-from frtrace.printable import printable
-from frtrace.progress import Progress
 
 if TYPE_CHECKING:
     from frtrace.model import Report
@@ -154,7 +154,7 @@ OnlyOption = Annotated[
 ]
 
 
-# The command's progress displays (frtrace.progress), ended before an error line is printed.
+# The command's progress displays (frtrace.base.progress), ended before an error line is printed.
 _SHOWN: list[Progress] = []
 
 

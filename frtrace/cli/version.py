@@ -24,7 +24,7 @@ def versions() -> str:
     import platform
 
     from frtrace import __version__
-    from frtrace.load import native
+    from frtrace.load.hooks import c_reader
 
     def version_of(name: str) -> str:
         try:
@@ -38,8 +38,8 @@ def versions() -> str:
         except importlib.metadata.PackageNotFoundError:
             return "installed (version unknown)"
 
-    reason = native.inactive_reason()
-    reader = f"active ({native.location()})" if reason is None else f"off: {reason}"
+    reason, where = c_reader()
+    reader = f"active ({where})" if reason is None else f"off: {reason}"
     python = f"{platform.python_version()} ({platform.python_implementation()}, {sys.executable})"
     return "\n".join(
         (

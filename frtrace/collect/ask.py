@@ -20,6 +20,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from frtrace.base.files import OutDir
 from frtrace.collect.mechanisms import Outcome
 from frtrace.collect.procs import RankProcess
 from frtrace.collect.safety import connect_to_process, copy_private
@@ -27,7 +28,6 @@ from frtrace.errors import UnsafePathError
 from frtrace.job import registry as reg
 from frtrace.job.env import DUMP_PREFIX
 from frtrace.job.recorder import STACKS_PREFIX
-from frtrace.outpaths import OutDir
 
 __all__ = ["recorder"]
 

@@ -34,12 +34,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from frtrace.base.files import OutDir
 from frtrace.collect.procs import RankProcess, proc_state
 from frtrace.collect.safety import connect_to_process, copy_private, open_fifo, write_private
 from frtrace.errors import UnsafePathError
 from frtrace.job.env import DUMP_PREFIX
 from frtrace.job.registry import process_start_time
-from frtrace.outpaths import OutDir
 
 __all__ = [
     "Outcome",

@@ -27,6 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from frtrace.base.files import OutDir, open_out_dir, write_file
+from frtrace.base.ranges import format_ranks
 from frtrace.collect import mechanisms as m
 from frtrace.collect.ask import recorder
 from frtrace.collect.procs import RankProcess, job_of, scan_rank_processes
@@ -36,8 +38,6 @@ from frtrace.errors import SeveralJobs
 from frtrace.job import registry
 from frtrace.job.env import DUMP_PREFIX
 from frtrace.job.manifest import MANIFEST_NAME, CollectedRank, manifest_document
-from frtrace.outpaths import OutDir, open_out_dir, write_file
-from frtrace.ranges import format_ranks
 
 __all__ = [
     "CollectOptions",

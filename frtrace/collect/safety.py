@@ -12,7 +12,7 @@ socket) is under the control of that rank's user, who may not be the user runnin
 * a Unix socket is spoken to only when the process serving it is the rank itself
   (``SO_PEERCRED``, checked before a byte is sent);
 * what collect writes is 0600 in folders it makes 0700 (dumps hold the job's data), each
-  folder made and entered without following a link and held open (``frtrace/outpaths.py``:
+  folder made and entered without following a link and held open (``frtrace/base/files.py``:
   a link at ``DIR/<host>`` is refused), each file written to a new temporary file and renamed
   into place, so a link planted under the final name is replaced, never followed.
 
@@ -28,9 +28,9 @@ import socket
 import stat
 from pathlib import Path
 
+from frtrace.base.files import OutDir, write_file
 from frtrace.errors import UnsafePathError
 from frtrace.job.registry import peer_credentials
-from frtrace.outpaths import OutDir, write_file
 
 __all__ = [
     "connect_to_process",
@@ -44,7 +44,7 @@ _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def write_private(folder: OutDir, name: str, data: bytes | int) -> Path:
-    """``folder/name``, 0600 (:func:`frtrace.outpaths.write_file`): ``data`` (bytes, or an
+    """``folder/name``, 0600 (:func:`frtrace.base.files.write_file`): ``data`` (bytes, or an
     open file descriptor to copy from) into a new temporary file of the held folder, then
     renamed over ``name`` (a link there is replaced, never followed)."""
     written = write_file(folder, name, data)

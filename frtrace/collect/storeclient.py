@@ -21,7 +21,7 @@ from typing import Any
 __all__ = ["MAX_RANKS", "MAX_VALUE", "REGISTRY_PREFIX", "main"]
 
 REGISTRY_PREFIX = "debug_server"  # torch.distributed.debug._store.tcpstore_client's prefix
-MAX_RANKS = 1 << 20  # as frtrace.load.discover.MAX_WORLD_SIZE
+MAX_RANKS = 1 << 20  # as frtrace.incident.discover.MAX_WORLD_SIZE
 MAX_VALUE = 256  # a worker server's URL, http://HOST:PORT
 _KEY = re.compile(r"^rank(\d{1,7})$")
 _PROBE_GAP = 64  # without list_keys: ranks probed past the last one found

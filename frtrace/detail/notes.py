@@ -133,7 +133,8 @@ class ManifestTimes:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HistoryCut:
     """A cluster's load kept each group's history from ``margin`` ops before its first
-    unsettled op (``load.frontier``): ``dropped`` entries of settled ops were not read in."""
+    unsettled op (``load.workers.frontier``): ``dropped`` entries of settled ops were not read
+    in."""
 
     margin: int
     dropped: int

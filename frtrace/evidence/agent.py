@@ -36,7 +36,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from frtrace.budget import MAX_LINE_CHARS
+from frtrace.incident.budget import MAX_LINE_CHARS
 
 __all__ = ["Part", "attempt_parts", "chosen_part"]
 

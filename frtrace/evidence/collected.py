@@ -27,7 +27,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from frtrace.budget import MAX_WORLD_SIZE, load_json
+from frtrace.incident.budget import MAX_WORLD_SIZE, load_json
+from frtrace.incident.layout import SideFile, side_files
 from frtrace.job.manifest import (
     MANIFEST_FORMAT,
     MANIFEST_NAME,
@@ -35,7 +36,6 @@ from frtrace.job.manifest import (
     CollectedRank,
     manifest_document,
 )
-from frtrace.layout import SideFile, side_files
 
 __all__ = [
     "MANIFEST_FORMAT",

@@ -1,6 +1,7 @@
 """Read a job's logs and error files beside its dumps, and the sidecars' triggers.
 
-Which files they are is the one discovery's (``frtrace.layout``, the same for ``summary`` and
+Which files they are is the one discovery's (``frtrace.incident.layout``, the same for ``summary``
+and
 ``analyze``, a folder's or an archive's): taken by name, never by following a
 link (regular files only): ``*.log``, ``*.out``, ``*.err``, names that say stdout, stderr, log,
 slurm or torchrun, and torchelastic's ``error*.json``. Dumps and stack files are left to their
@@ -20,14 +21,14 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
-from frtrace.budget import LOG_SECONDS, Deadline
 from frtrace.evidence.agent import attempt_parts, chosen_part
 from frtrace.evidence.errorfile import ErrorFileError, parse_error_file
 from frtrace.evidence.launchers import LineRanks, file_ranks, ray_ranks, ray_worker_pid
 from frtrace.evidence.logs import TEE, parse_log
 from frtrace.evidence.messages import classify
 from frtrace.evidence.model import Failure, FailureKind, JobEvidence, Role
-from frtrace.layout import MAX_LOG_BYTES, SideFile, read_regular, side_files
+from frtrace.incident.budget import LOG_SECONDS, Deadline
+from frtrace.incident.layout import MAX_LOG_BYTES, SideFile, read_regular, side_files
 from frtrace.pystack.discover import StackSet
 from frtrace.pystack.where import frame_label, where
 

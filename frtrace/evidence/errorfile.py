@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from frtrace.budget import load_json, seconds_to_ns
 from frtrace.evidence.logs import frames_of, user_frame
 from frtrace.evidence.messages import classify
 from frtrace.evidence.model import Failure
+from frtrace.incident.budget import load_json, seconds_to_ns
 
 __all__ = ["ErrorFileError", "parse_error_file"]
 

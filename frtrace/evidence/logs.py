@@ -18,11 +18,11 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from frtrace.budget import LOG_SECONDS, MAX_LINE_CHARS, Deadline, number, rank_number
 from frtrace.evidence.launchers import LineRanks, inside
 from frtrace.evidence.messages import classify, exception_line, short
 from frtrace.evidence.model import Failure, FailureKind, Role
 from frtrace.evidence.retries import RetryWatch
+from frtrace.incident.budget import LOG_SECONDS, MAX_LINE_CHARS, Deadline, number, rank_number
 
 __all__ = ["TEE", "frames_of", "parse_log", "user_frame"]
 

@@ -14,8 +14,8 @@ import re
 import signal
 from dataclasses import dataclass
 
-from frtrace.budget import MAX_LINE_CHARS
 from frtrace.evidence.model import CAUSES, Failure, FailureKind, Role
+from frtrace.incident.budget import MAX_LINE_CHARS
 
 __all__ = ["MAX_MESSAGE", "Classification", "classify", "exception_line", "short"]
 

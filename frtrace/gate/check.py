@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from frtrace.base.ranges import format_ranks, parse_ranks
 from frtrace.errors import InputError
 from frtrace.model import Finding, Report, Severity, Verdict
-from frtrace.ranges import format_ranks, parse_ranks
 
 __all__ = [
     "EXPECT_KEYS",

@@ -22,11 +22,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from frtrace.base.ranges import format_ranks
 from frtrace.gate.check import compare, load_expectation, validate_expectation
 from frtrace.gate.exitcodes import incomplete_ranks
 from frtrace.model import Report
 from frtrace.pipeline import analyze
-from frtrace.ranges import format_ranks
 from frtrace.report.wording import summary
 
 __all__ = ["assert_culprits", "assert_expected", "assert_healthy"]

@@ -15,6 +15,7 @@ __all__ = [
     "DEFAULT_BUFFER_SIZE",
     "DEFAULT_DUMP_DIR",
     "DUMP_PREFIX",
+    "STACKS_PREFIX",
     "Setting",
     "job_environment",
     "parse_version",
@@ -27,6 +28,7 @@ __all__ = [
 DEFAULT_BUFFER_SIZE = 20000
 DEFAULT_DUMP_DIR = "/tmp/frtrace_dumps"
 DUMP_PREFIX = "comm_lib_trace_rank_"  # torch 2.9+'s own file name; the rank is appended
+STACKS_PREFIX = "stacks_rank_"  # the recorder's sidecar: stacks_rank_<rank>.json
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

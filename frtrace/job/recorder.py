@@ -47,13 +47,12 @@ from typing import Any
 from frtrace.job import registry as reg
 from frtrace.job import triggers
 from frtrace.job import watch as watching
-from frtrace.job.env import DEFAULT_BUFFER_SIZE, DUMP_PREFIX, job_environment
+from frtrace.job.env import DEFAULT_BUFFER_SIZE, DUMP_PREFIX, STACKS_PREFIX, job_environment
 from frtrace.job.hooks import install_excepthooks
 from frtrace.job.sidecar import TriggerKind, capture_current_stacks, write_stacks
 
 __all__ = ["RecorderState", "attach", "disable", "dump", "dump_path", "enable", "state"]
 
-STACKS_PREFIX = "stacks_rank_"  # the sidecar: stacks_rank_<rank>.json
 MAX_DETAIL_CHARS = 500  # an exception message is cut here in the sidecar
 
 _ExceptHook = Callable[[type[BaseException], BaseException, TracebackType | None], Any]

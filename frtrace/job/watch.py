@@ -21,7 +21,7 @@ behind it:
   per stall);
 * ``dumped/<g>``: the ranks that dumped for alarm ``g``. The leader waits for all (bounded),
   analyses the folder in-process and writes ``frtrace-report.txt``, ``.json`` and ``.html``
-  (0600) next to the dumps (:mod:`frtrace.watchreport`, imported then), logs one line and calls
+  (0600) next to the dumps (:mod:`frtrace.gate.watchreport`, imported then), logs one line and calls
   ``on_hang(report)``.
 
 Only dumps and stacks sidecars written since the stall began are analysed (torch's own timeout
@@ -71,7 +71,7 @@ DUMP_WAIT_S = 30.0  # the leader waits this long at most for every rank's dump
 RECONNECT_S = 30.0  # a store that failed is tried again after this
 # What analyses the folder and writes the report, imported by name when the job stalled and
 # never before: a healthy job loads nothing of the analysis (the job side imports none of it).
-REPORTER = "frtrace.watchreport"
+REPORTER = "frtrace.gate.watchreport"
 
 PgKey = tuple[str, str]  # (recorder: "fr" or "nccl", process group id)
 _DumpFn = Callable[[str, str], Path | None]  # (reason, detail) -> the dump, None if it failed

@@ -1,12 +1,22 @@
-"""Stage 1, loading: a directory (or archive) of per-rank dump files in, a ``DumpSet`` out.
+"""Stage 1, loading: the incident's dump files (``frtrace.incident``) in, a ``DumpSet`` out.
 
-``discover`` finds the files and each one's rank; ``parse`` reads one file (the only place that
-unpickles, through ``unpickle``; formats and JSON normalisation in ``formats``; the columns in
-``columns`` and ``entries``; stacks interned in ``stacks``) into an Arrow batch, in worker
-processes (``parallel``, or elsewhere through ``executors``); ``tables`` merges the batches
-into the five tables of ``schema`` (the groups' member lists stored once by ``members``; a
-large set's entry columns on disk, memory-mapped, by ``spill``), which ``cache`` keeps
-between runs.
-``summary`` and ``export`` are what the loaded tables offer on their own (no analysis).
+The stage's face, what the stages above may import:
+- ``tables``: ``load_dumps``, the one way in (its options in ``options``), and ``DumpSet``'s
+  assembly; ``dumpset``: the loaded set; ``schema``: its five Arrow tables' columns;
+- ``cache``: the loaded tables kept between runs; ``restarts``: a restarted job's other
+  attempts; ``lifetimes``: the ranks of one process lifetime (stale dumps set aside);
+  ``empty``: the set of a job that left no dump;
+- ``summary`` and ``export``: what the loaded tables offer on their own (no analysis);
+  ``opkinds``: the op families whose sizes may differ; ``hooks``: what the analysis may ask of
+  the load (memory given back, a column's pages released, the C counting sort).
+
+Its three rooms, internal to the stage:
+- ``read/``: one dump to columns (``parse``, ``unpickle``, ``declared``, ``framing``,
+  ``formats``, ``columns``, ``entries``, ``plain``, ``values``, ``arrays``, ``interning``,
+  ``filerows``, ``native`` and the C reader);
+- ``workers/``: where files are read (``parallel``, ``worker``, ``wire``, ``executors``,
+  ``cluster``, ``frontier``, ``bundle``);
+- ``handover/``: the columns' way to where they stay (``shipped``, ``gather``, ``outputs``,
+  ``ipcfile``, ``spill``, ``merging``, ``members``, ``siderows``).
 Nothing here knows about hangs: it only reads, validates and records what could not be read.
 """

@@ -18,7 +18,7 @@ reads them (the sources of ``frtrace/load``). The tables are used only when all 
 a changed, added or removed file, or another frtrace, reads the dumps again and replaces the
 entry. Each table's byte count and checksum (adler32, 2.5 GB/s) are checked before it is used, so a
 damaged entry is deleted and rebuilt, never used. Each fingerprint is taken before its file is
-read (``load.fingerprint``): all of them first where a manifest is there to compare with, else
+read (``incident.fingerprint``): all of them first where a manifest is there to compare with, else
 by the load's workers, each as it opens its file (``taken``).
 
 Writes are atomic (a new ``<token>`` folder, then ``os.replace`` of the manifest) and never
@@ -53,8 +53,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from frtrace.load.discover import Candidate
-from frtrace.load.fingerprint import Fingerprint, file_fingerprint
+from frtrace.incident.discover import Candidate
+from frtrace.incident.fingerprint import Fingerprint, file_fingerprint
 
 if TYPE_CHECKING:  # imported where used: a hit of the diagnosis cache needs no pyarrow
     import pyarrow as pa
@@ -134,11 +134,14 @@ def _max_bytes() -> int:
 
 
 def _code_version() -> str:
-    """A digest of the loader's sources: tables written by other code are never reused."""
+    """A digest of the loader's sources (``load/`` with its rooms, and the incident stage that
+    lists what it reads): tables written by other code are never reused."""
     digest = hashlib.blake2b(FORMAT.encode(), digest_size=16)
-    for path in sorted(Path(__file__).parent.glob("*.py")):
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
+    package = Path(__file__).resolve().parents[1]
+    for top in ("incident", "load"):
+        for path in sorted((package / top).rglob("*.py")):
+            digest.update(path.relative_to(package).as_posix().encode())
+            digest.update(path.read_bytes())
     return digest.hexdigest()
 
 

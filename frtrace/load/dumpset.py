@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from frtrace.layout import SideFile, SkippedFile
-from frtrace.load.problems import LoadProblem
-from frtrace.load.stacks import Stack
+from frtrace.incident.layout import SideFile, SkippedFile
+from frtrace.incident.problems import LoadProblem
+from frtrace.load.read.interning import Stack
 
 if TYPE_CHECKING:
-    from frtrace.load.frontier import Frontier
+    from frtrace.load.workers.frontier import Frontier
 
 __all__ = ["DumpSet", "Restarts", "WorldSize"]
 

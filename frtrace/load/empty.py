@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from frtrace.incident.discover import SideFile
 from frtrace.load import schema
-from frtrace.load.discover import SideFile
 from frtrace.load.dumpset import DumpSet, WorldSize
 
 __all__ = ["empty_dump_set"]

@@ -16,10 +16,10 @@ from typing import BinaryIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from frtrace.base.files import OutDir, open_out_dir, write_file
 from frtrace.errors import InputError, UnsafePathError
-from frtrace.load.spill import release_pages
+from frtrace.load.handover.spill import release_pages
 from frtrace.load.tables import DumpSet
-from frtrace.outpaths import OutDir, open_out_dir, write_file
 
 __all__ = ["TABLES", "export_parquet", "parquet_schema"]
 
@@ -53,7 +53,7 @@ def _decode_list_dictionaries(table: pa.Table) -> pa.Table:
 def export_parquet(dumps: DumpSet, out: Path) -> list[tuple[Path, int]]:
     """Write entries/stacks/groups/pg_status/files.parquet under ``out``; return (path, rows).
     ``out`` is made when missing and entered without following another user's link; each
-    file is written to a new name and renamed into place (``frtrace/outpaths.py``)."""
+    file is written to a new name and renamed into place (``frtrace/base/files.py``)."""
     try:
         folder = open_out_dir(out, private=False)
     except UnsafePathError as exc:

@@ -11,7 +11,7 @@ say the job restarted, is from an earlier attempt or run. It
 is a rank **without a dump of this attempt**: its file (and the recorder's stack sidecar
 written with it) is set aside with a warning, never evidence; its rank stays in the job.
 ``--attempt N`` keeps an older lifetime instead, numbered from the newest, which is the
-attempt the logs' newest ``attempt_<N>`` folder names (``frtrace.load.attempts``), whichever
+attempt the logs' newest ``attempt_<N>`` folder names (``frtrace.incident.attempts``), whichever
 attempt is asked for; an attempt of those folders whose dumps were all overwritten is its logs
 alone (every rank set aside). The set kept carries the folder's other attempts
 (``DumpSet.restarts``): the report's history analyses each (``frtrace.load.restarts``).
@@ -26,15 +26,15 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from frtrace.errors import NoSuchAttempt
-from frtrace.layout import SideFile
-from frtrace.load.attempts import attempt_numbers
+from frtrace.incident.attempts import attempt_numbers
+from frtrace.incident.layout import STACKS_PREFIX, SideFile
+from frtrace.incident.problems import LoadProblem
 from frtrace.load.dumpset import DumpSet, Restarts
-from frtrace.load.problems import LoadProblem
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from frtrace.load.discover import Discovery
+    from frtrace.incident.discover import Discovery
 
 __all__ = [
     "GAP_NS",
@@ -300,7 +300,7 @@ def _seconds(ns: int) -> str:
 
 
 def _ranks(ranks: Sequence[int]) -> str:
-    from frtrace.ranges import format_ranks
+    from frtrace.base.ranges import format_ranks
 
     return format_ranks(list(ranks))
 
@@ -360,7 +360,7 @@ def recorder_stacks_of(f: SideFile, ranks: set[int]) -> bool:
     """Whether ``f`` is the recorder's stack sidecar of one of ``ranks`` (written with the
     dump set aside: ``stacks_rank_3.json``, in the same lifetime)."""
     name = PurePosixPath(f.relative).name
-    if f.kind != "stacks" or not name.startswith("stacks_rank_"):
+    if f.kind != "stacks" or not name.startswith(STACKS_PREFIX):
         return False
     m = _STACK_RANK.search(name)
     return m is not None and int(m[1]) in ranks

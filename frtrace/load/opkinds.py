@@ -1,6 +1,6 @@
 """The op families whose members may legitimately record different sizes: what matching
 compares across ranks (``analysis.facts.match``), and what the cluster's fold must treat as
-agreement (``load.frontier``)."""
+agreement (``load.workers.frontier``)."""
 
 from __future__ import annotations
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from frtrace.layout import SideFile
-from frtrace.load.attempts import attempt_of
+from frtrace.incident.attempts import attempt_of
+from frtrace.incident.layout import SideFile
 from frtrace.load.dumpset import DumpSet
 from frtrace.load.lifetimes import keep_ranks, recorder_stacks_of
 

@@ -6,13 +6,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tabulate import tabulate
 
+from frtrace.base.ranges import format_ranks
 from frtrace.load.tables import DumpSet
-from frtrace.ranges import format_ranks
 
 __all__ = ["render_summary"]
 
 
-# What analyze reads each kind of side file as (``frtrace.load.discover.SideFile``).
+# What analyze reads each kind of side file as (``frtrace.incident.discover.SideFile``).
 _READ_AS = {
     "stacks": "Python stacks",
     "log": "logs and error files",

@@ -17,26 +17,32 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from frtrace.base.progress import Progress, owned
 from frtrace.errors import DumpFormatError, NoReadableDumps
-from frtrace.heap import trim
-from frtrace.load import schema, spill
-from frtrace.load.bundle import Bundle
+from frtrace.incident.discover import Candidate, Discovery, SkippedFile, discover
+from frtrace.incident.fingerprint import Fingerprint
+from frtrace.incident.problems import LoadProblem
+from frtrace.load import schema
 from frtrace.load.cache import TABLES, DirectoryCache, cache_disabled, cache_root
-from frtrace.load.discover import Candidate, Discovery, SkippedFile, discover
 from frtrace.load.dumpset import DumpSet, WorldSize
-from frtrace.load.executors import FileExecutor, FuturesExecutor, LocalProcesses, open_executor
-from frtrace.load.fingerprint import Fingerprint
-from frtrace.load.gather import Gather
+from frtrace.load.handover import spill
+from frtrace.load.handover.gather import Gather
+from frtrace.load.handover.members import recorded_groups
+from frtrace.load.handover.merging import EntryColumns, local_dictionary, remap_stacks
+from frtrace.load.handover.shipped import ColumnWriter, ShippedDump
+from frtrace.load.handover.siderows import SideRows
+from frtrace.load.handover.spill import spill_directory
+from frtrace.load.hooks import give_back_memory
 from frtrace.load.lifetimes import one_attempt  # (loaded dump sets: one attempt's ranks)
-from frtrace.load.members import recorded_groups
-from frtrace.load.merging import EntryColumns, local_dictionary, remap_stacks
-from frtrace.load.parse import ParsedDump
-from frtrace.load.problems import LoadProblem
-from frtrace.load.shipped import ColumnWriter, ShippedDump
-from frtrace.load.siderows import SideRows
-from frtrace.load.spill import spill_directory
-from frtrace.load.stacks import Stack
-from frtrace.progress import Progress, owned
+from frtrace.load.read.interning import Stack
+from frtrace.load.read.parse import ParsedDump
+from frtrace.load.workers.bundle import Bundle
+from frtrace.load.workers.executors import (
+    FileExecutor,
+    FuturesExecutor,
+    LocalProcesses,
+    open_executor,
+)
 
 __all__ = [
     "DumpSet",
@@ -67,12 +73,12 @@ def load_dumps(
     Each file's result is merged into the tables as it arrives (in file order) and then
     dropped, so the parsed files and the merged tables are never all in memory at once.
     ``scheduler``: a Dask scheduler address (``tcp://host:8786``) or a ``FileExecutor`` reads
-    the files elsewhere (``frtrace.load.executors``); default: worker processes here.
+    the files elsewhere (``frtrace.load.workers.executors``); default: worker processes here.
     ``cache``: reuse the tables of an earlier run on the same, unchanged files, and store
     them for the next (``frtrace.load.cache``; off when ``FRTRACE_NO_CACHE=1``).
     ``discovery`` and ``store``: the directory's files and cache entry where a caller has them
     already (the diagnosis cache on a miss), so they are not listed and fingerprinted again.
-    ``progress``: the phases shown (``frtrace.progress``; True: on stderr): discover, load.
+    ``progress``: the phases shown (``frtrace.base.progress``; True: on stderr): discover, load.
     ``background``: the tables are stored in a thread while the caller goes on
     (``cache.finish_saving`` waits for it). ``meanwhile``: what the caller wants done while
     the files are read (imports for the next step): in a thread beside the local workers
@@ -196,13 +202,6 @@ def _from_tables(directory: Path, tables: dict[str, pa.Table], discovery: Discov
     )
 
 
-def give_back_memory() -> None:
-    """Return freed buffers to the OS (glibc keeps them otherwise: ~40% of RSS after loading,
-    ~90 bytes per entry after matching)."""
-    trim()
-    spill.release_pages()
-
-
 def build_dump_set(
     directory: Path,
     candidates: Sequence[Candidate],
@@ -235,7 +234,8 @@ class _Assembler:
         self.side = SideRows()  # the files, groups and pg_status rows, and the problems
         self.interned: dict[Stack, int] = {}
         # A large set's columns are gathered, at the end, from the files the workers wrote
-        # them to (frtrace.load.shipped), into files of their own (frtrace.load.spill)
+        # them to (frtrace.load.handover.shipped), into files of their own
+        # (frtrace.load.handover.spill)
         total = sum(c.size_bytes for c in candidates)
         large = may_spill and total >= spill.spill_min_bytes()
         where = spill_directory(cache_root()) if large else None

@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from frtrace.base.ranges import format_ranks
 from frtrace.pystack.model import Frame, ProcessStacks, ThreadStack
 from frtrace.pystack.where import frame_label, is_library_frame, pick_thread, short_filename
-from frtrace.ranges import format_ranks
 
 __all__ = [
     "PrefixNode",

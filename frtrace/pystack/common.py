@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from pathlib import PurePath
 from typing import Any
 
-from frtrace.budget import rank_number
 from frtrace.errors import FrtraceError
-from frtrace.layout import MAX_STACK_BYTES, as_text
+from frtrace.incident.budget import rank_number
+from frtrace.incident.layout import MAX_STACK_BYTES, as_text
 from frtrace.pystack.model import Frame, ThreadStack
 
 __all__ = [

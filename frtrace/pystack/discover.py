@@ -1,7 +1,7 @@
 """Read the Python stack files of a dump directory (or archive): a ``StackSet``.
 
 Stack files live next to the dumps; which files they are is the one discovery's
-(``frtrace.layout``, the same for ``summary`` and ``analyze``): a file whose
+(``frtrace.incident.layout``, the same for ``summary`` and ``analyze``): a file whose
 name says so (``stacks_rank_5.json`` from ``frtrace.recorder``, ``pyspy_rank_5.txt`` / ``.json``,
 ``py-spy-5.txt``, ``traceback_rank_5.txt``, ``dump_traceback_5.txt``,
 ``faulthandler_rank_5.log``), or a file whose name ends in a rank number and that reads as one
@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from frtrace.layout import STACK_FILE_NAME, SideFile, side_files
+from frtrace.incident.layout import STACK_FILE_NAME, SideFile, side_files
 from frtrace.pystack.common import StackFileError
 from frtrace.pystack.model import ProcessStacks, Source
 from frtrace.pystack.parse import read_stack_bytes, read_stack_file, sniff

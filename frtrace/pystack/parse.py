@@ -20,9 +20,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from frtrace.budget import MAX_WORLD_SIZE
+from frtrace.incident.budget import MAX_WORLD_SIZE
+from frtrace.incident.layout import read_regular, stack_format
 from frtrace.job.sidecar import FORMAT_NAME, FORMAT_VERSION, TRIGGER_KINDS
-from frtrace.layout import read_regular, stack_format
 from frtrace.pystack.common import (
     MAX_FILE_BYTES,
     MAX_LINE_CHARS,
@@ -134,7 +134,7 @@ def _recorder_from_doc(doc: Any, path: str, rank: int | None) -> ProcessStacks:
 
 def detect_format(data: bytes | str) -> Source | None:
     """Which format the content is, or None; does not validate it (the rule every reader
-    and the discovery share: ``frtrace.layout.stack_format``)."""
+    and the discovery share: ``frtrace.incident.layout.stack_format``)."""
     try:
         text = decode_text(data, "<data>")
     except StackFileError:

@@ -28,7 +28,7 @@ import time
 from pathlib import PurePath
 from urllib.parse import urlsplit
 
-from frtrace.budget import rank_number
+from frtrace.incident.budget import rank_number
 from frtrace.pystack.common import StackFileError, decode_text
 from frtrace.pystack.model import ProcessStacks
 from frtrace.pystack.pyspy import parse_pyspy_text

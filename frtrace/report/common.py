@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from frtrace.base.ranges import format_ranks
 from frtrace.detail import NeverJoined, NeverPosted, NoDump, NotStarted
 from frtrace.model import (
     Finding,
@@ -25,7 +26,6 @@ from frtrace.model import (
 )
 from frtrace.pystack.classes import StackClass
 from frtrace.pystack.where import call_site, frame_label, is_library_text
-from frtrace.ranges import format_ranks
 
 __all__ = [
     "MAX_CULPRIT_COLUMNS",

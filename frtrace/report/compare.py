@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import assert_never
 
+from frtrace.base.ranges import format_ranks
 from frtrace.detail.motion import Motion, SnapshotComparison
-from frtrace.ranges import format_ranks
 
 __all__ = ["comparison_statement", "render_comparison"]
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from frtrace.base.ranges import format_ranks
 from frtrace.evidence.model import Role
 from frtrace.model import Finding, Report, Severity
-from frtrace.ranges import format_ranks
 from frtrace.report.common import (
     MAX_DETAILED_FINDINGS,
     MAX_EVIDENCE,

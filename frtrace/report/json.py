@@ -17,6 +17,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from frtrace.base.printable import json_safe
 from frtrace.model import (
     KIND_CODES,
     AttemptSummary,
@@ -28,7 +29,6 @@ from frtrace.model import (
     Report,
     Straggler,
 )
-from frtrace.printable import json_safe
 from frtrace.report.common import headline
 from frtrace.report.filenames import file_names
 from frtrace.report.nextsteps import finding_steps, next_steps

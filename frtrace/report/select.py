@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from frtrace.base.ranges import format_ranks
 from frtrace.errors import InputError
 from frtrace.model import Finding, GroupRef, Report
-from frtrace.ranges import format_ranks
 
 __all__ = ["Selection", "UnknownGroup", "matches_group", "select"]
 

@@ -20,9 +20,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tabulate import tabulate
 
+from frtrace.base.ranges import format_ranks
 from frtrace.errors import InputError
 from frtrace.load.tables import DumpSet
-from frtrace.ranges import format_ranks
 from frtrace.report.common import compact_ranks, ranks_phrase, short_frame
 
 __all__ = ["ShowOptions", "render_show"]

@@ -14,8 +14,8 @@ from html import escape
 
 import networkx as nx
 
+from frtrace.base.ranges import format_ranks
 from frtrace.model import Report
-from frtrace.ranges import format_ranks
 from frtrace.report.common import compact_ranks, plural
 
 __all__ = ["render_waitgraph_svg"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import assert_never
 
+from frtrace.base.ranges import format_ranks
 from frtrace.detail import (
     CulpritStack,
     Disagreement,
@@ -30,7 +31,6 @@ from frtrace.detail import (
 )
 from frtrace.evidence.model import Failure, FailureKind
 from frtrace.model import Finding, Severity
-from frtrace.ranges import format_ranks
 from frtrace.report.words import held_too, op_at, who
 from frtrace.report.words_desync import DesyncDetail, desync_words
 from frtrace.report.words_hang import HangDetail, hang_words

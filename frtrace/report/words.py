@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from frtrace.base.ranges import format_ranks
 from frtrace.model import Finding
-from frtrace.ranges import format_ranks
 
 __all__ = ["Words", "held_too", "op_at", "seconds", "who"]
 

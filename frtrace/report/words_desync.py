@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, assert_never
 
+from frtrace.base.ranges import format_ranks
 from frtrace.detail import (
     CycleStep,
     Deadlock,
@@ -16,7 +17,6 @@ from frtrace.detail import (
     SplitMismatch,
 )
 from frtrace.model import Finding, OpSignature
-from frtrace.ranges import format_ranks
 from frtrace.report.words import Words, held_too, who
 
 __all__ = ["DesyncDetail", "desync_words"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import assert_never
 
+from frtrace.base.ranges import format_ranks
 from frtrace.detail import (
     LastSeen,
     MaybeElsewhere,
@@ -16,7 +17,6 @@ from frtrace.detail import (
     Waits,
 )
 from frtrace.model import Finding
-from frtrace.ranges import format_ranks
 from frtrace.report.words import Words, op_at, seconds, who
 from frtrace.report.words_where import where_said
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import assert_never
 
+from frtrace.base.ranges import format_ranks
 from frtrace.detail.notes import (
     BuffersWrapped,
     DataNote,
@@ -26,7 +27,6 @@ from frtrace.detail.notes import (
     WorldSizeGuessed,
 )
 from frtrace.model import Straggler
-from frtrace.ranges import format_ranks
 
 __all__ = ["note", "straggler_note"]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import assert_never
 
+from frtrace.base.ranges import format_ranks
 from frtrace.detail.stacks import (
     AlsoElsewhere,
     Corroborates,
@@ -15,7 +16,6 @@ from frtrace.detail.stacks import (
     SinglesOut,
     StackReading,
 )
-from frtrace.ranges import format_ranks
 
 __all__ = ["stack_statement"]
 

@@ -23,8 +23,8 @@ from typing import Any, Literal
 from frtrace.analysis.facts import Facts, gather_facts
 from frtrace.errors import DumpFormatError
 from frtrace.evidence.model import Failure, FailureKind, JobEvidence, Role
-from frtrace.load.discover import Candidate
-from frtrace.load.parse import ParsedDump, parse_payload
+from frtrace.incident.discover import Candidate
+from frtrace.load.read.parse import ParsedDump, parse_payload
 from frtrace.load.tables import DumpSet, build_dump_set
 from frtrace.pystack.discover import StackSet
 from frtrace.pystack.model import Frame, ProcessStacks, ThreadStack

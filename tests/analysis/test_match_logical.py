@@ -13,7 +13,7 @@ from frsim import Fault, FaultKind, JobSpec, simulate, write_dumps
 from frtrace.analysis.facts import coalesce
 from frtrace.analysis.facts import match as match_module
 from frtrace.analysis.facts.groups import resolve_groups
-from frtrace.load import native
+from frtrace.load.read import native
 from frtrace.load.tables import load_dumps
 
 KEYS = ["rank", "gid", "seq"]

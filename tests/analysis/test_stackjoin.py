@@ -14,7 +14,7 @@ import pytest
 from frtrace.analysis.compare import compare_snapshots
 from frtrace.analysis.facts import facts_of
 from frtrace.analysis.stackjoin import Named, stack_evidence, with_stacks
-from frtrace.load.discover import discover
+from frtrace.incident.discover import discover
 from frtrace.load.tables import load_dumps
 from frtrace.pipeline import analyze, analyze_dumps
 from frtrace.pystack.classes import group_stacks

@@ -34,7 +34,7 @@ import pytest
 from frtrace.evidence.collected import read_collected
 from frtrace.evidence.discover import load_evidence
 from frtrace.evidence.injob import dump_files, within_job
-from frtrace.layout import walk
+from frtrace.incident.layout import walk
 from frtrace.load.tables import DumpSet, load_dumps
 from frtrace.pipeline import analyze_loaded
 from frtrace.pystack.discover import load_stacks

@@ -18,7 +18,7 @@ import pytest
 from frtrace.errors import FrtraceError
 from frtrace.evidence.discover import load_evidence
 from frtrace.evidence.logs import parse_log
-from frtrace.layout import walk
+from frtrace.incident.layout import walk
 from frtrace.load import tables
 from frtrace.model import Verdict
 from frtrace.pipeline import analyze
@@ -232,7 +232,7 @@ def test_a_stack_file_swapped_for_a_fifo_after_the_listing_is_refused(tmp_path: 
 
 
 def test_the_first_bytes_sniff_does_not_open_a_fifo(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from frtrace import layout
+    from frtrace.incident import layout
 
     (tmp_path / "rank5.txt").write_text("x")
     real = os.lstat

@@ -13,9 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from frtrace.cli import app
+from frtrace.incident.fingerprint import HASH_BYTES
 from frtrace.load import cache as cache_mod
 from frtrace.load import tables
-from frtrace.load.fingerprint import HASH_BYTES
 from frtrace.load.tables import DumpSet, load_dumps
 from frtrace.pipeline import analyze_dumps
 from frtrace.report.json import render_json
@@ -254,9 +254,9 @@ def test_the_cache_is_private_whatever_the_umask(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, large: bool
 ) -> None:
     """Folders 0700, files 0600 (tables written by Arrow, the manifest, a sidecar; a large
-    set's entries written around holes, ``frtrace.load.ipcfile``) under umask 022; a cache
+    set's entries written around holes, ``frtrace.load.handover.ipcfile``) under umask 022; a cache
     folder an earlier version left 0755 is narrowed."""
-    from frtrace.load import spill
+    from frtrace.load.handover import spill
 
     if large:
         monkeypatch.setattr(spill, "SPILL_MIN_BYTES", 0)
@@ -326,7 +326,7 @@ def test_a_large_sets_entries_are_written_once_where_the_cache_keeps_them(
     checksum taken as the cache stores it, checked by the next load); where Arrow would not write
     around the values, or the file cannot be written, the columns are built the other way:
     the tables are the same, and the next load reads them from the cache."""
-    from frtrace.load import ipcfile, spill
+    from frtrace.load.handover import ipcfile, spill
 
     directory = next(d for d in SCENARIOS if "nccl" in str(d))
     kept = load_dumps(directory)  # (in memory: below the spill threshold)
@@ -340,7 +340,7 @@ def test_a_large_sets_entries_are_written_once_where_the_cache_keeps_them(
 
         monkeypatch.setattr(ipcfile, "write_around", full)
     elif way == "fills in a hole":
-        from frtrace.load import outputs
+        from frtrace.load.handover import outputs
 
         def fills(self: object, data: object) -> None:
             raise OSError(28, "No space left on device")
@@ -362,7 +362,7 @@ def test_an_unforeseen_failure_while_the_holes_are_filled_leaves_no_file(
 ) -> None:
     """The entries' file holds the dumps' contents: whatever stops its writing (here a bug
     in spreading a dump's part), it is removed, as on a full disk; the next load is whole."""
-    from frtrace.load import gather, spill
+    from frtrace.load.handover import gather, spill
 
     directory = next(d for d in SCENARIOS if "nccl" in str(d))
     kept = load_dumps(directory)

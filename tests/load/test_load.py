@@ -12,7 +12,7 @@ import pytest
 
 from frtrace.errors import NoReadableDumps
 from frtrace.load import schema
-from frtrace.load.formats import split_profiling_name
+from frtrace.load.read.formats import split_profiling_name
 from frtrace.load.tables import load_dumps
 from tests.conftest import GLOO, GLOO_JSON, make_dump, make_entry, write_json, write_pickle
 
@@ -328,7 +328,7 @@ def test_stacks_are_interned_so_memory_does_not_grow_with_frames(tmp_path: Path)
 
 def test_parallel_loading_gives_the_same_tables(tmp_path: Path) -> None:
     """Worker processes and the single-process path agree, in rank order."""
-    import frtrace.load.parallel as parallel
+    import frtrace.load.workers.parallel as parallel
 
     for rank in range(6):
         entries = [make_entry(record_id=i, collective_seq_id=i + 1) for i in range(50)]
@@ -359,8 +359,8 @@ def test_a_files_backend_is_the_most_named_the_first_of_equals() -> None:
     import numpy as np
     import pyarrow.compute as pc
 
-    from frtrace.load.parse import _most_common
-    from frtrace.load.plain import Column
+    from frtrace.load.read.parse import _most_common
+    from frtrace.load.read.plain import Column
 
     def counted(column: pa.Array) -> Any:
         counts = pc.value_counts(column.dictionary_decode().drop_null())
@@ -390,8 +390,8 @@ def test_a_files_record_id_span_from_a_fast_paths_column() -> None:
     import numpy as np
     import pyarrow.compute as pc
 
-    from frtrace.load.parse import _span
-    from frtrace.load.plain import Column, to_arrow
+    from frtrace.load.read.parse import _span
+    from frtrace.load.read.plain import Column, to_arrow
 
     rng = np.random.default_rng(45)
     for _ in range(300):

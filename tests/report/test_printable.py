@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from frtrace.base.printable import json_safe, printable
 from frtrace.cli import app
-from frtrace.printable import json_safe, printable
 from frtrace.report.markdown import _line, escape
 from tests.conftest import make_dump, make_entry, write_pickle
 

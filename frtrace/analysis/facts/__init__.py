@@ -9,6 +9,6 @@ which process each rank ran in (``processes``); ``gather`` computes them all int
 ``Facts``. Nothing here names a culprit: the rules (``analysis.rules``) read these facts.
 """
 
-from frtrace.analysis.facts.gather import Facts, facts_of, gather_facts, stateless_ranks
+from frtrace.analysis.facts.assemble import Facts, facts_of, gather_facts, stateless_ranks
 
 __all__ = ["Facts", "facts_of", "gather_facts", "stateless_ranks"]

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.extensions import ExtensionArray
 
-from frtrace.load import native
+from frtrace.load.hooks import runs_order
 from frtrace.load.tables import DumpSet
 
 __all__ = ["drop_truncated_runs", "logical_collectives", "mark_p2p_batches"]
@@ -194,7 +194,7 @@ def _op_order(
     Rows come in (rank, row) order as loaded (one rank's file after another): a stable sort
     on one int64 key of (gid, seq) keeps that order among equals, one pass instead of four;
     where the key's values are few enough (``_most_counted``), a counting sort in C that finds
-    the runs as it goes (``native.runs_order``): at 4,096 ranks 0.08 s, against 0.15 s for
+    the runs as it goes (``load.hooks.runs_order``): at 4,096 ranks 0.08 s, against 0.15 s for
     the sort and 0.08 s for the runs (``docs/performance.md``, stop 45), the same order and
     runs.
     """
@@ -217,7 +217,7 @@ def _op_order(
             key *= width
             key += seq
             key -= low
-            counted = native.runs_order(key, rank, span) if span <= _most_counted(n) else None
+            counted = runs_order(key, rank, span) if span <= _most_counted(n) else None
             if counted is not None:
                 return counted
             order: np.ndarray = np.argsort(key, kind="stable")

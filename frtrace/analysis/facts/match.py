@@ -52,8 +52,8 @@ from frtrace.analysis.facts.pending import (
     settle_completion,
 )
 from frtrace.analysis.facts.segments import rank_group_spans
-from frtrace.load.spill import release_pages
-from frtrace.load.tables import DumpSet, give_back_memory
+from frtrace.load.hooks import give_back_memory, release_pages
+from frtrace.load.tables import DumpSet
 
 __all__ = ["match"]
 
@@ -312,7 +312,7 @@ def _entry_frame(
     p2p batches marked; and whether it has the ``p2p_seq`` column."""
     entries = dumps.entries
     # Each step reads a few columns of every entry; where the table is mapped from disk
-    # (``frtrace.load.spill``) their pages are dropped from memory after each step, so that
+    # (``frtrace.load.handover.spill``) their pages are dropped from memory after each step, so that
     # the table never sits in memory whole beside the frame built from it.
     with ThreadPoolExecutor(1, thread_name_prefix="frtrace-frame") as beside:
         # the two int64 columns copied beside the others' passes (both mostly without the
