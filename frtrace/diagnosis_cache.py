@@ -36,8 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from frtrace.analysis.codec import CodecError, decode, decode_report, encode, encode_report
-from frtrace.errors import FrtraceError
-from frtrace.incident.discover import Discovery, discover
+from frtrace.incident.discover import Discovery
 from frtrace.incident.fingerprint import path_fingerprint
 from frtrace.incident.problems import LoadProblem
 from frtrace.load.cache import DirectoryCache, cache_disabled, cache_root
@@ -100,16 +99,11 @@ class DiagnosisCache:
         self.usable = True  # False once a file could not be fingerprinted: nothing is saved
 
     @classmethod
-    def open(
-        cls, source: Path, *, only: str | None = None, attempt: int | None = None
-    ) -> DiagnosisCache | None:
-        """The cache of ``source``; None for an archive, with the cache off, or when the
-        directory cannot be listed (the load then says why)."""
-        if cache_disabled() or not source.is_dir():
-            return None
-        try:
-            discovery = discover(source, only=only, attempt=attempt)
-        except (FrtraceError, OSError):
+    def open(cls, discovery: Discovery, *, attempt: int | None = None) -> DiagnosisCache | None:
+        """The cache of the discovered directory; None for an archive, with the cache off, or
+        where no file is a dump (nothing to key an entry on)."""
+        source = discovery.directory
+        if cache_disabled() or discovery.missing is not None or not source.is_dir():
             return None
         return cls(source, discovery, attempt)
 

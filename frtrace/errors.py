@@ -9,7 +9,9 @@ FrtraceError
 │   ├── DuplicateRank       two files claim the same rank
 │   │   └── SeveralDumpSets the directory holds several incidents' dumps of the same ranks
 │   ├── NoSuchAttempt       --attempt N: the folder holds nothing of that attempt
-│   └── SchedulerUnavailable  --scheduler: dask is not installed or the scheduler is unreachable
+│   ├── SchedulerUnavailable  --scheduler: dask is not installed or the scheduler is unreachable
+│   ├── UnknownGroup        --pg names no process group of the job
+│   └── ExpectationError    `frtrace check`'s expectation file or flags cannot be understood
 ├── DumpFormatError         one file is not a Flight Recorder dump we can read; the other
 │   │                       files are still analysed (recorded as a problem, never raised
 │   │                       past the loader)
@@ -19,10 +21,13 @@ FrtraceError
 │   └── ReaderFailedError   the worker reading the file crashed or ran past its time limit
 ├── StackFileError          one collected stack file (py-spy, faulthandler, sidecar) cannot
 │                           be read; the dumps and the other stack files are still analysed
-│                           (defined with its readers in ``frtrace.pystack.common``)
 ├── UnsafePathError         ``frtrace collect`` will not use a path a rank's environment
-│                           names (a link, another user's file, a directory others can
-│                           write); that one way of collecting is skipped, and said why
+│   │                       names (a link, another user's file, a directory others can
+│   │                       write); that one way of collecting is skipped, and said why
+│   └── UnsafeDirectory     the recorder's registry folder is not the user's own (0700):
+│                           the job side refuses it, one line naming it
+├── OutputError             a report or export cannot be written where the user asked
+├── CollectError            ``frtrace collect`` cannot start (a bad --store, no rank found)
 ├── SeveralJobs             ``frtrace collect`` found the ranks of more than one job on this
 │                           host: it collects none and names each job and how to pick one
 └── WorkFilesLost           a file frtrace wrote while loading (a worker's columns) was
@@ -109,3 +114,30 @@ class SeveralJobs(FrtraceError):
 class WorkFilesLost(FrtraceError):
     """A file frtrace wrote while loading, in its own working directory, was removed or cut
     short before it was read back (a cleaner of the cache directory): exit code 2."""
+
+
+class UnknownGroup(InputError):
+    """``--pg`` names no process group of the job."""
+
+
+class ExpectationError(InputError):
+    """The expectation file or flags cannot be understood (exit code 2)."""
+
+
+class UnsafeDirectory(UnsafePathError):
+    """The registry directory is not the user's own: ``str()`` is one line naming it."""
+
+
+_STACK_HINT = (
+    "expected py-spy dump text or --json, faulthandler/dump_traceback output, or an "
+    "frtrace-stacks sidecar; collect it again or leave this file out"
+)
+
+
+class StackFileError(FrtraceError, ValueError):
+    """A stack file that cannot be read: one line naming the file, the problem, what next."""
+
+    def __init__(self, path: str, problem: str, hint: str = _STACK_HINT) -> None:
+        self.path = path
+        self.problem = " ".join(problem.split())
+        super().__init__(f"{path}: {self.problem}; {hint}")

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 from frtrace.base.progress import Progress, owned
 from frtrace.diagnosis_cache import Diagnosis, DiagnosisCache
-from frtrace.errors import FrtraceError, NoDumpsFound
-from frtrace.incident.discover import Discovery, SideFile, discover, list_files
+from frtrace.incident.discover import Discovery, SideFile, discover
+from frtrace.load.options import LoadOptions
 from frtrace.model import Report
 
 # The loader, the side files' readers and the analysis are imported where used: a run that
@@ -35,20 +35,9 @@ def analyze(
     """Load every dump (and every collected Python stack, log and error file) under
     ``directory``; diagnose. A directory with no dump but logs that report failures is
     analysed from those alone. ``progress``: the phases shown (``frtrace.base.progress``)."""
-    from frtrace.load import tables
-
-    directory = Path(directory)
     with owned(progress) as shown:
-        side: SideFiles | None = None
-        try:
-            dumps = tables.load_dumps(
-                directory, jobs=jobs, progress=shown, meanwhile=_import_analysis
-            )
-        except NoDumpsFound as exc:
-            dumps, side = _without_dumps(directory, exc)
-        with shown.phase("analyse") as phase:
-            phase.describe(f"{dumps.world.size:,} ranks, {dumps.entries.num_rows:,} entries")
-            return _analysed(dumps, side)
+        options = LoadOptions(jobs=jobs, meanwhile=_import_analysis)
+        return _diagnosed_source(Path(directory), options, None, None, shown).report
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,22 +93,20 @@ def _job_ns(dumps: DumpSet | None) -> int | None:
     return newest if isinstance(newest, int) and newest > 0 else None
 
 
-def _without_dumps(directory: Path, missing: NoDumpsFound) -> tuple[DumpSet, SideFiles]:
+def _without_dumps(discovery: Discovery) -> tuple[DumpSet, SideFiles]:
     """The job left no dump (every rank died or exited before writing one): an empty set and
     its side files, if its logs, error files or stacks (a folder's or an archive's) name ranks
-    that failed; else the error stands."""
+    that failed; else ``discovery.missing`` stands."""
     from frtrace.evidence.injob import world_named
     from frtrace.load.empty import empty_dump_set
 
-    try:
-        listed = list_files(directory).side_files
-    except FrtraceError:
-        raise missing from None
+    assert discovery.missing is not None
+    directory, listed = discovery.directory, discovery.side_files
     side = read_side_files(directory, listed)
     ranks = {f.rank for f in side.evidence.failures if f.rank is not None}
     world = world_named(ranks | set(side.stacks.ranks))
     if not side.evidence.failures or world is None:
-        raise missing
+        raise discovery.missing
     dumps = empty_dump_set(directory, world, "the highest rank its logs and stacks name", listed)
     return dumps, side
 
@@ -191,58 +178,43 @@ def diagnose_source(
     diagnosed and stored (not with ``cache=False``; archives are not cached). ``progress``:
     the phases shown (``frtrace.base.progress``): discover, load, analyse. ``attempt``: of a
     restarted job, the attempt analysed (default the newest; ``frtrace.incident.attempts``)."""
+    options = LoadOptions(
+        jobs=jobs,
+        scheduler=scheduler,
+        cache=cache,
+        background=True,  # (the tables stored while the dumps are analysed)
+        meanwhile=_import_analysis,
+    )
     with owned(progress) as shown:
-        return _diagnose_source(source, jobs, only, scheduler, cache, shown, attempt)
+        return _diagnosed_source(source, options, only, attempt, shown)
 
 
-def _listed(source: Path, only: str | None, attempt: int | None) -> Discovery | None:
-    """The listing ``--attempt`` needs where there is no cache entry to carry it."""
-    return None if attempt is None else discover(source, only=only, attempt=attempt)
-
-
-def _diagnose_source(
-    source: Path,
-    jobs: int | None,
-    only: str | None,
-    scheduler: str | None,
-    cache: bool,
-    shown: Progress,
-    attempt: int | None = None,
+def _diagnosed_source(
+    source: Path, options: LoadOptions, only: str | None, attempt: int | None, shown: Progress
 ) -> Diagnosis:
-    started = time.monotonic()
-    side: SideFiles | None
-    try:
-        store = DiagnosisCache.open(source, only=only, attempt=attempt) if cache else None
-    except NoDumpsFound as exc:
-        dumps, side = _without_dumps(source, exc)  # (nothing to cache: no dump to key it on)
+    """The one sequence every entry point runs: the incident listed once (stage 0), its
+    diagnosis from the cache, else its dumps loaded (stage 1) and diagnosed with its side
+    files (or its side files alone, where it left no dump)."""
+    with shown.phase("discover") as phase:
+        discovery = discover(source, only=only, attempt=attempt, empty=True)
+        phase.describe(discovery.describe())
+    if discovery.missing is not None:
+        dumps, side = _without_dumps(discovery)  # (nothing to cache: no dump to key it on)
         return Diagnosis(report=_analysed(dumps, side), problems=dumps.problems)
-    cached = None if store is None else store.load()
-    if store is not None:  # (listed and fingerprinted here; else load_dumps lists them)
-        shown.record("discover", store.discovery.describe(), started)
-    if cached is not None:
-        shown.record("analyse", "the diagnosis from the cache (files unchanged)", started)
-        return cached
+    store = DiagnosisCache.open(discovery, attempt=attempt) if options.cache else None
+    if store is not None:
+        started = time.monotonic()
+        cached = store.load()
+        if cached is not None:
+            shown.record("analyse", "the diagnosis from the cache (files unchanged)", started)
+            return cached
     from frtrace.load import tables
 
-    side = None
-    try:
-        dumps = tables.load_dumps(
-            source if store is None else store.directory,
-            jobs=jobs,
-            progress=shown,
-            only=only,
-            scheduler=scheduler,
-            cache=cache,
-            discovery=store.discovery if store else _listed(source, only, attempt),
-            store=None if store is None else store.tables,
-            background=True,  # (stored while the dumps are analysed)
-            meanwhile=_import_analysis,
-        )
-    except NoDumpsFound as exc:
-        dumps, side = _without_dumps(source, exc)
+    tables_store = None if store is None else store.tables
+    dumps = tables.load_discovered(discovery, options, shown, store=tables_store)
     with shown.phase("analyse") as phase:
         phase.describe(f"{dumps.world.size:,} ranks, {dumps.entries.num_rows:,} entries")
-        diagnosis = Diagnosis(report=_analysed(dumps, side), problems=dumps.problems)
+        diagnosis = Diagnosis(report=_analysed(dumps, None), problems=dumps.problems)
         if store is not None and dumps.window is None:  # (a cut history's is not kept)
             store.save(diagnosis)
     return diagnosis

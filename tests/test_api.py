@@ -288,3 +288,118 @@ def test_the_entry_points_take_a_path_as_text() -> None:
     folder = str(Path(__file__).resolve().parent / "fixtures" / "gloo" / "broadcast_root")
     assert frtrace.load_dumps(folder).loaded_ranks
     assert frtrace.analyze(folder).verdict is not None
+
+
+def test_the_top_level_holds_at_most_ten_modules() -> None:
+    """The package's top holds the entry points and what every stage shares; a new module
+    goes into the stage it belongs to."""
+    assert len(TOP_LEVEL) <= 10, sorted(TOP_LEVEL)
+
+
+_LOAD_ROOMS = ("read", "workers", "handover")
+
+
+def test_nothing_above_the_load_imports_one_of_its_rooms() -> None:
+    """``load/read``, ``load/workers`` and ``load/handover`` are the stage's own: the stages
+    above take the load's face (``load/*.py``: tables, dumpset, hooks...), never a room."""
+    reached: dict[str, list[str]] = {}
+    graph = _module_graph()
+    for name, targets in graph.items():
+        if name.startswith("frtrace.load"):
+            continue
+        inner = sorted(
+            t for t in targets if t.startswith("frtrace.load.") and t.split(".")[2] in _LOAD_ROOMS
+        )
+        if inner:
+            reached[name] = inner
+    assert reached == {}
+
+
+def test_the_load_names_every_module_it_holds() -> None:
+    """``load/__init__.py`` (and each room's) names every module of its folder: a newcomer
+    reads one docstring to know where a thing is."""
+    for init in [
+        PACKAGE / "load" / "__init__.py",
+        *(PACKAGE / "load" / r / "__init__.py" for r in _LOAD_ROOMS),
+    ]:
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        for path in sorted(init.parent.rglob("*.py")):
+            if path.name == "__init__.py":
+                continue
+            assert f"``{path.stem}``" in doc, (
+                f"{init.relative_to(PACKAGE)} does not name {path.stem}"
+            )
+        if init.parent.name == "load":
+            for room in _LOAD_ROOMS:
+                assert f"``{room}/``" in doc
+
+
+# Who may list a folder, and which: the incident's folder only from ``incident/``
+_LISTS_ITS_OWN = {
+    "load/cache.py": "the cache's own folder",
+    "load/handover/spill.py": "the spill folder's stale entries",
+    "diagnosis_cache.py": "the package's own sources (the code digest)",
+    "collect/procs.py": "/proc (the job's rank processes)",
+    "job/registry.py": "the recorder's registry folder",
+    "base/heap.py": "/sys/bus/virtio/devices",
+    "pystack/where.py": "the package's own folder (its module names)",
+}
+_LISTING_CALLS = ("iterdir", "scandir", "listdir", "walk", "glob", "rglob")
+
+
+def test_only_the_incident_stage_lists_a_folder() -> None:
+    """Stage 0 (``frtrace/incident/``) is the only code that lists the incident's folder or
+    archive: the readers of dumps, stacks and logs take its listing; the few other listings
+    are of frtrace's own folders, each said why above."""
+    listing: set[str] = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = path.relative_to(PACKAGE).as_posix()
+        if where.startswith("incident/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            call = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            if call and node.func.attr in _LISTING_CALLS:  # type: ignore[attr-defined]
+                listing.add(where)
+    assert listing <= set(_LISTS_ITS_OWN), sorted(listing - set(_LISTS_ITS_OWN))
+
+
+def _errors_classes() -> set[str]:
+    tree = ast.parse((PACKAGE / "errors.py").read_text())
+    return {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+
+
+def test_every_user_facing_error_is_drawn_in_the_error_tree() -> None:
+    """Every ``FrtraceError`` is defined in ``errors.py`` and drawn in its docstring's tree;
+    no other module derives one (a reader's own error is one of these, or stays internal)."""
+    import frtrace.errors as errors
+
+    defined = _errors_classes()
+    doc = errors.__doc__ or ""
+    for name in defined:
+        cls = getattr(errors, name)
+        if isinstance(cls, type) and issubclass(cls, errors.FrtraceError):
+            assert f" {name} " in doc or f"{name}\n" in doc or doc.startswith(name), name
+    derived: list[str] = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "errors.py" and path.parent == PACKAGE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases = {
+                    b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases
+                }
+                if bases & defined:
+                    derived.append(f"{path.relative_to(PACKAGE)}:{node.name}")
+    assert derived == []
+
+
+def test_files_are_written_one_way() -> None:
+    """A file frtrace names is written by ``base.files`` (a new temporary file renamed over
+    it, never through a link): no other module renames a file into place."""
+    renaming = sorted(
+        path.relative_to(PACKAGE).as_posix()
+        for path in PACKAGE.rglob("*.py")
+        if path.relative_to(PACKAGE).as_posix() != "base/files.py"
+        and "os.replace(" in path.read_text()
+    )
+    assert renaming == []

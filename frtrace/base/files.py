@@ -8,10 +8,13 @@ never through a link someone else planted, whoever runs it (root included).
   ``O_DIRECTORY|O_NOFOLLOW`` relative to the folder above, held open (a descriptor): a link
   at ``DIR/<host>`` or ``DIR/snap1`` is refused, and a folder renamed away after it was
   entered takes frtrace's files with it, never sends them elsewhere.
-* A file is written to a new temporary name in the held folder (``O_CREAT|O_EXCL``, 0600)
-  and renamed over its final name: a link planted under that name is replaced, never
-  followed. ``analyze -o FILE`` writes in place (the file keeps its mode) once it is known
-  to be a regular file of this user's or a device, opened without following a link.
+* A file is written to a new temporary name in the held folder (``O_CREAT|O_EXCL``, 0600
+  whatever the umask) and renamed over its final name: a link planted under that name is
+  replaced, never followed. This is the one way frtrace writes a file it names itself
+  (``write_file``; ``replace_file`` for a path whose folder exists: the job side's dumps and
+  sidecars, the watch's report), imported by the job side too (it imports nothing heavy).
+* ``analyze -o FILE`` writes in place (the file keeps its mode) once it is known to be a
+  regular file of this user's or a device, opened without following a link.
 
 A refusal is an :class:`~frtrace.errors.UnsafePathError`, one line that names the path.
 """
@@ -27,17 +30,30 @@ import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, Protocol, overload
 
 from frtrace.errors import OutputError, UnsafePathError
 
-__all__ = ["OutDir", "Readable", "open_out_dir", "open_out_file", "write_file", "write_out_file"]
+__all__ = [
+    "OutDir",
+    "Readable",
+    "open_out_dir",
+    "open_out_file",
+    "replace_file",
+    "write_file",
+    "write_out_file",
+]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class Readable(Protocol):
     def read(self, size: int = ..., /) -> bytes: ...
+
+
+# what a file is written from: bytes, an open descriptor to copy from, a stream to read to its
+# end, or a function that writes the file
+_Data = bytes | int | Readable | Callable[[BinaryIO], None]
 
 
 def _link_is_trusted(st: os.stat_result) -> bool:
@@ -148,10 +164,22 @@ def open_out_dir(path: Path, *, private: bool = True) -> OutDir:
     return top
 
 
+@overload
+def write_file(
+    folder: OutDir, name: str, data: _Data, keep: None = None, *, private: bool = True
+) -> Path: ...
+
+
+@overload
+def write_file(
+    folder: OutDir, name: str, data: _Data, keep: Callable[[], bool], *, private: bool = True
+) -> Path | None: ...
+
+
 def write_file(
     folder: OutDir,
     name: str,
-    data: bytes | int | Readable | Callable[[BinaryIO], None],
+    data: _Data,
     keep: Callable[[], bool] | None = None,
     *,
     private: bool = True,
@@ -165,6 +193,8 @@ def write_file(
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(tmp, flags, 0o600 if private else 0o666, dir_fd=folder.fd)
     try:
+        if private:
+            os.fchmod(fd, 0o600)  # (exactly: a umask of 0o200 would leave it unwritable)
         with os.fdopen(fd, "wb") as dst:
             if isinstance(data, bytes):
                 dst.write(data)
@@ -184,6 +214,16 @@ def write_file(
             os.unlink(tmp, dir_fd=folder.fd)
         raise
     return folder.path / name
+
+
+def replace_file(path: Path, data: bytes | str, *, private: bool = True) -> Path:
+    """``path`` replaced atomically by ``data`` (text as UTF-8), as :func:`write_file` writes
+    it into the folder ``path`` names, which must exist; 0600 where ``private``, else as the
+    umask says."""
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    with OutDir(path.parent, fd) as folder:
+        body = data.encode() if isinstance(data, str) else data
+        return write_file(folder, path.name, body, private=private)
 
 
 @contextlib.contextmanager

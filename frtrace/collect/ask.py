@@ -26,8 +26,7 @@ from frtrace.collect.procs import RankProcess
 from frtrace.collect.safety import connect_to_process, copy_private
 from frtrace.errors import UnsafePathError
 from frtrace.job import registry as reg
-from frtrace.job.env import DUMP_PREFIX
-from frtrace.job.recorder import STACKS_PREFIX
+from frtrace.job.env import DUMP_PREFIX, STACKS_PREFIX
 
 __all__ = ["recorder"]
 

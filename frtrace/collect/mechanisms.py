@@ -34,9 +34,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from frtrace.base.files import OutDir
+from frtrace.base.files import OutDir, write_file
 from frtrace.collect.procs import RankProcess, proc_state
-from frtrace.collect.safety import connect_to_process, copy_private, open_fifo, write_private
+from frtrace.collect.safety import connect_to_process, copy_private, open_fifo
 from frtrace.errors import UnsafePathError
 from frtrace.job.env import DUMP_PREFIX
 from frtrace.job.registry import process_start_time
@@ -231,7 +231,7 @@ def _worker_server_get(
         return Outcome(mechanism=mechanism, kind=kind, ok=False, detail=f"{exc}: not asked")
     except (OSError, http.client.HTTPException) as exc:
         return Outcome(mechanism=mechanism, kind=kind, ok=False, detail=f"{exc}"[:120])
-    written = write_private(*dst, body)
+    written = write_file(*dst, body)
     return Outcome(mechanism=mechanism, kind=kind, ok=True, detail=detail, paths=(str(written),))
 
 
@@ -279,5 +279,5 @@ def pyspy(proc: RankProcess, out_dir: OutDir, timeout_s: float, exe: str | None)
         if "permission" in low or "not permitted" in low or "ptrace" in low:
             text = f"ptrace not permitted ({text[:80]})"
         return Outcome(mechanism="py-spy", kind="stacks", ok=False, detail=text[:120])
-    dst = write_private(out_dir, f"pyspy_rank_{proc.rank}.txt", run.stdout)
+    dst = write_file(out_dir, f"pyspy_rank_{proc.rank}.txt", run.stdout)
     return Outcome(mechanism="py-spy", kind="stacks", ok=True, detail="dump", paths=(str(dst),))

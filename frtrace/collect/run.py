@@ -32,7 +32,6 @@ from frtrace.base.ranges import format_ranks
 from frtrace.collect import mechanisms as m
 from frtrace.collect.ask import recorder
 from frtrace.collect.procs import RankProcess, job_of, scan_rank_processes
-from frtrace.collect.safety import write_private
 from frtrace.collect.store import Answer, StoreRank, Worker, fetch_all, read_registry
 from frtrace.errors import SeveralJobs
 from frtrace.job import registry
@@ -153,7 +152,7 @@ def _write_manifest(
         )
     collector = {"host": socket.gethostname(), "pid": os.getpid(), "how": how}
     doc = manifest_document(host, collector, clock, ranks)
-    write_private(folder, MANIFEST_NAME, (json.dumps(doc, indent=1) + "\n").encode())
+    write_file(folder, MANIFEST_NAME, (json.dumps(doc, indent=1) + "\n").encode())
 
 
 def one_job(procs: list[RankProcess]) -> None:

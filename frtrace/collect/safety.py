@@ -37,19 +37,9 @@ __all__ = [
     "copy_private",
     "open_fifo",
     "open_owned",
-    "write_private",
 ]
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-
-
-def write_private(folder: OutDir, name: str, data: bytes | int) -> Path:
-    """``folder/name``, 0600 (:func:`frtrace.base.files.write_file`): ``data`` (bytes, or an
-    open file descriptor to copy from) into a new temporary file of the held folder, then
-    renamed over ``name`` (a link there is replaced, never followed)."""
-    written = write_file(folder, name, data)
-    assert written is not None  # (nothing asked whether to keep it)
-    return written
 
 
 def _owner_problem(st: os.stat_result, uid: int) -> str | None:
@@ -86,7 +76,7 @@ def copy_private(src: Path, uid: int, out_dir: OutDir, name: str) -> Path:
             there = os.lstat(name, dir_fd=out_dir.fd)
             if (there.st_dev, there.st_ino) == (st.st_dev, st.st_ino):
                 return out_dir.path / name
-        return write_private(out_dir, name, fd)
+        return write_file(out_dir, name, fd)
     finally:
         os.close(fd)
 

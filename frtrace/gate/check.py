@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from frtrace.base.ranges import format_ranks, parse_ranks
-from frtrace.errors import InputError
+from frtrace.errors import ExpectationError
 from frtrace.model import Finding, Report, Severity, Verdict
 
 __all__ = [
@@ -55,10 +55,6 @@ EXPECT_KEYS = (
 )
 FINDING_KEYS = ("code", "kind", "culprit_ranks", "waiting_ranks", "group", "seq", "op")
 _RANK_KEYS = ("culprit_ranks", "suspected_ranks", "victim_ranks", "stragglers", "ranks_missing")
-
-
-class ExpectationError(InputError):
-    """The expectation file or flags cannot be understood (exit code 2)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -4,13 +4,11 @@ three formats beside the dumps (0600), and the one line the job's log gets."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
 import tempfile
-import threading
 from pathlib import Path
 
+from frtrace.base.files import replace_file
 from frtrace.base.printable import printable
 from frtrace.incident.stall import stall_files
 from frtrace.job.watch import REPORT_STEM
@@ -20,25 +18,7 @@ from frtrace.report.html import render_html
 from frtrace.report.json import render_json
 from frtrace.report.text import render_text
 
-__all__ = ["analyse_and_report", "hang_line", "write_private"]
-
-
-def write_private(path: Path, text: str) -> None:
-    """``path`` replaced atomically by ``text``, 0600 whatever the umask, never through a link."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with contextlib.suppress(FileNotFoundError):
-        tmp.unlink()
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(tmp, flags, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+__all__ = ["analyse_and_report", "hang_line"]
 
 
 def hang_line(report: Report, html: Path) -> str:
@@ -73,5 +53,5 @@ def analyse_and_report(directory: Path, since_wall: float) -> tuple[Report, Path
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     for suffix, render in (("txt", render_text), ("json", render_json), ("html", render_html)):
-        write_private(directory / f"{REPORT_STEM}.{suffix}", printable(render(report, None)))
+        replace_file(directory / f"{REPORT_STEM}.{suffix}", printable(render(report, None)))
     return report, directory / f"{REPORT_STEM}.html"

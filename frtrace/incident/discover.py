@@ -76,6 +76,9 @@ class Discovery:
     wanted: int | None = None  # --attempt: the attempt asked for (None: the newest)
     # every attempt's side files, ``side_files`` chosen from them (the other attempts' history)
     all_side_files: tuple[SideFile, ...] = ()
+    # where no file can be a dump (``discover(..., empty=True)``): why, as ``NoDumpsFound``
+    # says it; ``side_files`` are then every side file listed (the job's failures may be there)
+    missing: NoDumpsFound | None = None
 
     def describe(self) -> str:
         """What was found, for the progress line: ``1,024 dump files (421.0 MB)``."""
@@ -95,9 +98,12 @@ def list_files(directory: Path) -> Listing:
     return _walk(directory)
 
 
-def discover(directory: Path, *, only: str | None = None, attempt: int | None = None) -> Discovery:
+def discover(
+    directory: Path, *, only: str | None = None, attempt: int | None = None, empty: bool = False
+) -> Discovery:
     """List ``directory`` (or the archive) recursively and form its one dump set; raise if
-    nothing can be a dump, or where it holds several sets and ``only`` picks none.
+    nothing can be a dump (``empty``: return a set of no dump, saying why in ``missing``), or
+    where it holds several sets and ``only`` picks none.
 
     ``only``: keep the files of one set: a set name as the several-sets error prints it
     (``incident1/rank_*``), else a glob over the path under the directory (``*.json``).
@@ -108,18 +114,17 @@ def discover(directory: Path, *, only: str | None = None, attempt: int | None = 
     candidates, copies, pairs = drop_copies(listing.candidates)
     chosen = candidates if only is None else _select(candidates, only)
     if not chosen:
-        skipped = len(listing.skipped) + len(listing.side_files)
-        hint = f" ({skipped} other files skipped)" if skipped else ""
-        if only is not None:
-            raise NoDumpsFound(
-                f"{directory}: no Flight Recorder dumps match --only {only!r}{hint}; give a "
-                "set name as the error about several sets prints it (e.g. 'incident1/rank_*') "
-                "or a pattern of paths under the directory (e.g. '*.json')."
-            )
-        raise NoDumpsFound(
-            f"{directory}: no Flight Recorder dumps found{hint}. Dumps are named "
-            "<prefix><rank> (e.g. comm_lib_trace_rank_3); check TORCH_FR_DUMP_TEMP_FILE of the "
-            "job, or run `frtrace env` to see how to make a job write them."
+        missing = _missing(directory, listing, only)
+        if not empty:
+            raise missing
+        side = listing.side_files
+        return Discovery(
+            directory=directory,
+            candidates=(),
+            skipped=listing.skipped,
+            side_files=side,
+            all_side_files=side,
+            missing=missing,
         )
     sets = _form_sets(chosen)
     snapshots: tuple[LoadProblem, ...] = ()
@@ -146,6 +151,23 @@ def discover(directory: Path, *, only: str | None = None, attempt: int | None = 
         attempt=numbers[-1] if numbers else None,
         wanted=attempt,
         all_side_files=every,
+    )
+
+
+def _missing(directory: Path, listing: Listing, only: str | None) -> NoDumpsFound:
+    """Why nothing in the listing can be a dump (of the set ``only`` names)."""
+    skipped = len(listing.skipped) + len(listing.side_files)
+    hint = f" ({skipped} other files skipped)" if skipped else ""
+    if only is not None:
+        return NoDumpsFound(
+            f"{directory}: no Flight Recorder dumps match --only {only!r}{hint}; give a "
+            "set name as the error about several sets prints it (e.g. 'incident1/rank_*') "
+            "or a pattern of paths under the directory (e.g. '*.json')."
+        )
+    return NoDumpsFound(
+        f"{directory}: no Flight Recorder dumps found{hint}. Dumps are named "
+        "<prefix><rank> (e.g. comm_lib_trace_rank_3); check TORCH_FR_DUMP_TEMP_FILE of the "
+        "job, or run `frtrace env` to see how to make a job write them."
     )
 
 

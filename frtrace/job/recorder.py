@@ -30,9 +30,7 @@ torch is imported inside the functions only: importing this module costs nothing
 
 from __future__ import annotations
 
-import contextlib
 import os
-import secrets
 import signal
 import socket
 import sys
@@ -44,6 +42,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
+from frtrace.base.files import replace_file
 from frtrace.job import registry as reg
 from frtrace.job import triggers
 from frtrace.job import watch as watching
@@ -287,7 +286,7 @@ def dump(
         # The stacks first: they show the moment of the request, before the dump's own work.
         stacks = _capture(st, rank, trigger, detail, frame)
         data = _trace_bytes(st.fmt)
-        _write_new(path, data)
+        replace_file(path, data, private=False)  # (as the umask says: torch's own dumps are)
         st.written.append(path)
         if stacks is not None:
             side = _sidecar_path(path)
@@ -299,22 +298,6 @@ def dump(
     if st.verbose:
         print(f"frtrace.recorder: wrote {path} ({reason})", file=sys.stderr, flush=True)
     return path
-
-
-def _write_new(path: Path, data: bytes) -> None:
-    """``path`` replaced atomically by ``data``, through a new temporary file whose name no one
-    can guess: a link planted in a shared dump directory is never followed."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(8)}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(tmp, flags, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
 
 
 def _capture(

@@ -41,6 +41,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from frtrace.base.files import OutDir, write_file
+from frtrace.errors import UnsafeDirectory
+
 __all__ = [
     "REGISTRY_ENV",
     "REGISTRY_FORMAT",
@@ -70,10 +73,6 @@ REGISTRY_FORMAT = "frtrace-recorder"
 REGISTRY_VERSION = 2  # 1 (no "format" key): pid, dump_dir, signals; collect signalled it
 REQUEST = b"dump\n"
 MAX_ENTRY_BYTES = 64 * 1024
-
-
-class UnsafeDirectory(Exception):
-    """The registry directory is not the user's own: ``str()`` is one line naming it."""
 
 
 def registry_dir() -> Path:
@@ -178,15 +177,8 @@ def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
 
 def write_entry(dir_fd: int, pid: int, doc: Mapping[str, Any]) -> None:
     """``recorder-<pid>.json`` in ``dir_fd``, 0600, atomically (never through a link)."""
-    name = entry_name(pid)
-    tmp = f".{name}.tmp"
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp, dir_fd=dir_fd)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(dict(doc)) + "\n")
-    os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    folder = OutDir(Path(f"/proc/self/fd/{dir_fd}"), dir_fd)  # (held by the caller: not closed)
+    write_file(folder, entry_name(pid), (json.dumps(dict(doc)) + "\n").encode())
 
 
 def listen(dir_fd: int, pid: int) -> socket.socket:

@@ -21,16 +21,17 @@ on the main thread: its own frames are left out, so the main thread shows where 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import socket
 import sys
-import tempfile
 import threading
 import time
+from pathlib import Path
 from types import FrameType
 from typing import Any, Literal
+
+from frtrace.base.files import replace_file
 
 __all__ = [
     "FORMAT_NAME",
@@ -123,16 +124,5 @@ def capture_current_stacks(
 
 
 def write_stacks(path: str | os.PathLike[str], doc: dict[str, Any]) -> None:
-    """Write a sidecar atomically (a temporary file in the same folder, then a rename)."""
-    target = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(target))
-    fd, tmp = tempfile.mkstemp(prefix=".stacks-", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(doc, fh, indent=1)
-            fh.write("\n")
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Write a sidecar atomically, 0600 (``frtrace.base.files.replace_file``)."""
+    replace_file(Path(path), json.dumps(doc, indent=1) + "\n")

@@ -53,6 +53,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from frtrace.base.files import replace_file
 from frtrace.incident.discover import Candidate
 from frtrace.incident.fingerprint import Fingerprint, file_fingerprint
 
@@ -114,11 +115,6 @@ def private_directory(path: Path, *, narrow: Path | None = None) -> bool:
 def _private_file(path: Path) -> int:
     """A new file only this user can read (0600, whatever the umask), open for writing."""
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    with open(_private_file(path), "wb") as f:
-        f.write(data)
 
 
 def cache_disabled() -> bool:
@@ -367,9 +363,7 @@ class DirectoryCache:
                 self._drop()
                 return
             manifest = {**identity, "token": token, "tables": described}
-            partial = self.entry / f".manifest.{token}"
-            _write_private(partial, json.dumps(manifest).encode())
-            os.replace(partial, self.entry / "manifest.json")
+            replace_file(self.entry / "manifest.json", json.dumps(manifest).encode())
         except (OSError, pa.ArrowException) as exc:  # read-only, full, or a dump vanished
             shutil.rmtree(folder, ignore_errors=True)
             where = getattr(exc, "filename", None) or self.root
@@ -397,18 +391,14 @@ class DirectoryCache:
         if not name.endswith(".json") or "/" in name:
             raise ValueError(f"{name}: a sidecar is one *.json file")
         finish_saving()  # (the tables first: a sidecar is of stored tables)
-        partial = self.entry / f".{name}.{secrets.token_hex(8)}"
         try:
             if len(data) > _max_bytes():  # would evict everything else: not stored
                 self.drop_sidecar(name)
                 return
             if not private_directory(self.entry, narrow=self.root.parent):
                 raise OSError(errno.EPERM, "not a folder of this user's", str(self.entry))
-            _write_private(partial, data)
-            os.replace(partial, self.entry / name)
-        except OSError as exc:  # read-only or full
-            with contextlib.suppress(OSError):
-                partial.unlink(missing_ok=True)
+            replace_file(self.entry / name, data)
+        except OSError as exc:  # read-only or full (the temporary file is removed)
             _note(f"not caching the {what} ({exc.filename or self.root}: {exc.strerror})")
             return
         evict(self.root / "sets", _max_bytes(), keep=self.entry)

@@ -11,7 +11,7 @@ import contextlib
 import dataclasses
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +34,7 @@ from frtrace.load.handover.siderows import SideRows
 from frtrace.load.handover.spill import spill_directory
 from frtrace.load.hooks import give_back_memory
 from frtrace.load.lifetimes import one_attempt  # (loaded dump sets: one attempt's ranks)
+from frtrace.load.options import LoadOptions
 from frtrace.load.read.interning import Stack
 from frtrace.load.read.parse import ParsedDump
 from frtrace.load.workers.bundle import Bundle
@@ -49,6 +50,7 @@ __all__ = [
     "LoadProblem",
     "build_dump_set",
     "give_back_memory",
+    "load_discovered",
     "load_dumps",
     "recorded_groups",
 ]
@@ -62,35 +64,34 @@ def load_dumps(
     only: str | None = None,
     scheduler: str | FileExecutor | None = None,
     cache: bool = False,
-    discovery: Discovery | None = None,
-    store: DirectoryCache | None = None,
-    background: bool = False,
-    meanwhile: Callable[[], None] | None = None,
 ) -> DumpSet:
     """Load every dump under ``directory`` (or in the archive); unreadable files become
-    problems, not errors. ``only`` keeps one set of several (see ``discover``).
-
-    Each file's result is merged into the tables as it arrives (in file order) and then
-    dropped, so the parsed files and the merged tables are never all in memory at once.
-    ``scheduler``: a Dask scheduler address (``tcp://host:8786``) or a ``FileExecutor`` reads
-    the files elsewhere (``frtrace.load.workers.executors``); default: worker processes here.
-    ``cache``: reuse the tables of an earlier run on the same, unchanged files, and store
-    them for the next (``frtrace.load.cache``; off when ``FRTRACE_NO_CACHE=1``).
-    ``discovery`` and ``store``: the directory's files and cache entry where a caller has them
-    already (the diagnosis cache on a miss), so they are not listed and fingerprinted again.
-    ``progress``: the phases shown (``frtrace.base.progress``; True: on stderr): discover, load.
-    ``background``: the tables are stored in a thread while the caller goes on
-    (``cache.finish_saving`` waits for it). ``meanwhile``: what the caller wants done while
-    the files are read (imports for the next step): in a thread beside the local workers
-    (``parallel.parse_candidates``), else first; not at all when the cache holds the tables.
-    """
-    directory = Path(directory)
+    problems, not errors. ``only`` keeps one set of several (see ``discover``); ``jobs``,
+    ``scheduler`` and ``cache`` as ``LoadOptions`` says. ``progress``: the phases shown
+    (``frtrace.base.progress``; True: on stderr): discover, load."""
     with owned(progress) as shown:
-        if discovery is None:
-            with shown.phase("discover") as phase:
-                discovery = discover(directory, only=only)
-                phase.describe(discovery.describe())
-        if not (cache and directory.is_dir() and not cache_disabled()):  # (archives: in memory)
+        with shown.phase("discover") as phase:
+            discovery = discover(Path(directory), only=only)
+            phase.describe(discovery.describe())
+        options = LoadOptions(jobs=jobs, scheduler=scheduler, cache=cache)
+        return load_discovered(discovery, options, shown)
+
+
+def load_discovered(
+    discovery: Discovery,
+    options: LoadOptions,
+    progress: bool | Progress = False,
+    *,
+    store: DirectoryCache | None = None,
+) -> DumpSet:
+    """The dump set of an incident already listed (``frtrace.incident.discover``), loaded as
+    ``options`` say. Each file's result is merged into the tables as it arrives (in file
+    order) and then dropped, so the parsed files and the merged tables are never all in
+    memory at once. ``store``: the directory's cache entry where a caller has it already (the
+    diagnosis cache on a miss), so the files are not fingerprinted again."""
+    directory = discovery.directory
+    with owned(progress) as shown:
+        if not (options.cache and directory.is_dir() and not cache_disabled()):  # (archives)
             store = None
         elif store is None:
             store = DirectoryCache(cache_root(), directory, discovery.candidates)
@@ -103,13 +104,11 @@ def load_dumps(
                 return one_attempt(_from_tables(directory, cached, discovery), discovery)
         # (the executor counts the files in this phase; the tables are assembled and stored)
         with shown.phase("load", total=len(discovery.candidates)):
-            dumps, written, cut = _read(
-                directory, discovery, scheduler, jobs, shown, meanwhile, store
-            )
+            dumps, written, cut = _read(directory, discovery, options, shown, store)
             give_back_memory()
             if store is not None and not cut:  # (a cut history's tables are not whole)
                 loaded = {name: getattr(dumps, name) for name in TABLES}
-                if background:
+                if options.background:
                     store.save_in_background(loaded, written)
                 else:
                     store.save(loaded, written)
@@ -119,10 +118,8 @@ def load_dumps(
 def _read(
     directory: Path,
     discovery: Discovery,
-    scheduler: str | FileExecutor | None,
-    jobs: int | None,
+    options: LoadOptions,
     shown: Progress,
-    meanwhile: Callable[[], None] | None,
     store: DirectoryCache | None,
 ) -> tuple[DumpSet, dict[str, int], bool]:
     """Every file read and assembled into one DumpSet; the tables written where they stay
@@ -130,7 +127,8 @@ def _read(
     assembler: _Assembler | None = None
     taken: list[Fingerprint | None] | None = None
     try:
-        with open_executor(scheduler, jobs=jobs, progress=shown) as executor:
+        meanwhile = options.meanwhile
+        with open_executor(options.scheduler, jobs=options.jobs, progress=shown) as executor:
             # (a cluster that cuts the history sends a few entries a dump: no spill)
             cuts = isinstance(executor, FuturesExecutor) and executor.cuts(discovery.candidates)
             assembler = _Assembler(directory, discovery.candidates, may_spill=not cuts)

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import PurePath
 from typing import Any
 
-from frtrace.errors import FrtraceError
+from frtrace.errors import StackFileError
 from frtrace.incident.budget import rank_number
 from frtrace.incident.layout import MAX_STACK_BYTES, as_text
 from frtrace.pystack.model import Frame, ThreadStack
@@ -32,20 +32,6 @@ __all__ = [
 MAX_FILE_BYTES = MAX_STACK_BYTES  # a py-spy --locals dump of 1,000 threads is ~10 MB
 MAX_LINE_CHARS = 1024 * 1024  # faulthandler cuts strings at 500 chars; py-spy reprs at ~1 KB
 _MAX_THREADS = 100_000
-
-_HINT = (
-    "expected py-spy dump text or --json, faulthandler/dump_traceback output, or an "
-    "frtrace-stacks sidecar; collect it again or leave this file out"
-)
-
-
-class StackFileError(FrtraceError, ValueError):
-    """A stack file that cannot be read: one line naming the file, the problem, what next."""
-
-    def __init__(self, path: str, problem: str, hint: str = _HINT) -> None:
-        self.path = path
-        self.problem = " ".join(problem.split())
-        super().__init__(f"{path}: {self.problem}; {hint}")
 
 
 # --- shared helpers ----------------------------------------------------------------------

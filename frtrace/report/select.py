@@ -11,14 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from frtrace.base.ranges import format_ranks
-from frtrace.errors import InputError
+from frtrace.errors import UnknownGroup
 from frtrace.model import Finding, GroupRef, Report
 
 __all__ = ["Selection", "UnknownGroup", "matches_group", "select"]
-
-
-class UnknownGroup(InputError):
-    """``--pg`` names no process group of the job."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,10 +13,12 @@ import pytest
 from typer.testing import CliRunner
 
 from frtrace.cli import app
+from frtrace.incident.discover import discover
 from frtrace.incident.fingerprint import HASH_BYTES
 from frtrace.load import cache as cache_mod
 from frtrace.load import tables
-from frtrace.load.tables import DumpSet, load_dumps
+from frtrace.load.options import LoadOptions
+from frtrace.load.tables import DumpSet, load_discovered, load_dumps
 from frtrace.pipeline import analyze_dumps
 from frtrace.report.json import render_json
 from tests.conftest import fixture_sets, healthy_set, make_dump, make_entry, write_pickle
@@ -294,7 +296,7 @@ def test_tables_stored_in_the_background_are_there_for_the_next_load(
         save(self, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(cache_mod.DirectoryCache, "save", slow)
-    fresh = load_dumps(directory, cache=True, background=True)
+    fresh = load_discovered(discover(directory), LoadOptions(cache=True, background=True))
     assert started and cache_mod._SAVING  # (still storing when the load returned)
     _no_reading(monkeypatch)
     _same(load_dumps(directory, cache=True), fresh)
@@ -311,7 +313,7 @@ def test_a_background_store_that_fails_is_one_note(
         raise RuntimeError("something unforeseen")
 
     monkeypatch.setattr(cache_mod.DirectoryCache, "save", broken)
-    load_dumps(directory, cache=True, background=True)
+    load_discovered(discover(directory), LoadOptions(cache=True, background=True))
     cache_mod.finish_saving()
     err = capsys.readouterr().err
     assert err.count("\n") == 1

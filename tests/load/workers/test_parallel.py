@@ -9,8 +9,9 @@ import pytest
 
 from frtrace.errors import DumpFormatError
 from frtrace.incident.discover import discover
+from frtrace.load.options import LoadOptions
 from frtrace.load.read.parse import ParsedDump
-from frtrace.load.tables import build_dump_set, load_dumps
+from frtrace.load.tables import build_dump_set, load_discovered, load_dumps
 from frtrace.load.workers import parallel
 from tests.conftest import healthy_set, make_dump, make_entry, write_pickle
 
@@ -122,7 +123,7 @@ def test_meanwhile_runs_beside_the_workers_and_no_fork_meets_it(
         raise RuntimeError("its errors are the caller's to meet again")
 
     monkeypatch.setattr(parallel._WatchedPool, "start", starting)
-    dumps = load_dumps(tmp_path, jobs=2, meanwhile=meanwhile)
+    dumps = load_discovered(discover(tmp_path), LoadOptions(jobs=2, meanwhile=meanwhile))
     assert dumps.loaded_ranks == tuple(r for r in range(40) if r != 1)
     assert events[:3] == ["fork", "fork", "begun"] and "ended" in events
     replacements = [i for i, e in enumerate(events) if e == "fork"][2:]
