@@ -13,7 +13,7 @@ without ``mallopt`` (musl, macOS) is left alone.
   analysis pays for most on a VM whose freed pages go back to the host: at 4,096 ranks the
   first run took 19.4, 22.3, 18.3 s with a threshold of 4 MiB and 17.5, 20.9, 17.0 s with
   these (interleaved), the analysis 6.2, 7.4, 5.2 -> 5.2, 6.1, 4.9 s, the peak 819-840 ->
-  870-907 MB (``docs/performance.md``, stop 42). Before the analysis's entry frame shrank
+  870-907 MB (``CHANGELOG.md``, stop 42). Before the analysis's entry frame shrank
   (stop 42), the same thresholds peaked at 1,010-1,022 MB, and a threshold that glibc raised
   itself (to each freed block's size) at 994-1,013 MB, which is why it is fixed. A library
   caller's process is left as it is, and thresholds the user set in the environment
@@ -27,7 +27,7 @@ without ``mallopt`` (musl, macOS) is left alone.
   again (the heap held 33-122 MB free at each); at 4,096 ranks, where the trims keep the
   peak down, it held 65-256 MB free, and each is still made. A small gain: at 1,024 ranks,
   6 interleaved first runs on a busy host, always trimming 4.40-6.02 s (median 5.25), now
-  4.21-5.87 s (median 5.18), the same peak (``docs/performance.md``, stop 45).
+  4.21-5.87 s (median 5.18), the same peak (``CHANGELOG.md``, stop 45).
 - **The command's garbage collector** (``collect_less_often``, from ``cli.run``): with
   Python's thresholds (700 allocations, then 10 and 10), a first run at 1,024 ranks collected
   407 times for 0.38-0.44 s, three full passes over the ~100,000 objects of the imported

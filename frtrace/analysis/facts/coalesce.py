@@ -195,7 +195,7 @@ def _op_order(
     on one int64 key of (gid, seq) keeps that order among equals, one pass instead of four;
     where the key's values are few enough (``_most_counted``), a counting sort in C that finds
     the runs as it goes (``load.hooks.runs_order``): at 4,096 ranks 0.08 s, against 0.15 s for
-    the sort and 0.08 s for the runs (``docs/performance.md``, stop 45), the same order and
+    the sort and 0.08 s for the runs (``CHANGELOG.md``, stop 45), the same order and
     runs.
     """
     n = len(gid)
