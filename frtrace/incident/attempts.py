@@ -24,7 +24,7 @@ anything is analysed, from what they carry, and says in one line each what it se
   entries' times against the others', and its file's) is a rank without a dump of this
   attempt: ``frtrace.load.lifetimes``.
 
-Imports nothing of the analysis: it runs inside ``frtrace.load``.
+Imports nothing of the analysis: it runs in stage 0 (``frtrace.incident``), before any dump is read.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """A loaded dump set: the five Arrow tables of ``frtrace.load.schema`` and what could not be read.
 
-``load_dumps(directory)`` is the loading step of the pipeline: discover the files, parse each
-(in worker processes when there are many), intern stacks across ranks, and say which ranks
-have no usable dump.
+``load_discovered(discovery, options)`` is the loading step of the pipeline: the incident's
+dump files (``frtrace.incident``, listed once) parsed (in worker processes when there are
+many), stacks interned across ranks, and which ranks have no usable dump said.
+``load_dumps(directory)`` is the public shortcut: the folder discovered, then loaded.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ members (``match``, ``coalesce``, ``pending``, ``segments``, ``ops``), the ops t
 have completed (``failure``), when each dump was written (``capture``), who waits on whom
 (``waitgraph``), the ops a Gloo rank counted but did not write (``unrecorded``), each entry's
 signature and call site (``signatures``), where each rank's Python stack is (``places``) and
-which process each rank ran in (``processes``); ``gather`` computes them all into one frozen
+which process each rank ran in (``processes``); ``assemble`` computes them all into one frozen
 ``Facts``. Nothing here names a culprit: the rules (``analysis.rules``) read these facts.
 """
 
