@@ -73,7 +73,7 @@ for py in $PYTHONS; do
     mkdir -p "$check" && (cd "$check" && "$tool" -m zipfile -e "$fixed" .)
     (cd "$check" && "$py" -c '
 import pickle, sys
-from frtrace.load import _scan
+from frtrace.load.read import _scan
 data = pickle.dumps([{"record_id": 1, "profiling_name": "nccl:all_reduce"}], protocol=4)
 assert _scan.read(data) is not None and list(_scan.read(data)) == pickle.loads(data)
 assert _scan.__file__.startswith(sys.argv[1]), _scan.__file__

@@ -62,7 +62,7 @@ def test_the_script_builds_a_manylinux2014_wheel_with_the_c_reader(tmp_path: Pat
     )
     assert len(list(out.glob("*.tar.gz"))) == 1
     with zipfile.ZipFile(wheel) as whl:
-        assert any(n.startswith("frtrace/load/_scan.") for n in whl.namelist())
+        assert any(n.startswith("frtrace/load/read/_scan.") for n in whl.namelist())
     assert f"wheel: {wheel}" in run.stdout
 
 

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from frtrace import diagnosis_cache as dc
 from frtrace.cli import app
+from frtrace.incident.discover import Discovery
 from frtrace.load import cache as cache_mod
 from frtrace.load import tables
 from tests.conftest import FIXTURES, fixture_sets, healthy_set
@@ -32,15 +33,15 @@ def _sidecars() -> list[Path]:
 
 
 def _count_loads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    """Every load_dumps the CLI makes, recorded."""
+    """Every load the CLI makes (of a discovered incident), recorded."""
     calls: list[Path] = []
-    real = tables.load_dumps
+    real = tables.load_discovered
 
-    def spy(directory: Path, **kwargs: Any) -> tables.DumpSet:
-        calls.append(directory)
-        return real(directory, **kwargs)
+    def spy(discovery: Discovery, *args: Any, **kwargs: Any) -> tables.DumpSet:
+        calls.append(discovery.directory)
+        return real(discovery, *args, **kwargs)
 
-    monkeypatch.setattr(tables, "load_dumps", spy)
+    monkeypatch.setattr(tables, "load_discovered", spy)
     return calls
 
 
@@ -54,6 +55,7 @@ def _no_reading(monkeypatch: pytest.MonkeyPatch) -> None:
     import frtrace.pystack.discover
 
     monkeypatch.setattr(tables, "load_dumps", refuse)
+    monkeypatch.setattr(tables, "load_discovered", refuse)
     monkeypatch.setattr(tables, "open_executor", refuse)
     monkeypatch.setattr(cache_mod.DirectoryCache, "load", refuse)
     monkeypatch.setattr(frtrace.pystack.discover, "load_stacks", refuse)
@@ -312,8 +314,8 @@ def test_a_first_run_lists_once_and_leaves_the_fingerprints_to_the_workers(
     compare with, no dump is fingerprinted here: each worker takes its file's as it reads it,
     and the diagnosis is stored under those (the next run a hit)."""
     directory = healthy_set(tmp_path / "dumps", world=4)
-    import frtrace.diagnosis_cache
     import frtrace.incident.discover
+    import frtrace.pipeline
 
     listed: list[Path] = []
     real_discover = frtrace.incident.discover.discover
@@ -325,7 +327,7 @@ def test_a_first_run_lists_once_and_leaves_the_fingerprints_to_the_workers(
     def fingerprint(cand: Any) -> list[Any]:
         raise AssertionError(f"{cand.path} fingerprinted before the workers read it")
 
-    monkeypatch.setattr(frtrace.diagnosis_cache, "discover", discover)
+    monkeypatch.setattr(frtrace.pipeline, "discover", discover)
     monkeypatch.setattr(tables, "discover", discover)
     with monkeypatch.context() as first:
         first.setattr(cache_mod, "file_fingerprint", fingerprint)
@@ -351,3 +353,27 @@ def test_an_edit_in_the_middle_with_size_and_mtime_kept_is_a_miss(tmp_path: Path
     fresh = _invoke("analyze", str(target.parent), "-f", "json", "--no-cache")
     assert fresh != first  # (the edit changes the answer)
     assert again == fresh
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_a_folder_without_dumps_is_listed_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache: bool
+) -> None:
+    """Where no file is a dump, the side files the one listing found are what the job's
+    failures are read from: the folder is not listed a second time (with the cache or not)."""
+    import frtrace.incident.discover
+
+    directory = tmp_path / "no_dumps"
+    directory.mkdir()
+    (directory / "notes.txt").write_text("nothing here\n")
+    listed: list[Path] = []
+    real = frtrace.incident.discover.list_files
+
+    def list_files(path: Path) -> Any:
+        listed.append(path)
+        return real(path)
+
+    monkeypatch.setattr(frtrace.incident.discover, "list_files", list_files)
+    code, out = _invoke("analyze", str(directory), *([] if cache else ["--no-cache"]))
+    assert code == 2 and "no Flight Recorder dumps found" in out
+    assert listed == [directory]

@@ -104,7 +104,7 @@ def test_the_wheel_built_from_the_sdist_is_frtrace_alone(sdist: Path, tmp_path: 
     assert {"frtrace/py.typed", "frtrace/load/read/_scan.pyi", "frtrace_torch_plugin.py"} <= names
     assert not [n for n in names if n.endswith((".c", ".h")) or n.startswith("frsim/")]
     if shutil.which("cc") or shutil.which("gcc"):  # (without one the module is left out)
-        assert any(n.startswith("frtrace/load/_scan.") and n.endswith(".so") for n in names)
+        assert any(n.startswith("frtrace/load/read/_scan.") and n.endswith(".so") for n in names)
 
 
 def test_frsim_is_imported_from_the_checkout() -> None:

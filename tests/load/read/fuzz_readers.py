@@ -32,7 +32,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-FIXTURES = Path(__file__).parents[1] / "fixtures"
+FIXTURES = Path(__file__).parents[2] / "fixtures"
 MAX_LEN = 1 << 18
 
 

@@ -25,7 +25,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
-FIXTURES = Path(__file__).parents[1] / "fixtures"
+FIXTURES = Path(__file__).parents[2] / "fixtures"
 
 
 @dataclass(frozen=True, slots=True)

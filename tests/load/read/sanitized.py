@@ -14,9 +14,9 @@ import sys
 
 def main() -> int:
     build, what, *rest = sys.argv[1:]
-    import frtrace.load
+    import frtrace.load.read
 
-    frtrace.load.__path__.insert(0, build)
+    frtrace.load.read.__path__.insert(0, build)
     from frtrace.load.read import _scan, native
 
     if not (_scan.__file__ or "").startswith(build) or not native.active():

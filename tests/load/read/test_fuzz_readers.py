@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 SECONDS = float(os.environ.get("FRTRACE_FUZZ_READERS_SECONDS", "40"))
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 
 
 def test_fuzzed_pickles_read_as_pickle_loads_reads_them_or_are_refused(tmp_path: Path) -> None:

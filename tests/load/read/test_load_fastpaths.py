@@ -25,7 +25,7 @@ from frtrace.load.read.entries import entries_batch
 from frtrace.load.read.interning import StackInterner, intern_stacks
 from frtrace.load.read.plain import Column, column_dtype, to_arrow, to_plain
 
-FIXTURES = Path(__file__).parents[1] / "fixtures"
+FIXTURES = Path(__file__).parents[2] / "fixtures"
 SHAPE_KEYS = ("input_sizes", "output_sizes", "input_dtypes", "output_dtypes")
 SHAPE_TYPES = (schema.SIZES, schema.SIZES, schema.DTYPES, schema.DTYPES)
 SHAPE_DICTS = (schema.SIZES_DICT, schema.SIZES_DICT, schema.DTYPES_DICT, schema.DTYPES_DICT)

@@ -29,7 +29,7 @@ from frtrace.load.read.parse import ParsedDump, try_parse
 from frtrace.load.read.values import MAX_LEAVES
 from tests.conftest import memory_kept
 
-FIXTURES = Path(__file__).parents[1] / "fixtures"
+FIXTURES = Path(__file__).parents[2] / "fixtures"
 SHAPE_KEYS = ("input_sizes", "output_sizes", "input_dtypes", "output_dtypes")
 
 

@@ -30,8 +30,8 @@ import pytest
 
 from frtrace.load.read import native
 
-ROOT = Path(__file__).parents[2]
-SOURCES = [ROOT / "frtrace" / "load" / name for name in ("_scan.c", "_tree.c")]
+ROOT = Path(__file__).parents[3]
+SOURCES = [ROOT / "frtrace" / "load" / "read" / name for name in ("_scan.c", "_tree.c")]
 FLAGS = [
     "-fsanitize=address,undefined",
     "-fno-sanitize-recover=undefined",
@@ -165,7 +165,7 @@ def test_a_build_with_the_old_make_leaf_is_caught(sanitized: tuple[Path, dict[st
     build, env = sanitized
     old = build / "old"
     old.mkdir(exist_ok=True)
-    source = (ROOT / "frtrace" / "load" / "_tree.c").read_text()
+    source = (ROOT / "frtrace" / "load" / "read" / "_tree.c").read_text()
     fixed = "static PyObject *make_leaf(Tree *t, Node *nd) {\n    switch (nd->kind) {"
     assert fixed in source
     broken = source.replace(
@@ -177,13 +177,13 @@ def test_a_build_with_the_old_make_leaf_is_caught(sanitized: tuple[Path, dict[st
     )
     (old / "_tree.c").write_text(broken)
     for name in ("_scan.c", "_scan.h"):
-        shutil.copy(ROOT / "frtrace" / "load" / name, old / name)
+        shutil.copy(ROOT / "frtrace" / "load" / "read" / name, old / name)
     gcc, _ = _toolchain()
     _build(gcc, [old / "_scan.c", old / "_tree.c"], old, "-O0")  # (-O0: nothing left out)
     script = (
-        "import sys, frtrace.load\n"
-        f"frtrace.load.__path__.insert(0, {str(old)!r})\n"
-        "from frtrace.load import _scan\n"
+        "import sys, frtrace.load.read\n"
+        f"frtrace.load.read.__path__.insert(0, {str(old)!r})\n"
+        "from frtrace.load.read import _scan\n"
         "import pickle\n"
         "view = _scan.read(pickle.dumps({'entries': [{'x': -1.5, 'y': -(2**62)}]}, 2))\n"
         "print(view['entries'][0])\n"

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.skipif(
     reason="dask.distributed is not installed (pip install 'frtrace[dask]')",
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 START_TIMEOUT_S = 60  # a busy 2-core machine imports distributed in ~3 s per process
 
 

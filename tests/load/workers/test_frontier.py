@@ -26,7 +26,7 @@ from frtrace.pipeline import analyze_dumps
 from frtrace.report.json import render_json
 from tests.conftest import fixture_sets
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _cut_load(directory: Path, margin: int) -> DumpSet:

@@ -15,7 +15,7 @@ from frtrace.load import schema
 from frtrace.load.read.parse import ParsedDump, try_parse
 from frtrace.load.workers.wire import empty_batch
 
-FIXTURES = Path(__file__).parents[1] / "fixtures"
+FIXTURES = Path(__file__).parents[2] / "fixtures"
 NO_DUMPS = ("golden", "pystack", "stacks", "debug_server")  # reports and stack samples only
 SETS = sorted(p for p in FIXTURES.iterdir() if p.is_dir() and p.name not in NO_DUMPS)
 
