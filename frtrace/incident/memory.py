@@ -31,6 +31,7 @@ __all__ = [
     "FILE_MEMORY_PER_BYTE",
     "address_space",
     "archive_bytes",
+    "default_jobs",
     "file_allowance",
     "held_to",
     "machine_bytes",
@@ -138,3 +139,11 @@ def _available() -> int | None:
                 break
     _AVAILABLE[:] = [(now, found)]
     return found
+
+
+def default_jobs() -> int:
+    """Worker processes to use: the CPUs this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)

@@ -13,8 +13,8 @@ The stage's face, what the stages above may import:
 Its three rooms, internal to the stage:
 - ``read/``: one dump to columns (``parse``, ``unpickle``, ``declared``, ``framing``,
   ``formats``, ``columns``, ``entries``, ``plain``, ``values``, ``arrays``, ``interning``,
-  ``filerows``, ``native`` and the C reader);
-- ``workers/``: where files are read (``parallel``, ``worker``, ``wire``, ``executors``,
+  ``filerows``, ``wire``, ``native`` and the C reader);
+- ``workers/``: where files are read (``parallel``, ``worker``, ``executors``,
   ``cluster``, ``frontier``, ``bundle``);
 - ``handover/``: the columns' way to where they stay (``shipped``, ``gather``, ``outputs``,
   ``ipcfile``, ``spill``, ``merging``, ``members``, ``siderows``).

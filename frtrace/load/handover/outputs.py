@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from frtrace.incident.memory import default_jobs  # (the CPUs this process may run on)
 from frtrace.load.handover import spill
-from frtrace.load.workers.parallel import default_jobs  # (the CPUs this process may run on)
 
 __all__ = ["WRITER_THREADS", "ColumnFile", "Hole", "Writers"]
 

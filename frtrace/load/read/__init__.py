@@ -6,5 +6,5 @@ unpickler, with ``declared`` and ``framing`` checked first) or the C reader (``n
 encodings; ``columns`` and ``entries`` make the validated columns (``plain`` lays them out for a
 large set's worker file, ``arrays`` makes Arrow arrays from numpy buffers, ``interning`` stores
 each distinct stack once, ``values`` reads any decoded value safely); ``filerows`` is the files
-table's row of one file.
+table's row of one file; ``wire`` carries a parsed file's batch as plain buffers to the parent.
 """

@@ -38,8 +38,8 @@ from frtrace.load.read.interning import Stack
 from frtrace.load.read.plain import Col, Column, PlainBatch, batch_of, to_arrow
 from frtrace.load.read.unpickle import read_payload
 from frtrace.load.read.values import label, short_message
+from frtrace.load.read.wire import Wire, batch_from_wire, batch_to_wire, empty_batch
 from frtrace.load.schema import ENTRIES, TEXT
-from frtrace.load.workers.wire import Wire, batch_from_wire, batch_to_wire, empty_batch
 
 __all__ = [
     "MAX_ENTRIES",

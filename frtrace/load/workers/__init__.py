@@ -2,7 +2,7 @@
 Dask cluster; a parsed file in, its batch (or a bundle of several) out.
 
 ``parallel`` runs the watched worker processes (each one ``worker``) and counts the load phase;
-``wire`` carries a batch as plain buffers to the parent; ``executors`` is the seam for any
-``concurrent.futures`` executor or a cluster; ``cluster`` reads a large set on Dask in two passes,
-cutting each group's history to its ``frontier``, each task's dumps sent back as one ``bundle``.
+``executors`` is the seam for any ``concurrent.futures`` executor or a cluster; ``cluster``
+reads a large set on Dask in two passes, cutting each group's history to its ``frontier``,
+each task's dumps sent back as one ``bundle``.
 """

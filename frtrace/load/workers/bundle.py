@@ -26,7 +26,7 @@ from frtrace.load.handover.merging import EntryColumns, remap_stacks
 from frtrace.load.handover.siderows import Part, SideRows
 from frtrace.load.read.interning import Stack
 from frtrace.load.read.parse import ParsedDump
-from frtrace.load.workers.wire import Wire, batch_from_wire, batch_to_wire, empty_batch
+from frtrace.load.read.wire import Wire, batch_from_wire, batch_to_wire, empty_batch
 
 __all__ = ["Bundle", "bundle"]
 
@@ -45,7 +45,7 @@ class Bundle:
     stacks: tuple[Stack, ...]
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """Pickled with its entries as plain buffers (``load.workers.wire``)."""
+        """Pickled with its entries as plain buffers (``load.read.wire``)."""
         wire = batch_to_wire(self.entries)
         return (_from_wire, (self.count, self.paths, self.rows, self.lists, *wire, self.stacks))
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import multiprocessing
-import os
 import signal
 import socket
 import sys
@@ -37,6 +36,7 @@ from frtrace.base.progress import Phase, Progress, owned
 from frtrace.errors import DumpTooLargeError, ReaderFailedError
 from frtrace.incident.discover import Candidate
 from frtrace.incident.fingerprint import Fingerprint
+from frtrace.incident.memory import default_jobs
 from frtrace.load.handover import spill
 from frtrace.load.read import native
 from frtrace.load.read.parse import try_parse
@@ -56,14 +56,6 @@ RESULT_BUFFER_BYTES = 4 << 20
 # as soon as it has sent a result, without waiting for the parent to send it another (at 1,024
 # ranks on 2 cores, a worker waited ~0.35 s of its ~6 s so, the parent busy merging).
 IN_FLIGHT = 2
-
-
-def default_jobs() -> int:
-    """Worker processes to use: the CPUs this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
 
 
 Consumer = Callable[[int, Result], None]

@@ -1,4 +1,4 @@
-"""A parsed file crosses from a worker to the parent unchanged (frtrace.load.workers.wire)."""
+"""A parsed file crosses from a worker to the parent unchanged (frtrace.load.read.wire)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from frtrace.errors import FrtraceError
 from frtrace.incident.discover import Candidate, discover
 from frtrace.load import schema
 from frtrace.load.read.parse import ParsedDump, try_parse
-from frtrace.load.workers.wire import empty_batch
+from frtrace.load.read.wire import empty_batch
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"
 NO_DUMPS = ("golden", "pystack", "stacks", "debug_server")  # reports and stack samples only
