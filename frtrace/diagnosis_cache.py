@@ -18,6 +18,11 @@ same place, the same size budget and eviction. It is used only when its identity
 - a digest of the code the Report depends on (``CODE``: the load, analysis and pystack stages,
   the pipeline, this module...) and the Python version (which modules are the standard library).
 
+The file carries a checksum of the rest (blake2b, its last field): a file edited or damaged
+in any way, even into other valid JSON with a matching identity, is a miss, and deleted. It is
+read only where the table cache's entry is this user's alone (``DirectoryCache.read_sidecar``:
+a cache folder others share never decides a verdict).
+
 Each part of the identity is taken before what it identifies is read, so a file rewritten
 meanwhile leaves an entry that no longer matches: the code's and the side files' first, the
 dumps' with them where an entry is stored (to compare), else each by the worker that reads it
@@ -44,7 +49,7 @@ from frtrace.model import Report
 
 __all__ = ["CODE", "FORMAT", "SIDECAR", "Diagnosis", "DiagnosisCache", "code_digest"]
 
-FORMAT = "frtrace-diagnosis-1"
+FORMAT = "frtrace-diagnosis-2"
 SIDECAR = "diagnosis.json"
 PACKAGE = Path(__file__).resolve().parent
 # The sources a Report depends on, under the package: every stage the pipeline imports, and
@@ -65,6 +70,35 @@ CODE = (
     "pystack",
     # (never report/: the Report holds typed values, no words; report/ says them when shown)
 )
+
+
+_SEAL = b',"checksum":"'  # (the stored object's last field: the checksum of the rest)
+_SEAL_DIGEST = 32
+
+
+def _checksum(body: bytes) -> bytes:
+    digest = hashlib.blake2b(body, digest_size=_SEAL_DIGEST, person=b"frtrace-diag")
+    return digest.hexdigest().encode()
+
+
+def _sealed(body: bytes) -> bytes:
+    """The stored object's JSON (``body``) with its checksum put in as its last field."""
+    if not body.endswith(b"}"):
+        raise ValueError("not a JSON object")
+    return body[:-1] + _SEAL + _checksum(body) + b'"}'
+
+
+def _unsealed(data: bytes) -> bytes:
+    """The stored object's JSON as it was written (``_sealed``); ``CodecError`` where the file
+    carries no checksum, or not that of the rest (edited or damaged)."""
+    tail = len(_SEAL) + 2 * _SEAL_DIGEST + 2
+    seal = data[-tail:]
+    body = data[:-tail] + b"}"
+    if len(data) <= tail or not seal.startswith(_SEAL) or not seal.endswith(b'"}'):
+        raise CodecError("no checksum")
+    if seal[len(_SEAL) : -2] != _checksum(body):
+        raise CodecError("its checksum does not match its content: edited or damaged")
+    return body
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -128,7 +162,8 @@ class DiagnosisCache:
         return {**self._beside(), "files": self.tables.file_fingerprints()}
 
     def load(self) -> Diagnosis | None:
-        """The stored diagnosis, or None when absent, stale or damaged (then deleted)."""
+        """The stored diagnosis, or None when absent, stale, damaged or edited (its checksum
+        does not match: then deleted), or not this user's alone (never read)."""
         try:  # before any file is read (see the module docstring)
             self._beside()
             data = self.tables.read_sidecar(SIDECAR)
@@ -139,7 +174,7 @@ class DiagnosisCache:
             self.usable = False
             return None
         try:
-            stored = json.loads(data)
+            stored = json.loads(_unsealed(data))
             if not isinstance(stored, dict) or set(stored) != {"identity", "report", "problems"}:
                 raise CodecError("not a stored diagnosis")
             if stored["identity"] != identity:
@@ -166,7 +201,7 @@ class DiagnosisCache:
                 "report": encode_report(diagnosis.report),
                 "problems": encode(tuple[LoadProblem, ...], diagnosis.problems),
             }
-            data = json.dumps(stored, separators=(",", ":")).encode()
+            data = _sealed(json.dumps(stored, separators=(",", ":")).encode())
         except OSError:  # a file vanished since it was read: nothing to key the entry on
             return
         except (ValueError, TypeError, RecursionError) as exc:  # a report the codec cannot say

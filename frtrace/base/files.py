@@ -15,6 +15,9 @@ never through a link someone else planted, whoever runs it (root included).
   sidecars, the watch's report), imported by the job side too (it imports nothing heavy).
 * ``analyze -o FILE`` writes in place (the file keeps its mode) once it is known to be a
   regular file of this user's or a device, opened without following a link.
+* A folder the job side writes into (the dump folder: the dumps, the sidecars, the watch's
+  report) must be this user's own, that group and others cannot write (``own_folder``):
+  another user's folder would let them read every dump and replace the report.
 
 A refusal is an :class:`~frtrace.errors.UnsafePathError`, one line that names the path.
 """
@@ -39,6 +42,7 @@ __all__ = [
     "Readable",
     "open_out_dir",
     "open_out_file",
+    "own_folder",
     "replace_file",
     "write_file",
     "write_out_file",
@@ -162,6 +166,29 @@ def open_out_dir(path: Path, *, private: bool = True) -> OutDir:
         if private:
             os.fchmod(fd, 0o700)  # exactly, whatever the umask
     return top
+
+
+def own_folder(path: Path) -> Path:
+    """``path`` as a folder for files only this user may read or change (the job's dump
+    folder), resolved: made 0700 (its missing parents too) when missing, a link there followed
+    only when it is this user's or root's (:func:`open_out_dir`). Raises
+    :class:`~frtrace.errors.UnsafePathError`, one line naming it and what to do, when it is not
+    this user's own or group or others can write it (anyone who can write there can replace
+    what is written; its owner can read it all); OSError when it cannot be made."""
+    with open_out_dir(path) as folder:
+        st = os.fstat(folder.fd)
+    uid = os.geteuid()
+    if st.st_uid != uid:
+        why = f"belongs to uid {st.st_uid}, not to you (uid {uid}): its owner could read"
+    elif st.st_mode & 0o022:
+        mode = stat.S_IMODE(st.st_mode)
+        why = f"can be written by group or others (mode {mode:04o}): they could plant"
+    else:
+        return Path(os.path.realpath(path))
+    raise UnsafePathError(
+        f"{path} {why} and replace your dumps and report; give a folder of your own that "
+        "only you can write (or chmod go-w it)"
+    )
 
 
 @overload

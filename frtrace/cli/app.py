@@ -41,6 +41,7 @@ from frtrace.cli.params import (
 )
 from frtrace.errors import FrtraceError, InputError
 from frtrace.gate.exitcodes import EXIT_INPUT, EXIT_OK, EXIT_PROBLEM
+from frtrace.job.env import DEFAULT_DUMP_DIR
 
 if TYPE_CHECKING:
     from frtrace.base.progress import Progress
@@ -63,7 +64,7 @@ app = typer.Typer(
     "the frtrace repository (tests/fixtures holds real dumps of hung jobs).\n\n"
     "\b\nExample:\n"
     "  frtrace analyze tests/fixtures/gloo/never_joins     # the diagnosis; exit 1: a hang\n"
-    "  frtrace env --dir /tmp/frtrace_dumps                # how to make a job dump",
+    "  frtrace env --dir /shared/fr_dumps                  # how to make a job dump",
 )
 
 
@@ -376,8 +377,10 @@ def check(
 def env(
     dump_dir: Annotated[
         str,
-        typer.Option("--dir", "-d", help="Where the job's ranks should write their dumps."),
-    ] = "/tmp/frtrace_dumps",
+        typer.Option(
+            "--dir", "-d", help="Where the job's ranks write their dumps (yours alone, 0700)."
+        ),
+    ] = DEFAULT_DUMP_DIR,
     torch_version: Annotated[
         str | None,
         typer.Option(
@@ -395,7 +398,7 @@ def env(
 
     \b
     Example:
-      eval "$(frtrace env --dir /tmp/frtrace_dumps)"   # then start the job from this shell
+      eval "$(frtrace env --dir /shared/fr_dumps)"     # then start the job from this shell
       frtrace env --torch 2.4 --format env > fr.env    # KEY=VALUE lines, for docker or k8s
     """
     from frtrace.job.env import parse_version, render_env

@@ -24,6 +24,14 @@ in torch's words (``torch/distributed/elastic/agent/server/api.py`` and
   ``attempt_<N>`` folder is emptied): the lines before are of processes that are gone, never
   any attempt's evidence.
 
+Only the agent's own lines cut the log: a line that begins with its logger's prefix, from torch's
+elastic package (optionally after ``srun --label``'s ``0: ``), in any of the formats torch has
+used: glog's ``I1127 10:02:57.200000 8469 .../torch/distributed/elastic/agent/server/api.py:942]
+`` (torch 2.4 and later), ``[2023-11-08 10:46:34,121] torch.distributed.elastic.agent.server.api:
+[INFO] `` (2.1 to 2.3), ``INFO:torch.distributed.elastic.agent.server.api:`` (1.x), the message
+right after it. A worker's line (``[default2]:``, ``[rank2]:``) or any line that only quotes the
+agent's words (a fetch error that says "Detected 1 new nodes ... will restart") cuts nothing.
+
 Parts are numbered from the log's end (the last is the newest attempt the log saw) unless the
 agent's lines number one (then every part is numbered from it): only the log's last bytes are
 read, so its beginning may be missing. One agent's log: several agents' lines interleaved (one
@@ -40,17 +48,48 @@ from frtrace.incident.budget import MAX_LINE_CHARS
 
 __all__ = ["Part", "attempt_parts", "chosen_part"]
 
-_FAILED = re.compile(r"\bfailed \(exitcode: -?\d{1,10}\) local_rank: \d{1,7} \(pid: \d{1,10}\) of ")
-_RESTART = re.compile(
-    r"\] Worker group (?:FAILED|UNHEALTHY)\. (?P<left>\d{1,6})/(?P<most>\d{1,6}) attempts left;"
-    r" will restart worker group"
+# The agent's logger's prefix, at the line's start (see the module docstring), after srun
+# --label's "0: " (the agent's task's output) where there is one: glog's (torch 2.4 and later:
+# level, date, time, pid, then the module's path and line, checked by ``_agent_said``), torch
+# 2.1-2.3's ("[asctime] logger: [LEVEL]"), logging's default of 1.x ("LEVEL:logger:"). Each
+# runs in linear time (a character class, then the one character it excludes).
+_AGENT = re.compile(
+    r"(?:\s{0,6}\d{1,7}: )?(?:"
+    r"[IWEFC]\d{4} \d\d:\d\d:\d\d\.\d{6} \d{1,10} (?P<path>[^\]]{1,600})\]"
+    r"|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\] torch\.distributed\.elastic\.[\w.]{1,200}: "
+    r"\[[A-Z]{4,8}\]"
+    r"|[A-Z]{4,8}:torch\.distributed\.elastic\.[\w.]{1,200}:"
+    r")"
 )
-_MEMBERSHIP = re.compile(r"\] Detected \d{1,7} new nodes from group_rank=\d{1,7}; will restart")
-_RENDEZVOUS = "] Rendezvous complete for workers. Result:"
-# (each line of a record is prefixed: "I1127 10:02:14.574000 7924 ...api.py:553]   restart_count=1")
-_RESTART_COUNT = re.compile(r"(?:^|\])\s*restart_count=(\d{1,6})\s*$")
+# what the agent says, right after its prefix
+_FAILED = re.compile(r" ?failed \(exitcode: -?\d{1,10}\) local_rank: \d{1,7} \(pid: \d{1,10}\) of ")
+_RESTART = re.compile(
+    r" ?\[[^\]]{0,100}\] Worker group (?:FAILED|UNHEALTHY)\. (?P<left>\d{1,6})/(?P<most>\d{1,6})"
+    r" attempts left; will restart worker group"
+)
+_MEMBERSHIP = re.compile(
+    r" ?\[[^\]]{0,100}\] Detected \d{1,7} new nodes from group_rank=\d{1,7}; will restart"
+)
+_RENDEZVOUS = re.compile(r" ?\[[^\]]{0,100}\] Rendezvous complete for workers\. Result:")
+# (each line of a record carries the prefix in torch 2.1 and later: "I1127 10:02:14.574000 7924
+# ...api.py:553]   restart_count=1"; none in 1.x: "  restart_count=1")
+_RESTART_COUNT = re.compile(r"\s*restart_count=(\d{1,6})\s*$")
 # a worker's line: torchrun --tee's "[default3]:" (any role), c10d's "[rank3]:"
 _WORKER = re.compile(r"^\[[A-Za-z_]{1,40}\d{1,7}\]:")
+
+
+def _agent_said(line: str) -> str | None:
+    """What the agent's own line says after its prefix; None for any other line (a worker's,
+    one that quotes the agent, a line of another logger)."""
+    m = _AGENT.match(line)
+    if m is None:
+        return None
+    if (path := m["path"]) is not None:  # glog's: torch's elastic package's module and line
+        module, _, number = path.rpartition(":")
+        elastic = "/elastic/" in module or "\\elastic\\" in module
+        if not (elastic and module.endswith(".py") and number.isdecimal()):
+            return None
+    return line[m.end() :]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,22 +112,26 @@ def attempt_parts(lines: Sequence[str]) -> list[Part]:
     numbers: dict[int, int] = {}  # part index -> the number the agent's lines give it
     for i, whole in enumerate(lines):
         line = whole[:MAX_LINE_CHARS]  # (a hostile line costs no more than a long one)
-        if _FAILED.search(line) is not None:
+        said = _agent_said(line)  # (the agent's own words: never a worker's, nor a quote)
+        if said is not None and _FAILED.match(said) is not None:
             pending = True
-        elif (m := _RESTART.search(line)) is not None:
+        elif said is not None and (m := _RESTART.match(said)) is not None:
             failed = int(m["most"]) - int(m["left"])
             cuts.append((i + 1, failed + 1, False))
             numbers.setdefault(len(cuts) - 1, failed)
             pending = False
-        elif _MEMBERSHIP.search(line) is not None:
+        elif said is not None and _MEMBERSHIP.match(said) is not None:
             cuts.append((i + 1, None, True))
             pending = False
-        elif _RENDEZVOUS in line:
+        elif said is not None and _RENDEZVOUS.match(said) is not None:
             if pending:
                 cuts.append((i, None, False))
                 pending = False
             rendezvous = i
-        elif (m := _RESTART_COUNT.search(line)) is not None and i - rendezvous <= 2:
+        elif (
+            i - rendezvous <= 2
+            and (m := _RESTART_COUNT.match(line if said is None else said)) is not None
+        ):
             numbers[len(cuts)] = int(m[1])
         elif pending and _WORKER.match(line) is not None:
             cuts.append((i, None, False))

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from frtrace.evidence.agent import attempt_parts, chosen_part
 from frtrace.evidence.errorfile import ErrorFileError, parse_error_file
+from frtrace.evidence.injob import outside_line
 from frtrace.evidence.launchers import LineRanks, file_ranks, ray_ranks, ray_worker_pid
 from frtrace.evidence.logs import TEE, parse_log
 from frtrace.evidence.messages import classify
@@ -202,6 +203,7 @@ def load_evidence(
             continue
         rank = ranks.get(rel)
         deadline = Deadline(LOG_SECONDS)
+        outside: set[str] = set()  # ranks its lines name outside the job: those lines unused
         try:
             if file.kind == "error_file":
                 failures += parse_error_file(text, rel, rank=rank)
@@ -218,10 +220,13 @@ def load_evidence(
                     year=_year(file.mtime if job_ns is None else job_ns / 1e9),
                     ranks=said,
                     deadline=deadline,
+                    outside=outside,
                 )
         except ErrorFileError as exc:
             problems.append(f"{rel}: {exc}; skipped")
             continue
+        if outside:
+            problems.append(outside_line(rel, outside, world))
         if deadline.stopped_at is not None:
             problems.append(
                 f"{rel}: read for {LOG_SECONDS:.0f} s, up to line {deadline.stopped_at:,}; "

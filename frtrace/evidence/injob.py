@@ -4,8 +4,9 @@ A log line, a stack sample or a manifest can name any number (``[rank1000000000]
 sidecar's ``"rank": -5``); the readers already refuse ranks outside ``[0, MAX_WORLD_SIZE)``.
 Here, once the dumps have said how many ranks the job had, what names a rank outside the job
 is dropped, one problem line per file saying so: no such rank is ever named, suspected or
-counted. ``collect``'s manifests are checked against the dump files here too
-(``collected.checked``).
+counted. (A log line whose prefix names a rank outside the job is left out by the log reader
+itself, before any rank is known of it, and said in the same words: :func:`outside_line`.)
+``collect``'s manifests are checked against the dump files here too (``collected.checked``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class LoadedSet(Protocol):
     def files(self) -> Any: ...  # the files table: rank, path, size_bytes, ...
 
 
-__all__ = ["LoadedSet", "dump_files", "within_job", "world_named"]
+__all__ = ["LoadedSet", "dump_files", "outside_line", "within_job", "world_named"]
 
 # Without dumps, the world is the highest rank the side files name, plus one, only while that
 # is at most this many ranks per rank named (plus a floor): one line naming rank 1,000,000 does
@@ -98,10 +99,7 @@ def within_job(
         if _outside(s.rank, world):
             where = s.path.removeprefix(stacks.directory.rstrip("/") + "/")
             dropped.setdefault(where, set()).add(s.rank or 0)
-    problems = [
-        f"{where}: names {_ranks(ranks)}, outside the job's {world:,} ranks; not used"
-        for where, ranks in sorted(dropped.items())
-    ]
+    problems = [outside_line(where, ranks, world) for where, ranks in sorted(dropped.items())]
     if problems or len(samples) != len(stacks.samples):
         stacks = replace(
             stacks,
@@ -114,7 +112,21 @@ def within_job(
     return evidence, stacks, checked(collected, dumps, world)
 
 
-def _ranks(ranks: set[int]) -> str:
-    shown = sorted(ranks)[:3]
+def outside_line(where: str, ranks: set[int] | set[str], world: int | None) -> str:
+    """The one problem line of a file that names ``ranks`` outside the job (of ``world``
+    ranks; None: not known, outside ``[0, MAX_WORLD_SIZE)``): what it said is not used."""
+    from frtrace.incident.budget import MAX_WORLD_SIZE
+
+    job = f"the job's {world:,} ranks" if world is not None else f"any job's {MAX_WORLD_SIZE:,}"
+    return f"{where}: names {_ranks(ranks)}, outside {job}; not used"
+
+
+def _ranks(ranks: set[int] | set[str]) -> str:
+    shown = sorted(ranks, key=_order)[:3]
     more = f" and {len(ranks) - 3:,} more" if len(ranks) > 3 else ""
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, shown)) + more
+
+
+def _order(rank: int | str) -> tuple[int, int | str]:
+    """Ranks in numeric order, also as written (a number's text: shorter ones first)."""
+    return (len(rank), rank) if isinstance(rank, str) else (0, rank)

@@ -106,11 +106,12 @@ def parse_log(
     year: int | None,
     ranks: LineRanks | None = None,
     deadline: Deadline | None = None,
+    outside: set[str] | None = None,
 ) -> list[Failure]:
     """Every failure the log's lines report; ``rank``: the file's own rank, if it has one;
     ``ranks``: which prefixes name which of the job's ranks (``frtrace.evidence.launchers``).
     Lines are read until ``deadline`` (``LOG_SECONDS`` by default) expires; each line's first
-    ``MAX_LINE_CHARS``; a rank a line names outside ``[0, MAX_WORLD_SIZE)`` is no rank."""
+    ``MAX_LINE_CHARS``; a line naming a rank outside the job: ``outside`` (see ``_who``)."""
     deadline = Deadline(LOG_SECONDS) if deadline is None else deadline
     lines = text.splitlines()
     style = _prefix_style(lines)
@@ -122,7 +123,9 @@ def parse_log(
     for lineno, raw in enumerate(lines, start=1):
         if deadline.expired(lineno):
             break
-        who, line = _who(raw[:MAX_LINE_CHARS].rstrip(), rank, said, style)
+        who, line = _who(raw[:MAX_LINE_CHARS].rstrip(), rank, said, style, outside)
+        if line is None:  # a line of a rank outside the job
+            continue
         where = f"{source}:{lineno}"
         # torchelastic's failure summary, one block per failed rank
         if (m := _CHILD_RANK.match(line)) is not None and child is not None:
@@ -132,7 +135,7 @@ def parse_log(
             if line.startswith("  ") and not line.strip().startswith("="):
                 child["traceback"] += "\n" + line[2:]
                 continue
-            out.extend(_child_failure(child, child_at, said.world))
+            out.extend(_child_failure(child, child_at, said.world, outside))
             child = None
         if (m := _CHILD_FIELD.match(line)) is not None and child is not None:
             child[m[1]] = m[2]
@@ -172,7 +175,7 @@ def parse_log(
         if found is not None:
             out.append(found.failure(rank=who, message=line, source=where, at_ns=at))
     if child is not None and "traceback" in child:
-        out.extend(_child_failure(child, child_at, said.world))
+        out.extend(_child_failure(child, child_at, said.world, outside))
     out.extend(f for s in streams.values() if (f := s.retries.failure(s.rank)) is not None)
     return out
 
@@ -202,21 +205,34 @@ def _failure(
     )
 
 
-def _who(line: str, rank: int | None, said: LineRanks, style: str) -> tuple[int | None, str]:
+def _who(
+    line: str, rank: int | None, said: LineRanks, style: str, outside: set[str] | None = None
+) -> tuple[int | None, str | None]:
     """The rank a line's prefix names (``rank``, the file's own, where none does), and the
     line without it: Ray's and Open MPI's prefixes, torchrun's --tee prefix (unmistakable
-    wherever it is), srun's "3: " (only where most lines of the file carry one), c10d's."""
+    wherever it is), srun's "3: " (only where most lines of the file carry one), c10d's.
+
+    A prefix that names a rank outside the job (``[rank9]:``, ``9: ``, a ``[default9]:`` of
+    the job's ranks; outside ``[0, MAX_WORLD_SIZE)``, and ``[0, world)`` where the job's size
+    is known) names no rank. Given ``outside`` (as the analysis gives it), such a line is not
+    used at all (None, not the line): its rank, as written, is added there for the caller to
+    say so. (A failure of no rank would turn a healthy job into "cannot tell".)"""
     who = rank
-    tagged, named, line = said.prefix(line)
+    named: str | None = None  # a job's rank, as written, where a prefix says which
+    tagged, tag, line = said.prefix(line)
     if tagged:
-        who = named
+        who = tag
     if (m := _TEE.match(line)) is not None and m["who"] != "rank":  # ([rank3]: is c10d's)
         n = rank_number(m["n"])
         who, line = (None if n is None else said.tee(n)), line[m.end() :]
+        named = m["n"] if said.local_is_global else None  # (a node's local rank: no job's)
     elif style == "srun" and (m := _SRUN.match(line)) is not None:
-        who, line = inside(rank_number(m["n"]), said.world), line[m.end() :]
+        who, line, named = inside(rank_number(m["n"]), said.world), line[m.end() :], m["n"]
     if (m := _C10D_RANK.match(line)) is not None:
-        who, line = inside(rank_number(m[1]), said.world), line[m.end() :]
+        who, line, named = inside(rank_number(m[1]), said.world), line[m.end() :], m[1]
+    if outside is not None and named is not None and who is None:
+        outside.add(_shown(named))
+        return None, None
     return who, line
 
 
@@ -242,12 +258,18 @@ def _in_traceback(
     ]
 
 
-def _child_failure(child: dict[str, str], where: str, world: int | None) -> list[Failure]:
-    """One entry of torchelastic's summary: its rank (global), time, exit code and message."""
+def _child_failure(
+    child: dict[str, str], where: str, world: int | None, outside: set[str] | None
+) -> list[Failure]:
+    """One entry of torchelastic's summary: its rank (global), time, exit code and message;
+    given ``outside``, none where that rank is not one of the job's (it is added there)."""
     named = rank_number(child.get("rank"))
-    if named is None:
-        return []
     rank = inside(named, world)
+    if rank is None:
+        if outside is not None and child.get("rank"):
+            outside.add(_shown(child["rank"]))
+        if named is None or outside is not None:
+            return []
     # with no error file the summary's time is when torchelastic noticed the exit: unknown
     noticed = child.get("error_file", "").strip() in ("", "<N/A>")
     at = None if noticed else _time_of(child.get("time", ""), None)
@@ -270,6 +292,11 @@ def _child_failure(child: dict[str, str], where: str, world: int | None) -> list
     kind, role = _exit_kind(code)
     text = f"exit code {code}" + (f" ({message})" if message else "")
     return [_failure(rank, kind, role, text, where, at, signal_of=code)]
+
+
+def _shown(rank: str) -> str:
+    """A rank as a line wrote it, cut to 20 characters for a problem line."""
+    return rank if len(rank) <= 20 else f"{rank[:17]}..."
 
 
 # Signals another process sends to stop a rank (the launcher, a scheduler, a person)

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from frtrace.base.ranges import format_ranks
 from frtrace.errors import NoSuchAttempt
+from frtrace.incident.budget import MAX_DUMP_BYTES, read_listed
 from frtrace.incident.layout import SideFile
 from frtrace.incident.problems import LoadProblem
 
@@ -129,18 +130,20 @@ def _attempt_folder(relative: str) -> str:
 
 
 def _digest(cand: Candidate) -> bytes | None:
-    """The file's content hash (an archive member's from its bytes); None where unreadable
-    (then it is never taken for a copy)."""
+    """The file's content hash (an archive member's from its bytes); None where it is not read
+    (then it is never taken for a copy): refused, listed larger than a dump may be
+    (``MAX_DUMP_BYTES``: never hashed, as it is never read), or not the regular file of the
+    listed size that was listed (``read_listed``: a FIFO or a link swapped in, a file that
+    changed), or unreadable."""
     h = hashlib.blake2b(digest_size=16)
     if cand.data is not None:
         h.update(cand.data)
         return h.digest()
-    if cand.refused is not None:
+    if cand.refused is not None or cand.size_bytes > MAX_DUMP_BYTES:
         return None
     try:
-        with open(cand.path, "rb") as fh:
-            while chunk := fh.read(_HASH_CHUNK):
-                h.update(chunk)
+        for chunk in read_listed(cand.path, cand.size_bytes, MAX_DUMP_BYTES, chunk=_HASH_CHUNK):
+            h.update(chunk)
     except OSError:
         return None
     return h.digest()
@@ -152,7 +155,7 @@ def drop_copies(
     """One file per set of byte-identical files of one rank (the first in path order kept);
     one warning per folder of copies and the folder of their originals (a single copy is
     named with its original); the (copy, original) pairs. Only files of one rank and one size
-    are read."""
+    are read, each within a dump's budget (``_digest``): one that is not read is no copy."""
     by_key: dict[tuple[int, int], list[Candidate]] = defaultdict(list)
     for cand in candidates:
         by_key[(cand.rank, cand.size_bytes)].append(cand)
@@ -218,10 +221,16 @@ def _side_digest(f: SideFile) -> bytes | None:
     if f.refused is not None or f.size_bytes > _MAX_SIDE_COPY_BYTES:
         return None
     try:
-        raw = f.data if f.data is not None else Path(f.path).read_bytes()
+        raw = f.data if f.data is not None else _read_side(f, _MAX_SIDE_COPY_BYTES)
     except OSError:
         return None
     return hashlib.blake2b(raw, digest_size=16).digest()
+
+
+def _read_side(f: SideFile, limit: int) -> bytes:
+    """A side file's bytes as listed, within ``limit`` (``read_listed``: never a FIFO or a
+    link swapped in after the listing, never more than its listed size)."""
+    return b"".join(read_listed(f.path, f.size_bytes, limit))
 
 
 # --------------------------------------------------------------------------------------------
@@ -279,7 +288,7 @@ def _json_of(f: SideFile) -> Any:
     if f.size_bytes > _MAX_SIDECAR_BYTES:
         return None
     try:
-        raw = f.data if f.data is not None else Path(f.path).read_bytes()
+        raw = f.data if f.data is not None else _read_side(f, _MAX_SIDECAR_BYTES)
         return json.loads(raw)
     except (OSError, ValueError, RecursionError):
         return None

@@ -13,14 +13,23 @@ within a budget, and what is over it costs that file (or that line), never the a
   ``[0, MAX_WORLD_SIZE)``;
 - nesting: JSON nested deeper than the decoder's recursion limit is refused (``load_json``);
 - times: a time that is not a finite number of seconds in the range of a 64-bit nanosecond
-  count is no time (``seconds_to_ns``).
+  count is no time (``seconds_to_ns``);
+- files: a file the listing found is read only as listed (``read_listed``): its listed size
+  within a limit first (a dump's: ``MAX_DUMP_BYTES``), then opened so that nothing else is
+  (``O_NONBLOCK``: a FIFO swapped in after the listing does not block; ``O_NOFOLLOW``: nor is
+  a link swapped in followed), a regular file of the listed size by its ``fstat``, and never
+  more than that size read.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
+import stat
 import time
+from collections.abc import Iterator
 from typing import Any
 
 __all__ = [
@@ -33,6 +42,7 @@ __all__ = [
     "load_json",
     "number",
     "rank_number",
+    "read_listed",
     "seconds_to_ns",
 ]
 
@@ -111,3 +121,32 @@ class Deadline:
             return False
         self.stopped_at = where
         return True
+
+
+def read_listed(
+    path: str | os.PathLike[str], listed: int, limit: int, *, chunk: int = 1 << 20
+) -> Iterator[bytes]:
+    """The bytes of the file the listing found at ``path`` with ``listed`` bytes, in chunks:
+    ``OSError`` (before any is read) where ``listed`` is over ``limit``, or where what is
+    there now is not a regular file of ``listed`` bytes (a FIFO, a device, a link: opened with
+    ``O_NONBLOCK|O_NOFOLLOW``, so that none blocks nor is followed; a file that changed size);
+    never more than ``listed`` bytes read."""
+    if listed > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit:,} bytes: not read", os.fspath(path))
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+        if info.st_size != listed:
+            raise OSError(errno.ESTALE, "not the size it was listed at", os.fspath(path))
+        left = listed
+        while left > 0:
+            data = os.read(fd, min(left, chunk))
+            if not data:
+                break
+            left -= len(data)
+            yield data
+    finally:
+        os.close(fd)

@@ -10,8 +10,10 @@ where an entry is stored, the parent takes them all first, to compare.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import stat
 from typing import Any
 
 from frtrace.incident.listing import Candidate
@@ -44,8 +46,14 @@ def path_fingerprint(path: str | os.PathLike[str]) -> list[Any]:
     file replaced by another has another inode. All from the one ``fstat`` taken anyway.
     """
     path = os.path.abspath(path)
-    with open(path, "rb") as f:
-        info = os.fstat(f.fileno())
+    # O_NONBLOCK: a FIFO swapped in for a listed file does not block the open; it is refused by
+    # its fstat (OSError: no fingerprint, nothing cached), as any file but a regular one.
+    # (A link is followed: the listing and the loader follow a dump's or a stack file's.)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with open(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
         head = f.read(HASH_BYTES)
         tail = b""
         if info.st_size > HASH_BYTES:

@@ -12,12 +12,22 @@ unhandled exception. A process that never makes a process group (torchrun's agen
 loader's worker) keeps only that thread, asleep. A job that calls ``enable()`` itself keeps
 its own setup, whatever the order.
 
-It never raises (an exception here would stop ``import torch``): a problem is one line on
-stderr and no watch; the job runs on. It imports neither torch nor the analysis.
+It never raises an ``Exception`` (torch turns one into "Failed to load the backend extension"
+and stops its import): a problem is one line on stderr and no watch; the job runs on. A
+stderr that cannot take that line (a full disk, a closed pipe, none at all) costs the line
+only. ``KeyboardInterrupt`` and ``SystemExit`` are let through, as from any code (torch lets
+them through too): a Ctrl-C during ``import torch`` still stops the process. It imports
+neither torch nor the analysis. ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` turns every
+``torch.backends`` entry point off, this one included.
+
+The dump folder must be the user's own, that group and others cannot write
+(:func:`frtrace.job.recorder.dump_folder`): one that exists is checked here, at once (one line,
+no waiting thread); one that does not is made 0700 when the job's group is ready.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -45,7 +55,7 @@ def load() -> None:
     try:
         _load()
     except Exception as exc:  # never stop torch's import
-        _say(f"FRTRACE_WATCH: not watching ({type(exc).__name__}: {exc})")
+        _not_watching(exc)
 
 
 def _load() -> None:
@@ -66,6 +76,11 @@ def _load() -> None:
             "DIR/comm_lib_trace_rank_ as `frtrace env DIR` prints it; not watching"
         )
         return
+    if os.path.lexists(folder):  # (another user's folder, planted: said at once)
+        from frtrace.job.recorder import dump_folder as checked
+
+        if checked(folder, who="frtrace: FRTRACE_WATCH") is None:
+            return
     if not any(os.environ.get(name) for name in _BUFFERS):
         for name in _BUFFERS:  # (before the job makes its groups: they read it then)
             os.environ[name] = str(DEFAULT_BUFFER_SIZE)
@@ -82,12 +97,24 @@ def _attach_when_ready(folder: Path, watch_s: float) -> None:
     try:
         while default_group() is None:
             threading.Event().wait(POLL_S)
-        if recorder.state() is None:
-            folder.mkdir(parents=True, exist_ok=True)
+        # (made 0700 when missing; refused, in one line, when not the user's own)
+        if (
+            recorder.state() is None
+            and recorder.dump_folder(folder, who="frtrace: FRTRACE_WATCH") is not None
+        ):
             recorder.attach(folder, watch_s)
     except Exception as exc:  # the job runs on, unwatched
+        _not_watching(exc)
+
+
+def _not_watching(exc: Exception) -> None:
+    with contextlib.suppress(Exception):  # (an exception whose str() raises: no line)
         _say(f"FRTRACE_WATCH: not watching ({type(exc).__name__}: {exc})")
 
 
 def _say(text: str) -> None:
-    print(f"frtrace: {text}", file=sys.stderr, flush=True)
+    """One line on stderr, never an exception (an unwritable or missing stderr: no line)."""
+    err = sys.stderr
+    if err is not None:  # (print(file=None) would write to stdout)
+        with contextlib.suppress(Exception):
+            print(f"frtrace: {text}", file=err, flush=True)

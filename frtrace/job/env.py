@@ -3,10 +3,17 @@
 ``frtrace env`` prints it; ``frtrace.recorder.enable()`` sets it. One list, so the two never
 disagree. Facts from ``shared/FORMAT.md`` ("Environment variables", "Where files go"): a torch
 version ignores the variables it does not know, so the full list is safe on any version.
+
+The default dump folder is the user's own, ``/tmp/frtrace_dumps-<uid>`` (made 0700): one
+folder for every user would be whoever made it first's, who would then read every dump and
+replace the report (``frtrace.base.files.own_folder`` refuses such a folder job-side).
+``/tmp``, not ``$TMPDIR`` (a batch job's own, removed when it ends) nor ``$XDG_RUNTIME_DIR``
+(a small tmpfs, emptied at logout): the dumps are read after the job.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 from dataclasses import dataclass
 from pathlib import PurePath
@@ -17,6 +24,7 @@ __all__ = [
     "DUMP_PREFIX",
     "STACKS_PREFIX",
     "Setting",
+    "default_dump_dir",
     "job_environment",
     "parse_version",
     "recipe",
@@ -26,7 +34,15 @@ __all__ = [
 # 20000 entries keep hundreds of steps of a large job's collectives (a few MB per rank);
 # torch 2.11+ defaults to 2000, which wraps within a few steps of a job with many groups.
 DEFAULT_BUFFER_SIZE = 20000
-DEFAULT_DUMP_DIR = "/tmp/frtrace_dumps"
+
+
+def default_dump_dir() -> str:
+    """This user's default dump folder: ``/tmp/frtrace_dumps-<uid>``."""
+    uid = os.geteuid() if hasattr(os, "geteuid") else None
+    return "/tmp/frtrace_dumps" + ("" if uid is None else f"-{uid}")
+
+
+DEFAULT_DUMP_DIR = default_dump_dir()  # (per user: see the module's docstring)
 DUMP_PREFIX = "comm_lib_trace_rank_"  # torch 2.9+'s own file name; the rank is appended
 STACKS_PREFIX = "stacks_rank_"  # the recorder's sidecar: stacks_rank_<rank>.json
 
@@ -194,12 +210,12 @@ def render_env(
         f"# for {which}; a torch version ignores the variables it does not know.",
         f'# use: eval "$(frtrace env --dir {quoted})"   then after a hang: '
         f"frtrace analyze -d {quoted}",
-        "# the directory must be writable by every rank (a shared filesystem on multi-node jobs).",
+        "# the directory: writable by every rank (shared on multi-node jobs), by you alone (0700).",
         "# Gloo has no dump on timeout before torch 2.15: call frtrace.recorder.enable() in the "
         "script.",
     ]
     if fmt == "shell":
-        lines += ["", f"mkdir -p {quoted}"]
+        lines += ["", f"mkdir -p -m 700 {quoted}"]
     for s in settings:
         since = f"torch {_v(s.since)}+" + (f" (until {_v(s.until)})" if s.until else "")
         lines.append("")

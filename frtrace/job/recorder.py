@@ -21,6 +21,11 @@ culprit is stuck. While enabled, ``<runtime dir>/recorder-<pid>.json`` says wher
 collect never signals, so a SIGUSR1 handler installed after ``enable()`` never fires for it).
 A runtime directory not the user's own, or others can write, is refused: one warning.
 
+The dump folder must be the user's own too, that group and others cannot write (made 0700
+when missing; :func:`dump_folder`): another user's would let them read every dump and replace
+the report. ``enable()`` and ``attach()`` refuse any other with one line on stderr naming it
+and what to do, and set up nothing (no environment, no trigger, no watch). Dumps are 0600.
+
 The signal is handled by a thread, not by the main thread: a rank blocked inside a
 collective never returns to Python to run a signal handler, yet it still dumps. (Python's
 ``signal.set_wakeup_fd`` wakes the thread from C; the main thread's handler does nothing.)
@@ -30,6 +35,7 @@ torch is imported inside the functions only: importing this module costs nothing
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -42,7 +48,8 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-from frtrace.base.files import replace_file
+from frtrace.base.files import own_folder, replace_file
+from frtrace.errors import UnsafePathError
 from frtrace.job import registry as reg
 from frtrace.job import triggers
 from frtrace.job import watch as watching
@@ -50,7 +57,16 @@ from frtrace.job.env import DEFAULT_BUFFER_SIZE, DUMP_PREFIX, STACKS_PREFIX, job
 from frtrace.job.hooks import install_excepthooks
 from frtrace.job.sidecar import TriggerKind, capture_current_stacks, write_stacks
 
-__all__ = ["RecorderState", "attach", "disable", "dump", "dump_path", "enable", "state"]
+__all__ = [
+    "RecorderState",
+    "attach",
+    "disable",
+    "dump",
+    "dump_folder",
+    "dump_path",
+    "enable",
+    "state",
+]
 
 MAX_DETAIL_CHARS = 500  # an exception message is cut here in the sidecar
 
@@ -103,8 +119,10 @@ def enable(
     stacks: bool = True,
     watch: float | None = None,
     on_hang: watching.OnHang | None = None,
-) -> RecorderState:
+) -> RecorderState | None:
     """Turn recording on and install the dump triggers; call it before ``init_process_group``.
+    None, with one line on stderr and nothing set up (the job runs on, unrecorded), when
+    ``dump_dir`` is not the user's own or group or others can write it (:func:`dump_folder`).
 
     Environment variables already set by the user win unless ``override_env``. ``signals``
     are the signals that make this rank dump (empty: none); they must be installable, so call
@@ -116,10 +134,11 @@ def enable(
     if fmt not in ("pickle", "json"):
         raise ValueError(f"fmt must be 'pickle' or 'json', not {fmt!r}")
     watch_s = watching.resolve(watch)
+    directory = dump_folder(dump_dir)
+    if directory is None:
+        return None  # (an earlier setup, if any, stays as it was)
     if _state is not None:
         disable()
-    directory = Path(dump_dir).resolve()
-    directory.mkdir(parents=True, exist_ok=True)
     st = RecorderState(dump_dir=directory, fmt=fmt, verbose=verbose, stacks=stacks)
     for name, value in job_environment(directory, buffer_size=buffer_size, timing=timing).items():
         if override_env or name not in os.environ:
@@ -138,15 +157,42 @@ def attach(dump_dir: str | os.PathLike[str], watch_s: float) -> RecorderState | 
     recorder yet (None when something did: that setup wins): no environment set (the job's
     own was read when its groups were made), no signal handler (only the main thread can
     install one; ``frtrace collect`` asks through the registry instead), a dump on an
-    unhandled exception, and the stall watch. :mod:`frtrace.job.autowatch` calls it."""
+    unhandled exception, and the stall watch. :mod:`frtrace.job.autowatch` calls it. None
+    too, with one line on stderr, when ``dump_dir`` is refused (:func:`dump_folder`)."""
     global _state
     with _lock:
         if _state is not None:
             return None
-        directory = Path(dump_dir).resolve()
+        directory = dump_folder(dump_dir)
+        if directory is None:
+            return None
         st = RecorderState(dump_dir=directory, fmt="pickle", verbose=True)
         _state = _attach(st, [], on_exception=True, watch_s=watch_s, on_hang=None)
     return st
+
+
+def dump_folder(dump_dir: str | os.PathLike[str], *, who: str = "frtrace.recorder") -> Path | None:
+    """``dump_dir`` resolved, once it is known to be the user's own folder that group and others
+    cannot write (made 0700, with its missing parents, when missing; a link there followed only
+    when it is the user's or root's: ``frtrace.base.files.own_folder``). None, with one line on
+    stderr naming it and what to do, when it is not: another user could read every dump and
+    replace the report (or, in a shared sticky folder, block it). OSError when it cannot be
+    made. Anything that writes into a dump folder asks this first (``who``: the line's
+    prefix)."""
+    try:
+        return own_folder(Path(dump_dir))
+    except UnsafePathError as exc:
+        _say(f"{who}: {exc}; not recording there, no watch")
+        return None
+
+
+def _say(line: str) -> None:
+    """One line on stderr; an unwritable stderr (a full disk, a closed pipe, none) costs the
+    line, never the job."""
+    err = sys.stderr
+    if err is not None:  # (print(file=None) would write to stdout)
+        with contextlib.suppress(Exception):
+            print(line, file=err, flush=True)
 
 
 def _attach(
@@ -286,7 +332,7 @@ def dump(
         # The stacks first: they show the moment of the request, before the dump's own work.
         stacks = _capture(st, rank, trigger, detail, frame)
         data = _trace_bytes(st.fmt)
-        replace_file(path, data, private=False)  # (as the umask says: torch's own dumps are)
+        replace_file(path, data)  # 0600: stacks, paths, hosts are the user's alone
         st.written.append(path)
         if stacks is not None:
             side = _sidecar_path(path)

@@ -30,6 +30,14 @@ manifest's mtime, touched on every hit), until the cache holds at most
 ``FRTRACE_CACHE_MAX_BYTES`` (default 4 GiB); an entry larger than that is not stored.
 ``--no-cache`` or ``FRTRACE_NO_CACHE=1`` turn the cache off.
 
+Whose entry: the cache may sit in a folder others share (one ``XDG_CACHE_HOME`` for every user,
+as some images and cluster modules set it). An entry is read only where it and every folder
+above it up to the cache's own (``frtrace/``, ``v1/``, ``sets/``) is this user's and no one
+else's to write, and so is each file read: each opened from the one above (``O_NOFOLLOW``: a
+link, or a folder renamed meanwhile, is never followed) and checked by its ``fstat``
+(``_open_entry``); anything else is a miss, never read. The write path checks the same, having
+narrowed this user's folders that are open to others to 0700.
+
 Sidecars (``read_sidecar`` / ``write_sidecar``): a later stage may keep one JSON file of its
 own in the entry (``frtrace.diagnosis_cache`` keeps the diagnosis), keyed and checked by its
 writer. It is written atomically, counted in the entry's size, and its mtime counts as a use
@@ -112,6 +120,66 @@ def private_directory(path: Path, *, narrow: Path | None = None) -> bool:
     return stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+def _mine(fd: int, *, narrow: bool = False) -> os.stat_result:
+    """The ``fstat`` of what ``fd`` holds where it is this user's and no one else's to write;
+    where ``narrow``, a folder of this user's open to others is narrowed to 0700 first.
+    ``PermissionError`` for anything else."""
+    info = os.fstat(fd)
+    if info.st_uid != os.geteuid():
+        raise PermissionError(errno.EPERM, "not this user's")
+    if stat.S_IMODE(info.st_mode) & 0o022:
+        if not (narrow and stat.S_ISDIR(info.st_mode)):
+            raise PermissionError(errno.EPERM, "writable by other users")
+        os.fchmod(fd, 0o700)
+    return info
+
+
+def _open_dir(name: str, dir_fd: int, *, narrow: bool = False) -> int:
+    """The folder ``name`` of the folder ``dir_fd``, opened (never through a link) where it is
+    this user's alone (``_mine``); ``OSError`` otherwise."""
+    fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    try:
+        _mine(fd, narrow=narrow)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_private(name: str, dir_fd: int) -> tuple[int, os.stat_result]:
+    """The file ``name`` of the folder ``dir_fd``, opened for reading where it is a regular
+    file of this user's alone (never a link, a FIFO: ``O_NONBLOCK``), and its ``fstat``."""
+    fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+    try:
+        info = _mine(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", name)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd, info
+
+
+def _read_private(name: str, dir_fd: int, limit: int) -> bytes:
+    """All of the file ``name`` of the folder ``dir_fd`` (``_open_private``), at most
+    ``limit`` bytes (a larger one: ``OSError``)."""
+    fd, info = _open_private(name, dir_fd)
+    try:
+        if info.st_size > limit:
+            raise OSError(errno.EFBIG, "larger than the cache holds", name)
+        chunks, left = [], info.st_size
+        while left > 0 and (chunk := os.read(fd, min(left, _CHUNK))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def _private_file(path: Path) -> int:
     """A new file only this user can read (0600, whatever the umask), open for writing."""
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
@@ -141,14 +209,15 @@ def _code_version() -> str:
     return digest.hexdigest()
 
 
-def _crc(path: Path) -> int:
-    """adler32 of the file: catches damage at 2.5 GB/s (crc32: 1.5, blake2b: 0.5). Read into
-    one buffer, reused: a new 16 MB chunk per read is new memory each time, whose pages cost
-    more to fault in than the checksum of what they hold."""
+def _crc(path: Path | int) -> int:
+    """adler32 of the file (a path, or a descriptor at its start): catches damage at 2.5 GB/s
+    (crc32: 1.5, blake2b: 0.5). Read into one buffer, reused: a new 16 MB chunk per read is
+    new memory each time, whose pages cost more to fault in than the checksum of what they
+    hold."""
     crc = 1
     buffer = bytearray(_CHUNK)
     view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as f:
+    with open(path, "rb", buffering=0, closefd=not isinstance(path, int)) as f:
         while got := f.readinto(buffer):
             crc = zlib.adler32(view[:got], crc)
     return crc
@@ -228,16 +297,57 @@ class DirectoryCache:
             return
         self._identity(present)
 
+    def _open_entry(self, *, narrow: bool = False) -> int | None:
+        """A descriptor of the entry's folder where it and every folder above it up to the
+        cache's own (``frtrace/``, ``v1/``, ``sets/``) is this user's and no one else's to
+        write (``_mine``; ``narrow``: this user's open to others narrowed to 0700 first, as
+        the write path does), each opened from the one above, never through a link; None
+        where one is missing or not so (another user's, open to others, a link)."""
+        top = self.root.parent  # (frtrace/)
+        fd = -1
+        try:
+            fd = os.open(top.parent, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+            for name in (top.name, self.root.name, "sets", self.entry.name):
+                below = _open_dir(name, fd, narrow=narrow)
+                os.close(fd)
+                fd = below
+        except OSError:
+            if fd >= 0:
+                os.close(fd)
+            return None
+        return fd
+
+    def _writable_entry(self) -> bool:
+        """The write path's check: the entry made (``private_directory``: each folder made
+        0700, frtrace's narrowed) and, with each folder above it, this user's alone
+        (``_open_entry``, narrowing): what the read path asks of it."""
+        if not private_directory(self.entry, narrow=self.root.parent):
+            return False
+        fd = self._open_entry(narrow=True)
+        if fd is None:
+            return False
+        os.close(fd)
+        return True
+
     def load(self) -> dict[str, pa.Table] | None:
-        """The cached tables (memory-mapped), or None when absent, stale or damaged."""
+        """The cached tables (memory-mapped), or None when absent, stale or damaged, or not
+        this user's alone (``_open_entry``: then never read, nor deleted)."""
         finish_saving()  # (tables still being stored by this process: stored first)
+        entry = self._open_entry()
+        if entry is None:
+            return None
+        try:
+            return self._load(entry)
+        finally:
+            os.close(entry)
+
+    def _load(self, entry: int) -> dict[str, pa.Table] | None:
         # The identity is taken before the dumps are read: a file rewritten while it is read
         # then leaves an entry that no longer matches, never one that matches stale tables.
         # With no manifest there is nothing to compare: the workers take it file by file.
         manifest_path = self.entry / "manifest.json"
-        if self.identity is None and not manifest_path.exists():
-            if self.entry.exists():
-                self._drop()
+        if self.identity is None and not _exists("manifest.json", entry):
+            self._drop()
             return None
         try:
             identity = self._identity()
@@ -245,15 +355,14 @@ class DirectoryCache:
             self.usable = False
             return None
         try:
-            manifest = json.loads(manifest_path.read_text())
+            manifest = json.loads(_read_private("manifest.json", entry, _max_bytes()))
         except (OSError, ValueError):
-            if self.entry.exists():
-                self._drop()
+            self._drop()
             return None
         if not isinstance(manifest, dict) or any(manifest.get(k) != v for k, v in identity.items()):
             return None  # stale: replaced by the next save
         try:
-            tables = self._read_tables(manifest)
+            tables = self._read_tables(manifest, entry)
         except Exception:  # damaged in any way: rebuilt from the dumps
             self._drop()
             return None
@@ -261,22 +370,36 @@ class DirectoryCache:
             os.utime(manifest_path)  # most recently used
         return tables
 
-    def _read_tables(self, manifest: Mapping[str, Any]) -> dict[str, pa.Table]:
+    def _read_tables(self, manifest: Mapping[str, Any], entry: int) -> dict[str, pa.Table]:
+        """The tables the manifest describes, each read from the entry (the folder ``entry``)
+        by descriptors checked as the entry is (``_open_private``), memory-mapped."""
+        import mmap
+
         import pyarrow as pa
         import pyarrow.ipc as ipc
 
-        folder = self.entry / str(manifest["token"])
-        tables = {}
-        for name in TABLES:
-            path = folder / f"{name}.arrow"
-            expect = manifest["tables"][name]
-            if path.stat().st_size != expect["bytes"] or _crc(path) != expect["crc"]:
-                raise ValueError(f"{path}: damaged")
-            with pa.memory_map(str(path)) as source:
-                table = ipc.open_file(source).read_all()
-            if table.num_rows != expect["rows"]:
-                raise ValueError(f"{path}: {table.num_rows} rows, not {expect['rows']}")
-            tables[name] = table
+        token = str(manifest["token"])
+        if not token.isalnum():
+            raise ValueError(f"{token!r}: not a token")
+        folder = _open_dir(token, entry)
+        try:
+            tables = {}
+            for name in TABLES:
+                path = self.entry / token / f"{name}.arrow"
+                expect = manifest["tables"][name]
+                fd, info = _open_private(path.name, folder)
+                try:
+                    if info.st_size != expect["bytes"] or _crc(fd) != expect["crc"]:
+                        raise ValueError(f"{path}: damaged")
+                    mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+                finally:
+                    os.close(fd)
+                table = ipc.open_file(pa.BufferReader(pa.py_buffer(mapped))).read_all()
+                if table.num_rows != expect["rows"]:
+                    raise ValueError(f"{path}: {table.num_rows} rows, not {expect['rows']}")
+                tables[name] = table
+        finally:
+            os.close(folder)
         return tables
 
     def prepare(self, name: str) -> Path | None:
@@ -287,7 +410,7 @@ class DirectoryCache:
             return None
         try:
             self._identity()
-            if not private_directory(self.entry, narrow=self.root.parent):
+            if not self._writable_entry():
                 return None
             token = secrets.token_hex(8)
             (self.entry / token).mkdir(mode=0o700)
@@ -336,7 +459,7 @@ class DirectoryCache:
             return
         try:
             identity = self._identity()
-            if not private_directory(self.entry, narrow=self.root.parent):
+            if not self._writable_entry():
                 raise OSError(errno.EPERM, "not a folder of this user's", str(self.entry))
             folder.mkdir(mode=0o700, exist_ok=prepared)
             described = {}
@@ -379,11 +502,17 @@ class DirectoryCache:
         shutil.rmtree(self.entry, ignore_errors=True)
 
     def read_sidecar(self, name: str) -> bytes | None:
-        """The content of the sidecar ``name`` (``*.json``), or None when there is none."""
+        """The content of the sidecar ``name`` (``*.json``), or None when there is none, or
+        when it or its entry is not this user's alone (``_open_entry``: never read)."""
+        entry = self._open_entry()
+        if entry is None:
+            return None
         try:
-            return (self.entry / name).read_bytes()
+            return _read_private(name, entry, _max_bytes())
         except OSError:
             return None
+        finally:
+            os.close(entry)
 
     def write_sidecar(self, name: str, data: bytes, what: str) -> None:
         """Store the sidecar atomically, then evict; on failure one note on stderr (``what``
@@ -395,7 +524,7 @@ class DirectoryCache:
             if len(data) > _max_bytes():  # would evict everything else: not stored
                 self.drop_sidecar(name)
                 return
-            if not private_directory(self.entry, narrow=self.root.parent):
+            if not self._writable_entry():
                 raise OSError(errno.EPERM, "not a folder of this user's", str(self.entry))
             replace_file(self.entry / name, data)
         except OSError as exc:  # read-only or full (the temporary file is removed)
@@ -412,6 +541,14 @@ class DirectoryCache:
         """Delete the sidecar (damaged, or too large to keep)."""
         with contextlib.suppress(OSError):
             (self.entry / name).unlink(missing_ok=True)
+
+
+def _exists(name: str, dir_fd: int) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return False
+    return True
 
 
 def evict(sets: Path, max_bytes: int, *, keep: Path | None = None) -> None:

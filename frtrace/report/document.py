@@ -288,6 +288,9 @@ def _timeline(doc: _Doc, report: Report) -> None:
     of evidence disagree: a few lines after the root causes."""
     lines = timeline_lines(report)
     if not lines and not report.disagreements:
+        if report.evidence_problems:  # (a file set aside is said even where nothing failed)
+            doc.add(Heading(2, "Evidence not used"))
+            doc.add(Bullets(report.evidence_problems, title="files not read"))
         return
     doc.add(Heading(2, "What failed, and when"))
     if report.disagreements:

@@ -11,11 +11,12 @@ matched ops), not the table, and the kernel keeps the pages in its cache while m
 The files are unlinked as soon as they are mapped (the mapping keeps them until the table is
 gone), so nothing is left behind.
 
-Where: ``$XDG_CACHE_HOME/frtrace/spill``, else ``/var/tmp`` or the temporary directory: the
-first on a disk (on a tmpfs the columns would be memory all the same; where every candidate is
-one, the columns stay in memory). Any failure to write keeps the column in memory, as for
-small sets (below ``SPILL_MIN_BYTES`` of dumps, or ``FRTRACE_SPILL_MIN_BYTES``),
-so spilling never changes a result.
+Where: ``$XDG_CACHE_HOME/frtrace/spill``, else ``frtrace-spill-<uid>`` in ``/var/tmp`` or the
+temporary directory (one name per user: a name shared by all would be the first user's, and
+everyone else's columns would stay in memory): the first on a disk (on a tmpfs the columns
+would be memory all the same; where every candidate is one, the columns stay in memory).
+Any failure to write keeps the column in memory, as for small sets (below ``SPILL_MIN_BYTES``
+of dumps, or ``FRTRACE_SPILL_MIN_BYTES``), so spilling never changes a result.
 
 The columns hold what the dumps hold: each load's directory is 0700 and its files 0600, in a
 base directory this user owns (another user's, or a link, is passed over). The directory is
@@ -51,6 +52,7 @@ __all__ = [
     "SPILL_MIN_BYTES",
     "SpilledColumn",
     "drop_range",
+    "fallback_name",
     "finish_removing",
     "release_pages",
     "remove_spill_directory",
@@ -136,6 +138,14 @@ def spill_min_bytes() -> int:
 
 # Where spill files go when the cache directory cannot take them (or is a tmpfs).
 FALLBACK_BASES = (Path("/var/tmp"), Path(tempfile.gettempdir()))
+
+
+def fallback_name() -> str:
+    """This user's spill base in each of ``FALLBACK_BASES``: ``frtrace-spill-<uid>``."""
+    uid = os.geteuid() if hasattr(os, "geteuid") else None
+    return "frtrace-spill" + ("" if uid is None else f"-{uid}")
+
+
 # Where the kernel says what each mount is (Linux); filesystems whose files are memory.
 MOUNTS = Path("/proc/self/mounts")
 _MEMORY_FILESYSTEMS = frozenset({"tmpfs", "ramfs"})
@@ -156,7 +166,8 @@ def spill_directory(cache_root: Path) -> Path | None:
     gone (killed mid-load) are removed first. The directory stays locked until
     ``remove_spill_directory``.
     """
-    for base in (cache_root.parent / "spill", *(b / "frtrace-spill" for b in FALLBACK_BASES)):
+    name = fallback_name()
+    for base in (cache_root.parent / "spill", *(b / name for b in FALLBACK_BASES)):
         try:
             if not private_directory(base, narrow=cache_root.parent) or _in_memory(base):
                 continue

@@ -204,7 +204,7 @@ def test_a_base_directory_of_another_owner_is_passed_over(
     (tmp_path / "cache" / "spill").symlink_to(tmp_path / "elsewhere")
     monkeypatch.setattr(spill, "FALLBACK_BASES", (tmp_path / "disk",))
     made = spill.spill_directory(tmp_path / "cache" / "v1")
-    assert made is not None and made.parent == tmp_path / "disk" / "frtrace-spill"
+    assert made is not None and made.parent == tmp_path / "disk" / spill.fallback_name()
     assert not any((tmp_path / "elsewhere").iterdir())
     spill.remove_spill_directory(made)
 
@@ -278,7 +278,7 @@ def test_a_memory_filesystem_is_passed_over(
     monkeypatch.setattr(spill, "MOUNTS", mounts)
     monkeypatch.setattr(spill, "FALLBACK_BASES", (disk,))
     where = spill.spill_directory(cache / "frtrace")
-    assert where is not None and where.parent == disk / "frtrace-spill"
+    assert where is not None and where.parent == disk / spill.fallback_name()
     mounts.write_text("tmpfs / tmpfs rw 0 0\n")
     assert spill.spill_directory(cache / "frtrace") is None
     mounts.write_text("/dev/vda / ext4 rw 0 0\n")
