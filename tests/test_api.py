@@ -337,6 +337,7 @@ def test_the_load_names_every_module_it_holds() -> None:
 # Who may list a folder, and which: the incident's folder only from ``incident/``
 _LISTS_ITS_OWN = {
     "load/cache.py": "the cache's own folder",
+    "load/cachefiles.py": "the cache's own entries (eviction)",
     "load/handover/spill.py": "the spill folder's stale entries",
     "diagnosis_cache.py": "the package's own sources (the code digest)",
     "collect/procs.py": "/proc (the job's rank processes)",

@@ -377,9 +377,7 @@ def check(
 def env(
     dump_dir: Annotated[
         str,
-        typer.Option(
-            "--dir", "-d", help="Where the job's ranks write their dumps (yours alone, 0700)."
-        ),
+        typer.Option("--dir", "-d", help="Where the job's ranks write their dumps (yours alone)."),
     ] = DEFAULT_DUMP_DIR,
     torch_version: Annotated[
         str | None,
@@ -443,8 +441,7 @@ def run() -> None:
 
 
 def main() -> NoReturn:
-    """Console-script entry point: ``run``, then the process ends without its teardown
-    (``cli.leave``)."""
+    """Console-script entry point: ``run``, then the process ends without its teardown."""
     before_numpy()
     try:
         run()

@@ -3,7 +3,8 @@
 The stage's face, what the stages above may import:
 - ``tables``: ``load_dumps``, the one way in (its options in ``options``), and ``DumpSet``'s
   assembly; ``dumpset``: the loaded set; ``schema``: its five Arrow tables' columns;
-- ``cache``: the loaded tables kept between runs; ``restarts``: a restarted job's other
+- ``cache``: the loaded tables kept between runs (its files' checksums and eviction in
+  ``cachefiles``); ``restarts``: a restarted job's other
   attempts; ``lifetimes``: the ranks of one process lifetime (stale dumps set aside);
   ``empty``: the set of a job that left no dump;
 - ``summary`` and ``export``: what the loaded tables offer on their own (no analysis);

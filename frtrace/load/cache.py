@@ -53,17 +53,24 @@ import json
 import os
 import secrets
 import shutil
-import stat
 import sys
 import threading
-import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from frtrace.base.files import replace_file
+from frtrace.base.owned import (
+    exists_at,
+    open_dir,
+    open_private,
+    private_directory,
+    private_file,
+    read_private,
+)
 from frtrace.incident.discover import Candidate
 from frtrace.incident.fingerprint import Fingerprint, file_fingerprint
+from frtrace.load.cachefiles import Checksummed, crc, evict
 
 if TYPE_CHECKING:  # imported where used: a hit of the diagnosis cache needs no pyarrow
     import pyarrow as pa
@@ -80,7 +87,6 @@ __all__ = [
 FORMAT = "frtrace-tables-1"
 TABLES = ("entries", "stacks", "groups", "pg_status", "files")
 DEFAULT_MAX_BYTES = 4 << 30
-_CHUNK = 16 << 20
 # Tables being stored in the background (``DirectoryCache.save_in_background``).
 _SAVING: list[threading.Thread] = []
 
@@ -95,94 +101,6 @@ def cache_root() -> Path:
     """Where the cache lives: ``$XDG_CACHE_HOME/frtrace``, else ``~/.cache/frtrace``."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "frtrace" / "v1"
-
-
-def private_directory(path: Path, *, narrow: Path | None = None) -> bool:
-    """Make ``path`` and its missing parents, each 0700 (``mkdir(parents=True)`` would make
-    the parents 0777 less the umask); narrow ``narrow`` (frtrace's folder in the cache) to 0700
-    where it is this user's and open to others (as earlier versions left it). True where
-    ``path`` is a directory of this user's (not a link: another user's name is never used)."""
-    missing = []
-    at = path
-    while not os.path.lexists(at) and at.parent != at:
-        missing.append(at)
-        at = at.parent
-    for folder in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            folder.mkdir(mode=0o700)
-    if narrow is not None:
-        with contextlib.suppress(OSError):
-            info = os.lstat(narrow)
-            mine = stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
-            if mine and stat.S_IMODE(info.st_mode) & 0o077:
-                os.chmod(narrow, 0o700)
-    info = os.lstat(path)
-    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
-
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-
-
-def _mine(fd: int, *, narrow: bool = False) -> os.stat_result:
-    """The ``fstat`` of what ``fd`` holds where it is this user's and no one else's to write;
-    where ``narrow``, a folder of this user's open to others is narrowed to 0700 first.
-    ``PermissionError`` for anything else."""
-    info = os.fstat(fd)
-    if info.st_uid != os.geteuid():
-        raise PermissionError(errno.EPERM, "not this user's")
-    if stat.S_IMODE(info.st_mode) & 0o022:
-        if not (narrow and stat.S_ISDIR(info.st_mode)):
-            raise PermissionError(errno.EPERM, "writable by other users")
-        os.fchmod(fd, 0o700)
-    return info
-
-
-def _open_dir(name: str, dir_fd: int, *, narrow: bool = False) -> int:
-    """The folder ``name`` of the folder ``dir_fd``, opened (never through a link) where it is
-    this user's alone (``_mine``); ``OSError`` otherwise."""
-    fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-    try:
-        _mine(fd, narrow=narrow)
-    except OSError:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _open_private(name: str, dir_fd: int) -> tuple[int, os.stat_result]:
-    """The file ``name`` of the folder ``dir_fd``, opened for reading where it is a regular
-    file of this user's alone (never a link, a FIFO: ``O_NONBLOCK``), and its ``fstat``."""
-    fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
-    try:
-        info = _mine(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", name)
-    except OSError:
-        os.close(fd)
-        raise
-    return fd, info
-
-
-def _read_private(name: str, dir_fd: int, limit: int) -> bytes:
-    """All of the file ``name`` of the folder ``dir_fd`` (``_open_private``), at most
-    ``limit`` bytes (a larger one: ``OSError``)."""
-    fd, info = _open_private(name, dir_fd)
-    try:
-        if info.st_size > limit:
-            raise OSError(errno.EFBIG, "larger than the cache holds", name)
-        chunks, left = [], info.st_size
-        while left > 0 and (chunk := os.read(fd, min(left, _CHUNK))):
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-def _private_file(path: Path) -> int:
-    """A new file only this user can read (0600, whatever the umask), open for writing."""
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
 
 
 def cache_disabled() -> bool:
@@ -207,45 +125,6 @@ def _code_version() -> str:
             digest.update(path.relative_to(package).as_posix().encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()
-
-
-def _crc(path: Path | int) -> int:
-    """adler32 of the file (a path, or a descriptor at its start): catches damage at 2.5 GB/s
-    (crc32: 1.5, blake2b: 0.5). Read into one buffer, reused: a new 16 MB chunk per read is
-    new memory each time, whose pages cost more to fault in than the checksum of what they
-    hold."""
-    crc = 1
-    buffer = bytearray(_CHUNK)
-    view = memoryview(buffer)
-    with open(path, "rb", buffering=0, closefd=not isinstance(path, int)) as f:
-        while got := f.readinto(buffer):
-            crc = zlib.adler32(view[:got], crc)
-    return crc
-
-
-class _Checksummed:
-    """A file being written, its adler32 (``_crc``'s) taken on the way: a table's checksum
-    without reading it back (a tenth of the parent's time in a first run at 1,024 ranks)."""
-
-    def __init__(self, out: Any) -> None:
-        self.out = out
-        self.crc = 1
-        self.written = 0
-        self.closed = False
-
-    def write(self, data: Any) -> int:
-        self.crc = zlib.adler32(data, self.crc)
-        self.written += memoryview(data).nbytes
-        return int(self.out.write(data))
-
-    def tell(self) -> int:
-        return self.written
-
-    def flush(self) -> None:
-        self.out.flush()
-
-    def close(self) -> None:  # (the file is closed by its owner)
-        self.closed = True
 
 
 class DirectoryCache:
@@ -300,7 +179,7 @@ class DirectoryCache:
     def _open_entry(self, *, narrow: bool = False) -> int | None:
         """A descriptor of the entry's folder where it and every folder above it up to the
         cache's own (``frtrace/``, ``v1/``, ``sets/``) is this user's and no one else's to
-        write (``_mine``; ``narrow``: this user's open to others narrowed to 0700 first, as
+        write (``mine``; ``narrow``: this user's open to others narrowed to 0700 first, as
         the write path does), each opened from the one above, never through a link; None
         where one is missing or not so (another user's, open to others, a link)."""
         top = self.root.parent  # (frtrace/)
@@ -308,7 +187,7 @@ class DirectoryCache:
         try:
             fd = os.open(top.parent, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
             for name in (top.name, self.root.name, "sets", self.entry.name):
-                below = _open_dir(name, fd, narrow=narrow)
+                below = open_dir(name, fd, narrow=narrow)
                 os.close(fd)
                 fd = below
         except OSError:
@@ -346,7 +225,7 @@ class DirectoryCache:
         # then leaves an entry that no longer matches, never one that matches stale tables.
         # With no manifest there is nothing to compare: the workers take it file by file.
         manifest_path = self.entry / "manifest.json"
-        if self.identity is None and not _exists("manifest.json", entry):
+        if self.identity is None and not exists_at("manifest.json", entry):
             self._drop()
             return None
         try:
@@ -355,7 +234,7 @@ class DirectoryCache:
             self.usable = False
             return None
         try:
-            manifest = json.loads(_read_private("manifest.json", entry, _max_bytes()))
+            manifest = json.loads(read_private("manifest.json", entry, _max_bytes()))
         except (OSError, ValueError):
             self._drop()
             return None
@@ -372,7 +251,7 @@ class DirectoryCache:
 
     def _read_tables(self, manifest: Mapping[str, Any], entry: int) -> dict[str, pa.Table]:
         """The tables the manifest describes, each read from the entry (the folder ``entry``)
-        by descriptors checked as the entry is (``_open_private``), memory-mapped."""
+        by descriptors checked as the entry is (``open_private``), memory-mapped."""
         import mmap
 
         import pyarrow as pa
@@ -381,15 +260,15 @@ class DirectoryCache:
         token = str(manifest["token"])
         if not token.isalnum():
             raise ValueError(f"{token!r}: not a token")
-        folder = _open_dir(token, entry)
+        folder = open_dir(token, entry)
         try:
             tables = {}
             for name in TABLES:
                 path = self.entry / token / f"{name}.arrow"
                 expect = manifest["tables"][name]
-                fd, info = _open_private(path.name, folder)
+                fd, info = open_private(path.name, folder)
                 try:
-                    if info.st_size != expect["bytes"] or _crc(fd) != expect["crc"]:
+                    if info.st_size != expect["bytes"] or crc(fd) != expect["crc"]:
                         raise ValueError(f"{path}: damaged")
                     mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
                 finally:
@@ -469,11 +348,15 @@ class DirectoryCache:
                     size = written[name]
                     if path.stat().st_size != size:
                         raise OSError(errno.EIO, "not the size it was written at", str(path))
-                    crc = _crc(path)
-                    described[name] = {"bytes": size, "crc": crc, "rows": tables[name].num_rows}
+                    checksum = crc(path)
+                    described[name] = {
+                        "bytes": size,
+                        "crc": checksum,
+                        "rows": tables[name].num_rows,
+                    }
                     continue
-                with open(_private_file(path), "wb") as raw:
-                    sink = _Checksummed(raw)
+                with open(private_file(path), "wb") as raw:
+                    sink = Checksummed(raw)
                     with ipc.new_file(sink, tables[name].schema) as writer:
                         writer.write_table(tables[name])
                 described[name] = {
@@ -508,7 +391,7 @@ class DirectoryCache:
         if entry is None:
             return None
         try:
-            return _read_private(name, entry, _max_bytes())
+            return read_private(name, entry, _max_bytes())
         except OSError:
             return None
         finally:
@@ -541,35 +424,6 @@ class DirectoryCache:
         """Delete the sidecar (damaged, or too large to keep)."""
         with contextlib.suppress(OSError):
             (self.entry / name).unlink(missing_ok=True)
-
-
-def _exists(name: str, dir_fd: int) -> bool:
-    try:
-        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except OSError:
-        return False
-    return True
-
-
-def evict(sets: Path, max_bytes: int, *, keep: Path | None = None) -> None:
-    """Delete whole entries, least recently used first, until ``sets`` holds <= max_bytes."""
-    entries = []
-    try:
-        for entry in sets.iterdir():
-            size = sum(f.stat().st_size for f in entry.rglob("*") if f.is_file())
-            # last used: the newest of the manifest and the sidecars (0: unfinished or
-            # damaged, first to go)
-            used = max((f.stat().st_mtime_ns for f in entry.glob("*.json")), default=0)
-            entries.append((used, size, entry))
-    except OSError:
-        return
-    total = sum(size for _, size, _ in entries)
-    for _, size, entry in sorted(entries, key=lambda e: (e[0], str(e[2]))):
-        if total <= max_bytes:
-            break
-        if entry != keep:
-            shutil.rmtree(entry, ignore_errors=True)
-            total -= size
 
 
 def _note(message: str) -> None:

@@ -92,8 +92,8 @@ def test_another_users_sealed_diagnosis_is_not_read_either(
     assert _analyze(directory)[1]["verdict"] == "healthy"  # (this user's own: a hit)
     _as_another_user(monkeypatch)
     read: list[str] = []
-    real = cache_mod._read_private
-    monkeypatch.setattr(cache_mod, "_read_private", lambda *a: read.append(a[0]) or real(*a))
+    real = cache_mod.read_private
+    monkeypatch.setattr(cache_mod, "read_private", lambda *a: read.append(a[0]) or real(*a))
     code, doc = _analyze(directory)
     assert (code, doc["verdict"]) == (1, "hang")
     assert read == []  # (nothing of the entry opened: not even the manifest)

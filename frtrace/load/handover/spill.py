@@ -46,7 +46,7 @@ import pyarrow as pa
 
 from frtrace.base.heap import libc_function
 from frtrace.errors import InputError
-from frtrace.load.cache import private_directory
+from frtrace.base.owned import private_directory
 
 __all__ = [
     "SPILL_MIN_BYTES",
