@@ -10,33 +10,40 @@ seconds. A rank stuck in host code has nothing pending: the ranks waiting on it 
 alarm, and its own thread (which runs while its main thread sleeps, reads a file or waits on
 a lock) dumps where its Python is.
 
-The alarm goes through the job's own store, under keys this module owns
-(``frtrace/watch/...``), on a connection of its own to the default group's TCPStore (another
-store: the job's object, with quick requests only), so the job's own requests never queue
-behind it:
+The alarm goes through the job's own store, on a connection of its own to the default group's
+TCPStore (the job's requests never queue behind it). Anyone who reaches it may list, read, write
+and delete keys, so the watch's are named from a secret, the watch key: rank 0's thread writes
+it to ``DIR/.frtrace-watch-key-<digest>`` (0600, removed at exit) and puts only the digest in
+the store (``frtrace/watch/key``); the others read the file it names in the folder they share
+(whoever can write there can forge the report anyway. Not the process group: from this thread a
+collective hangs the job, a Gloo send/recv shows in every report). A rank without the key in
+``KEY_WAIT_S`` says so and watches alone. No value in the store is trusted; a key is
+``frtrace/watch/<kind>/<MAC(kind/g)>`` (alarm ``g``'s do not name ``g + 1``'s):
 
-* ``raise/<g>``: the rank that counts 1 there is the first to raise alarm ``g``, the leader;
-* ``alarm``: the number of alarms raised; every thread reads it each check and dumps its
-  buffer and its stacks sidecar when it grows (its pending ops are then covered: one alarm
-  per stall);
-* ``dumped/<g>``: the ranks that dumped for alarm ``g``. The leader waits for all (bounded),
-  analyses the folder in-process and writes ``frtrace-report.txt``, ``.json`` and ``.html``
-  (0600) next to the dumps (:mod:`frtrace.gate.watchreport`, imported then), logs one line and calls
-  ``on_hang(report)``.
+* ``raise``: the rank whose ``compare_set`` sets it leads alarm ``g``;
+* ``alarm``: raised (each check asks for the next): a rank dumps its buffer and stacks (its
+  pending ops covered: one alarm per stall) once an alarm, and with no stall of its own once
+  per ``watch`` seconds at most;
+* ``dumped/<g>/<rank>``: the leader waits for all (bounded), analyses the folder in-process
+  (``REPORTER``), writes ``frtrace-report.txt``, ``.json``, ``.html`` (0600), calls ``on_hang``.
 
 Only dumps and stacks sidecars written since the stall began are analysed (torch's own timeout
 dumps, which use the same names in the same folder, included): a rank that could not dump
 (its thread never ran: the GIL held in C) is a rank without a dump, and the report says so.
-It never kills, signals or blocks the job; a store that is gone costs the coordination only
-(a stalled rank still dumps its own files).
+It never kills, signals or blocks the job. A store that is gone, or a client of it deleting or
+overwriting the watch's keys, costs the coordination only (a stalled rank still dumps its own
+files): no client can raise, claim, fake or silence an alarm.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import hashlib
 import importlib
 import json
 import os
+import secrets
 import sys
 import threading
 import time
@@ -46,6 +53,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+
+from frtrace.base.files import replace_file
 
 __all__ = [
     "REPORTER",
@@ -69,6 +78,8 @@ KEY_PREFIX = "frtrace/watch"
 STORE_TIMEOUT_S = 10.0  # the watch's own store requests; never the job's
 DUMP_WAIT_S = 30.0  # the leader waits this long at most for every rank's dump
 RECONNECT_S = 30.0  # a store that failed is tried again after this
+KEY_WAIT_S = 60.0  # a rank without rank 0's watch key after this watches alone
+KEY_FILE = ".frtrace-watch-key-"  # DIR/.frtrace-watch-key-<digest>: rank 0's secret, 0600
 # What analyses the folder and writes the report, imported by name when the job stalled and
 # never before: a healthy job loads nothing of the analysis (the job side imports none of it).
 REPORTER = "frtrace.gate.watchreport"
@@ -205,6 +216,31 @@ def _say(text: str) -> None:
     print(f"frtrace: {text}", file=sys.stderr, flush=True)
 
 
+def _digest(secret: str) -> str:
+    """All the store holds of rank 0's watch key, and its file's name: 32 digits of SHA-256."""
+    return hashlib.sha256(b"frtrace watch key\0" + secret.encode()).hexdigest()[:32]
+
+
+def _name(key: str, kind: str, *of: int) -> str:
+    """The store key ``kind`` of alarm ``of`` (and rank), named from the job's watch key."""
+    mac = hashlib.blake2b("/".join([kind, *map(str, of)]).encode(), key=key.encode())
+    return f"{_prefix()}/{kind}/{mac.hexdigest()[:32]}"
+
+
+def _read_key(folder: Path, value: object) -> str | None:
+    """The secret in the key file ``value`` (rank 0's digest) names, if that file holds it."""
+    if not isinstance(value, bytes) or len(value) != 32 or not value.isalnum():
+        return None
+    digest = value.decode()
+    try:  # (never through a link, nor waiting on a FIFO)
+        fd = os.open(folder / (KEY_FILE + digest), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        with open(fd, "rb") as f:
+            text = f.read(64).decode("ascii", "replace")
+    except OSError:
+        return None
+    return text if secrets.compare_digest(_digest(text), digest) else None
+
+
 @dataclass(slots=True)
 class Watch:
     """The running watch thread; ``close()`` ends it (what it is doing finishes first)."""
@@ -222,7 +258,13 @@ class Watch:
     _clock: StallClock | None = None
     _store: Any = None
     _store_failed_at: float | None = None
-    _seen: int | None = None  # the alarm count last read
+    _seen: int = 0  # alarms 1.._seen are raised
+    _dumped: int = 0  # the last alarm this rank dumped for
+    _last_dump: float | None = None  # (monotonic)
+    _key: str | None = None  # the job's watch key (the secret)
+    _key_since: float | None = None  # (monotonic) since when this rank wants it
+    _key_off: bool = False  # no key: this rank watches alone
+    _key_file: Path | None = None  # rank 0's, removed when the watch ends
 
     def close(self) -> None:
         self.stop.set()
@@ -244,50 +286,71 @@ class Watch:
                 _say(f"watch: {type(exc).__name__}: {exc}")
 
     def check(self, dist: Any) -> None:
-        """One look: this rank's pending ops, then the job's alarm."""
+        """One look: this rank's pending ops, then the job's alarms."""
         assert self._clock is not None
         now = time.monotonic()
         stalls = self._clock.update(read_status(dist), now)
-        store = self._store_of(dist)
-        count: int | None = None
-        if store is not None:
-            try:
-                count = int(store.add(f"{_prefix()}/alarm", 0))
-            except Exception as exc:
-                self._lost_store(exc)
-                store = None
-        if store is None or count is None:
-            if stalls:  # no store: this rank's own files at least
-                self._clock.cover()
-                self._dump(f"frtrace watch: {stalls[0].describe()} (no store: this rank only)")
-            return
-        if self._seen is None:
-            self._seen = count  # alarms raised before this thread first looked are not ours
-        if count > self._seen:
-            self._seen = count
-            self._alarm(dist, store, count, leader=False, detail="raised by another rank")
+        store, last = self._store_of(dist), self._last_dump
+        try:
+            if store is not None and (key := self._key_of(dist, store, now)) is not None:
+                self._follow(dist, store, key, stalls, now)
+        except Exception as exc:
+            self._lost_store(exc)
+            store = None
+        if stalls and self._last_dump == last and (store is None or self._key_off):
+            self._clock.cover()  # no store, or no key (a key on its way is waited for)
+            why = "no store" if store is None else "no watch key"
+            self._dump(f"frtrace watch: {stalls[0].describe()} ({why}: this rank only)")
+
+    def _key_of(self, dist: Any, store: Any, now: float) -> str | None:
+        """The watch key: rank 0's, or read from the file its digest names (None: not yet)."""
+        pointer, why = f"{_prefix()}/key", ""
+        if self._key is None and not self._key_off:
+            self._key_since = now if self._key_since is None else self._key_since
+            if int(dist.get_rank()) == 0:
+                key = secrets.token_hex(16)
+                try:  # (removed at exit: the ranks read it as they start)
+                    if int(dist.get_world_size()) > 1:
+                        path = self.dump_dir / (KEY_FILE + _digest(key))
+                        self._key_file = replace_file(path, key)
+                        atexit.register(self._key_file.unlink, missing_ok=True)
+                    self._key = key
+                except Exception as exc:
+                    why = f"cannot write the watch key in {self.dump_dir} ({type(exc).__name__})"
+            elif now - self._key_since >= KEY_WAIT_S:
+                why = f"no watch key from rank 0 in {self.dump_dir} (a folder all ranks share?)"
+            elif store.check([pointer]):
+                self._key = _read_key(self.dump_dir, store.get(pointer))
+        if why:
+            self._key_off = True
+            _say(f"watch: {why}: no alarm through the store; a stalled rank dumps its own files")
+        if self._key_file is not None and now - (self._key_since or now) < KEY_WAIT_S:
+            store.set(pointer, _digest(self._key or ""))  # (rank 0: again while read)
+        return self._key
+
+    def _follow(self, dist: Any, store: Any, key: str, stalls: list[Stall], now: float) -> None:
+        g = self._seen = self._seen + bool(store.check([_name(key, "alarm", self._seen + 1)]))
+        if g > self._dumped:  # once an alarm; another's once per watch seconds at most
+            if stalls or self._last_dump is None or now - self._last_dump >= self.watch_s:
+                self._alarm(dist, store, key, g, leader=False, detail="raised by another rank")
         elif stalls:
-            self._raise(dist, store, stalls)
+            g, me = g + 1, str(int(dist.get_rank()))
+            leader = store.compare_set(_name(key, "raise", g), "", me) == me.encode()
+            store.set(_name(key, "alarm", g), "1")
+            self._seen = g
+            self._alarm(dist, store, key, g, leader=leader, detail=stalls[0].describe())
 
-    def _raise(self, dist: Any, store: Any, stalls: list[Stall]) -> None:
-        assert self._seen is not None
-        g = self._seen + 1
-        leader = int(store.add(f"{_prefix()}/raise/{g}", 1)) == 1
-        if leader:
-            store.add(f"{_prefix()}/alarm", 1)
-        self._seen = g
-        self._alarm(dist, store, g, leader=leader, detail=stalls[0].describe())
-
-    def _alarm(self, dist: Any, store: Any, g: int, *, leader: bool, detail: str) -> None:
+    def _alarm(self, dist: Any, store: Any, key: str, g: int, *, leader: bool, detail: str) -> None:
         assert self._clock is not None
         now = time.monotonic()
         since_wall = time.time() - max(self._clock.oldest(now), 0.0) - 2.0
         self._clock.cover()
+        self._dumped, self._last_dump = g, now
         self.fired.append(g)
         self._dump(f"frtrace watch alarm {g}: {detail}")
-        store.add(f"{_prefix()}/dumped/{g}", 1)
+        store.set(_name(key, "dumped", g, int(dist.get_rank())), "1")
         if leader:
-            self._lead(dist, store, g, since_wall)
+            self._lead(dist, store, key, g, since_wall)
 
     def _dump(self, detail: str) -> None:
         try:
@@ -295,16 +358,16 @@ class Watch:
         except Exception as exc:
             _say(f"watch: could not dump: {type(exc).__name__}: {exc}")
 
-    def _lead(self, dist: Any, store: Any, g: int, since_wall: float) -> None:
+    def _lead(self, dist: Any, store: Any, key: str, g: int, since_wall: float) -> None:
         world = int(dist.get_world_size())
+        names = [_name(key, "dumped", g, r) for r in range(world)]
         deadline = time.monotonic() + self.dump_wait_s
-        dumped = 0
-        while time.monotonic() < deadline and not self.stop.is_set():
-            dumped = int(store.add(f"{_prefix()}/dumped/{g}", 0))
-            if dumped >= world:
-                break
-            time.sleep(0.25)
-        if dumped < world:
+        dumped: object = "?"
+        with contextlib.suppress(Exception):  # (a store that fails: analyse what is there)
+            while not store.check(names) and time.monotonic() < deadline and not self.stop.is_set():
+                time.sleep(0.25)
+            dumped = world if store.check(names) else sum(store.check([n]) for n in names)
+        if dumped != world:
             _say(
                 f"watch: {dumped} of {world} ranks dumped within {self.dump_wait_s:.0f} s; "
                 "analysing those (the others are ranks without a dump)"
