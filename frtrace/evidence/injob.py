@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from frtrace.evidence.collected import Collected, checked
 from frtrace.evidence.model import Failure, JobEvidence
+from frtrace.incident.compressed import compressed_name
 from frtrace.pystack.discover import StackSet
 
 
@@ -50,7 +51,8 @@ def world_named(ranks: set[int]) -> int | None:
 
 def dump_files(dumps: LoadedSet) -> dict[str, tuple[int, int]]:
     """Each dump file read: its path under the set's directory ("/"-separated; an archive's
-    member path) and its (rank, size in bytes)."""
+    member path; a file compressed on its own named as it was before, ``rank_1.gz`` as
+    ``rank_1``) and its (rank, size in bytes)."""
     base = str(dumps.directory)
     out: dict[str, tuple[int, int]] = {}
     for row in dumps.files.select(["rank", "path", "size_bytes"]).to_pylist():
@@ -59,7 +61,11 @@ def dump_files(dumps: LoadedSet) -> dict[str, tuple[int, int]]:
             if path.startswith(base + sep):
                 path = path[len(base) + 1 :]
                 break
-        out[PurePosixPath(path.replace("\\", "/")).as_posix()] = (row["rank"], row["size_bytes"])
+        posix = PurePosixPath(path.replace("\\", "/"))
+        packed = compressed_name(posix.name)
+        if packed is not None:
+            posix = posix.with_name(packed[0])
+        out[posix.as_posix()] = (row["rank"], row["size_bytes"])
     return out
 
 

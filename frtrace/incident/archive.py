@@ -22,10 +22,15 @@ zeros took minutes); members passed over are read through and dropped a MiB at a
 whole archive has a budget: ``MAX_UNPACKED_BYTES`` unpacked (members passed over and headers
 included) and ``archive_timeout_s`` of reading; past either, the archive is refused in one
 line (``UnreadableArchive``): a decompression bomb costs seconds, never the machine.
+
+A member compressed on its own (``job/node-0/rank_1.gz``, ``train.log.xz``) is what its name
+without the suffix says, as in a folder: its bytes read as any member's, then unpacked within
+its kind's limit (``frtrace.incident.compressed``; one past it costs that member, in one line).
 """
 
 from __future__ import annotations
 
+import io
 import tarfile
 import time
 import zipfile
@@ -37,6 +42,13 @@ from pathlib import Path, PurePosixPath
 from frtrace.base.printable import short_message
 from frtrace.errors import UnreadableArchive
 from frtrace.incident.budget import MAX_DUMP_BYTES
+from frtrace.incident.compressed import (
+    Method,
+    Refused,
+    Unpacking,
+    compressed_name,
+    sort_packed,
+)
 from frtrace.incident.layout import (
     MAX_LOG_BYTES,
     MAX_STACK_BYTES,
@@ -163,6 +175,7 @@ def read_archive(archive: Path) -> Listing:
     skipped: list[SkippedFile] = []
     held = archive_bytes(MAX_ARCHIVE_BYTES)
     budget = held
+    unpacking = Unpacking()  # (the members compressed on their own, all together)
     try:
         for count, member in enumerate(members):
             if count >= MAX_ARCHIVE_MEMBERS:
@@ -171,7 +184,7 @@ def read_archive(archive: Path) -> Listing:
                     "than a dump set has files; check this is an archive of dumps."
                 )
             counted: set[int] = set()
-            for found in _take(archive, member, budget, held):
+            for found in _take(archive, member, budget, held, unpacking):
                 if isinstance(found, SkippedFile):
                     skipped.append(found)
                     continue
@@ -219,7 +232,11 @@ def _stem(archive: Path) -> str:
 
 
 def _take(
-    archive: Path, member: _Member, budget: int, held: int = MAX_ARCHIVE_BYTES
+    archive: Path,
+    member: _Member,
+    budget: int,
+    held: int = MAX_ARCHIVE_BYTES,
+    unpacking: Unpacking | None = None,
 ) -> Sequence[Candidate | SideFile | SkippedFile]:
     """What one member is, sorted as ``list_files`` sorts a file (the same rules): a dump
     candidate, side files, or skipped; its bytes read where it is one of the first two."""
@@ -229,6 +246,9 @@ def _take(
         return [SkippedFile(path=where, reason="name has control characters")]
     if name.startswith(".") or member.name.startswith("__MACOSX/"):
         return []  # hidden files, macOS resource forks
+    packed = compressed_name(name)
+    if packed is not None:  # (known by its name without the suffix)
+        return _packed(where, member, packed, budget, held, unpacking or Unpacking())
     kind, parsed = kind_by_name(name)
     if parsed is not None:
         return [_dump(archive, member, where, name, parsed, budget, held)]
@@ -262,6 +282,69 @@ def _take(
     if sniff and looks_like_stacks(data[:SNIFF_BYTES]):  # (faulthandler's output in rank_3.log)
         found.append(_side(where, member, "stacks", data=data))
     return found
+
+
+def _packed(
+    where: Path,
+    member: _Member,
+    packed: tuple[str, Method],
+    budget: int,
+    held: int,
+    unpacking: Unpacking,
+) -> list[Candidate | SideFile | SkippedFile]:
+    """A member compressed on its own, ``packed`` its name without the suffix and how it is
+    compressed: sorted and unpacked as a folder's compressed file is
+    (``frtrace.incident.compressed.sort_packed``), its bytes read as any member's, within the
+    archive's budget; a dump that is not read is its rank's one line."""
+    inner, method = packed
+    name = PurePosixPath(member.name).name
+    relative = member.name[: len(member.name) - len(name)] + inner
+    past = f"refused: the archive's files read hold more than {held / 2**30:.1f} GiB in all"
+    refused = None if member.problem is None else f"refused: {member.problem}"
+    if refused is None and member.size > min(budget, MAX_DUMP_BYTES):
+        refused = f"{past}, or it is larger than any file frtrace reads; unpack the archive"
+
+    def opened() -> io.BytesIO:
+        data, why = _read_exactly(where, member)
+        if data is None:
+            raise Refused((why or "cannot be read").removeprefix(f"{where}: "))
+        return io.BytesIO(data)
+
+    found = sort_packed(inner, method, opened, unpacking, refused=refused)
+    if found.data is not None and len(found.data) > budget:
+        found = replace(found, size=None, data=None, refused=f"{past}; unpack the archive")
+    if found.skipped is not None:
+        return [SkippedFile(path=where, reason=found.skipped)]
+    size = member.size if found.size is None else found.size
+    if found.parsed is not None and found.kinds == ("dump",):
+        prefix, rank, encoding = found.parsed
+        why = (
+            found.refused and f"{where}: {found.refused}. The other ranks are analysed without it."
+        )
+        return [
+            Candidate(
+                path=where,
+                rank=rank,
+                prefix=prefix,
+                encoding=encoding,
+                size_bytes=size,
+                relative=relative,
+                data=found.data,
+                refused=why,
+            )
+        ]
+    return [
+        SideFile(
+            path=where,
+            relative=relative,
+            kind=_SIDE_KINDS[kind],
+            size_bytes=size,
+            mtime=member.mtime,
+            data=found.data,
+            refused=found.refused,
+        )
+        for kind in found.kinds
+    ]
 
 
 def _side(

@@ -197,6 +197,8 @@ def _walk(directory: Path) -> Listing:
                 encoding=dump.encoding,
                 size_bytes=dump.size_bytes,
                 relative=dump.relative,
+                data=dump.data,  # (a compressed file's, unpacked in the walk)
+                refused=dump.refused,
             )
         )
     return Listing(candidates=tuple(candidates), side_files=tuple(side), skipped=tuple(skipped))

@@ -6,8 +6,9 @@ py-spy text or ``--json``, faulthandler output), logs and error files (torchrun'
 torchelastic's ``error.json``), and ``collect``'s manifest (``frtrace-collect.json``). The
 dump loader (``frtrace.load``), the stack reader (``frtrace.pystack``) and the evidence reader
 (``frtrace.evidence``) each read their own kind, and ``summary`` says what ``analyze`` reads:
-the kinds are told apart here, once, by name and (where a name does not say) by a file's
-first bytes, for a folder (``walk``) and for an archive's members (``frtrace.incident.archive``).
+the kinds are told apart once, by name and (where a name does not say) by a file's first
+bytes (the rules: ``frtrace.incident.kinds``), for a folder here (``walk``) and for an
+archive's members (``frtrace.incident.archive``).
 
 By name, in this order: the manifest; a stack sample's name (``pyspy_rank_5.txt``...); an
 error file's (``error.json``, ``error_3.json``); a dump's (``<prefix><rank>`` with no
@@ -17,22 +18,44 @@ a dump: taking a dump for a log would cost the analysis a rank). By content: a f
 a dump but not a pickle, or a text file whose name ends in a rank (``rank5.txt``, a rank's
 ``rank_3.log``), is a stack sample where its first ``SNIFF_BYTES`` read as one; a log that
 holds one is listed as both. Links are followed for dumps and stack samples, never for logs,
-error files or manifests. Imports nothing of frtrace but the manifest's name
-(``frtrace.job.manifest``): every stage may use it.
+error files or manifests. A file compressed on its own (``rank_1.gz``, ``train.log.bz2``,
+``stacks_rank_2.json.xz``, ``.zst``) is what its name without the suffix says, its content
+unpacked here, bounded, and handed on as bytes (``frtrace.incident.compressed``; a link to
+one is followed only where its kind's would be). Imports nothing of frtrace but the job
+side's names (``frtrace.job``), the rules and the unpacking: every stage may use it.
 """
 
 from __future__ import annotations
 
 import errno
-import functools
+import io
 import os
-import re
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
+from frtrace.incident.compressed import (
+    Method,
+    Packed,
+    Unpacking,
+    compressed_name,
+    sort_packed,
+)
+from frtrace.incident.kinds import (  # (the rules, by name and first bytes)
+    LOG_NAME,
+    MAX_LOG_BYTES,
+    MAX_STACK_BYTES,
+    SNIFF_BYTES,
+    STACK_FILE_NAME,
+    SideKind,
+    as_text,
+    kind_by_name,
+    looks_like_stacks,
+    may_be_stacks,
+    parse_dump_name,
+    stack_format,
+)
 from frtrace.job.env import DUMP_PREFIX, STACKS_PREFIX  # the names the job side writes
 from frtrace.job.manifest import MANIFEST_NAME  # what `collect` knew of each rank
 
@@ -45,6 +68,7 @@ __all__ = [
     "MAX_STACK_BYTES",
     "SNIFF_BYTES",
     "STACKS_PREFIX",
+    "STACK_FILE_NAME",
     "NamedDump",
     "SideFile",
     "SideKind",
@@ -61,45 +85,7 @@ __all__ = [
     "walk_key",
 ]
 
-# Extensions a dump may carry; anything else with letters after its last dot is not a dump.
-DUMP_SUFFIXES = {"": "auto", ".json": "json", ".pkl": "pickle", ".pickle": "pickle"}
-# Dot-separated name parts that mark a file as something else (logs of rank 3, a rotated log,
-# torch's trigger pipe `<stem><rank>.pipe`, our own exports...).
-NOT_A_DUMP_PARTS = frozenset(
-    (
-        "pipe log txt md rst out err py sh csv tsv parquet arrow gz bz2 xz zst zip tar lock "
-        "tmp yaml yml toml ini html png svg pt pth bin"
-    ).split()
-)
-_RANK_AT_END = re.compile(r"^(?P<prefix>.*?)(?P<rank>\d+)$")
-# A name that says "this is a Python stack sample" (the rank follows somewhere after).
-STACK_FILE_NAME = re.compile(
-    r"^(?:stacks?|py[-_]?spy|tracebacks?|dump[-_]?traceback|faulthandler)(?:[-_.]|\d|$)",
-    re.IGNORECASE,
-)
-LOG_SUFFIXES = frozenset({".log", ".out", ".err"})
-LOG_NAME = re.compile(
-    r"(?i)(?:^|[-_.])(?:std(?:out|err)|logs?|slurm|torchrun|console|output)(?:[-_.\d]|$)"
-)
-ERROR_FILE_NAME = re.compile(r"(?i)^(?:.*[-_])?error(?:[-_]?\d+)?\.json$")
-MAX_LOG_BYTES = 16 * 1024 * 1024  # only a log's last bytes are read (a failure is at its end)
-MAX_STACK_BYTES = 64 * 1024 * 1024  # a py-spy --locals dump of 1,000 threads is ~10 MB
 MAX_DEPTH = 32  # folders under the one analysed: deeper ones are not read
-SNIFF_BYTES = 4096  # enough to tell a stack file from a dump by its first lines
-# Files looked into for stacks when their name does not say (a name ending in a rank).
-_SNIFF_SUFFIXES = frozenset({"", ".txt", ".json", ".log", ".out", ".err", ".stacks"})
-_DIGITS_AT_END = re.compile(r"(\d+)$")
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_PS_PROCESS_ANY = re.compile(r"^Process \d+: ", re.MULTILINE)
-_FH_ANY = re.compile(
-    r"^(?:(?:Current thread|Thread) 0x[0-9a-fA-F]+(?: .*?)? \(most recent call first\):"
-    r"|Stack \(most recent call first\):)$",
-    re.MULTILINE,
-)
-
-SideKind = Literal["stacks", "log", "error_file", "manifest"]
-NameKind = Literal["manifest", "stacks", "error_file", "dump", "log"]
-StackFormat = Literal["recorder", "py-spy-json", "py-spy-text", "faulthandler"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,11 +96,14 @@ class SideFile:
     as each."""
 
     path: Path  # where it is, for messages; "dumps.tgz:host-a/pyspy_rank_3.txt" in an archive
-    relative: str  # path under the directory (or in the archive), "/"-separated
+    # path under the directory (or in the archive), "/"-separated; a compressed file's without
+    # its suffix (``attempt_0/3/stderr.log`` for ``stderr.log.gz``: what the name says it is)
+    relative: str
     kind: SideKind
-    size_bytes: int
+    size_bytes: int  # a compressed file's: unpacked
     mtime: float | None = None  # seconds since the epoch, where known (a log's year)
-    data: bytes | None = field(default=None, repr=False)  # an archive member's (a log's tail)
+    # an archive member's or a compressed file's content (a log's tail)
+    data: bytes | None = field(default=None, repr=False)
     refused: str | None = None  # why it is not read (too large, past the archive's budget)
 
 
@@ -131,98 +120,13 @@ class NamedDump:
     """A file that by its name is the dump of one rank (``frtrace.load`` reads it)."""
 
     path: Path
-    relative: str
+    relative: str  # a compressed file's without its suffix (``rank_1`` for ``rank_1.gz``)
     prefix: str  # everything before the rank, e.g. "nccl_trace_rank_"
     rank: int  # from the digits that end the file name
     encoding: str  # "pickle", "json", or "auto" (no extension: sniffed from content)
-    size_bytes: int
-
-
-@functools.lru_cache(maxsize=1 << 16)  # (the walk and the sets' naming both ask, per file)
-def parse_dump_name(name: str) -> tuple[str, int, str] | None:
-    """(prefix, rank, encoding) for a dump-like file name, None for anything else."""
-    stem, dot, ext = name.rpartition(".")
-    if not dot:
-        stem, ext = name, ""
-    suffix = f".{ext.lower()}" if dot else ""
-    if suffix not in DUMP_SUFFIXES:
-        # "nccl_trace_rank_node02.cluster_5" has no extension, its host name has dots.
-        stem, suffix = name, ""
-    if any(part.lower() in NOT_A_DUMP_PARTS for part in stem.split(".")[1:]):
-        return None
-    match = _RANK_AT_END.match(stem)
-    if match is None or stem.startswith(".") or match["prefix"] in ("core", "core."):
-        return None  # core.1234 is a process's core file, not rank 1234's dump
-    return match["prefix"], int(match["rank"]), DUMP_SUFFIXES[suffix]
-
-
-def kind_by_name(name: str) -> tuple[NameKind | None, tuple[str, int, str] | None]:
-    """What a file is by its name alone (see the module docstring), and for a dump its
-    prefix, rank and encoding; None for none of them."""
-    if name == MANIFEST_NAME:
-        return "manifest", None
-    if STACK_FILE_NAME.match(name):
-        return "stacks", None
-    if ERROR_FILE_NAME.match(name):
-        return "error_file", None
-    parsed = parse_dump_name(name)
-    if parsed is not None:
-        return "dump", parsed
-    if os.path.splitext(name)[1].lower() in LOG_SUFFIXES or LOG_NAME.search(name):
-        return "log", None
-    return None, None
-
-
-def may_be_stacks(name: str, kind: NameKind | None, encoding: str | None, size: int) -> bool:
-    """Whether a file not named as a stack sample is looked into for one: one named like a
-    dump but not a pickle, or a text file (a log included) whose name ends in a rank."""
-    if kind in ("manifest", "stacks", "error_file") or not 0 < size <= MAX_STACK_BYTES:
-        return False
-    if kind == "dump":
-        return encoding != "pickle"
-    digits = _DIGITS_AT_END.search(name.split(".", 1)[0])
-    suffix = os.path.splitext(name)[1].lower()
-    return suffix in _SNIFF_SUFFIXES and digits is not None and len(digits[1]) <= 9
-
-
-def as_text(text: str) -> str:
-    """Stack dump text as the readers see it: no BOM, no terminal colours, ``\\n`` endings."""
-    text = text.removeprefix("\ufeff")
-    if "\x1b" in text:
-        text = _ANSI.sub("", text)  # py-spy output captured through a terminal
-    return text.replace("\r\n", "\n").replace("\r", "\n")
-
-
-def stack_format(text: str) -> StackFormat | None:
-    """Which stack format a (decoded) text is in, or None; does not validate it."""
-    head = text.lstrip()
-    if head.startswith("{"):
-        return "recorder"
-    if head.startswith("["):
-        return "py-spy-json"
-    if head.startswith("Process "):
-        return "py-spy-text"
-    if _FH_ANY.search(text):
-        return "faulthandler"
-    if _PS_PROCESS_ANY.search(text):
-        return "py-spy-text"
-    return None
-
-
-def looks_like_stacks(head: bytes) -> bool:
-    """Whether a file that starts with ``head`` (its first ``SNIFF_BYTES``) is a stack sample:
-    py-spy text or faulthandler output, py-spy ``--json`` (a list whose threads have py-spy's
-    keys), or the recorder's sidecar (a JSON object of its own format); never a pickle, nor
-    any other JSON (a dump), nor binary data."""
-    if not head or head[:1] == b"\x80" or b"\x00" in head:  # a pickle, binary: not text
-        return False
-    text = as_text(head.decode("utf-8", errors="replace"))
-    fmt = stack_format(text) if text.strip() else None
-    if fmt == "recorder":  # any JSON object: only the sidecar's own format name counts
-        return b'"frtrace-stacks"' in head
-    if fmt == "py-spy-json":  # any JSON list: only py-spy's thread keys count (not a dump)
-        return b'"owns_gil"' in head or b'"os_thread_id"' in head
-    return fmt is not None
+    size_bytes: int  # a compressed file's: unpacked (refused: the file's own)
+    data: bytes | None = field(default=None, repr=False)  # a compressed file's, unpacked
+    refused: str | None = None  # one line: why it is not read (a compressed file past a limit)
 
 
 def walk_key(relative: str) -> tuple[tuple[int, str], ...]:
@@ -238,10 +142,11 @@ def walk(directory: Path) -> tuple[list[NamedDump], list[SideFile], list[Skipped
     dumps: list[NamedDump] = []
     side: list[SideFile] = []
     skipped: list[SkippedFile] = []
+    unpacking = Unpacking()  # (what the compressed files may cost, all together)
     for root, under, files in _folders(directory, skipped):
         for name in files:
             relative = f"{under}{name}"
-            found = _look_at(root / name, name, relative)
+            found = _look_at(root / name, name, relative, unpacking)
             if isinstance(found, NamedDump):
                 dumps.append(found)
             elif isinstance(found, SkippedFile):
@@ -288,7 +193,9 @@ def side_files(directory: Path) -> list[SideFile]:
     return walk(directory)[1] if directory.is_dir() else []
 
 
-def _look_at(path: Path, name: str, relative: str) -> NamedDump | SkippedFile | list[SideFile]:
+def _look_at(
+    path: Path, name: str, relative: str, unpacking: Unpacking
+) -> NamedDump | SkippedFile | list[SideFile]:
     """What one file of the walk is: a dump, side files, or skipped (and why)."""
     try:
         info = os.lstat(path)
@@ -305,6 +212,10 @@ def _look_at(path: Path, name: str, relative: str) -> NamedDump | SkippedFile | 
         return SkippedFile(path=path, reason="name has control or undecodable characters")
     if name.startswith("."):
         return SkippedFile(path=path, reason="name does not end in a rank number")
+    packed = compressed_name(name)
+    if packed is not None:  # (known by its name without the suffix, as its path under DIR)
+        inner = relative[: len(relative) - len(name)] + packed[0]
+        return _look_at_packed(path, packed, inner, info, linked, unpacking)
     kind, parsed = kind_by_name(name)
     size = info.st_size
 
@@ -330,6 +241,65 @@ def _look_at(path: Path, name: str, relative: str) -> NamedDump | SkippedFile | 
     prefix, rank, encoding = parsed
     return NamedDump(
         path=path, relative=relative, prefix=prefix, rank=rank, encoding=encoding, size_bytes=size
+    )
+
+
+def _look_at_packed(
+    path: Path,
+    packed: tuple[str, Method],
+    relative: str,
+    info: os.stat_result,
+    linked: bool,
+    budget: Unpacking,
+) -> NamedDump | SkippedFile | list[SideFile]:
+    """A compressed file of the walk, ``packed`` its name without the suffix and how it is
+    compressed (``frtrace.incident.compressed.sort_packed``): opened as ``read_regular`` opens
+    a file (a link followed only where it was listed as one, which its kind's may be; a
+    regular file only); a dump that is not read is its rank's one line."""
+    inner, method = packed
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if linked else os.O_NOFOLLOW)
+
+    def opened() -> io.BufferedReader:
+        raw = os.fdopen(os.open(path, flags), "rb")
+        if not stat.S_ISREG(os.fstat(raw.fileno()).st_mode):
+            raw.close()
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        return raw
+
+    found = sort_packed(inner, method, opened, budget, linked=linked)
+    if found.skipped is not None:
+        return SkippedFile(path=path, reason=found.skipped)
+    size = info.st_size if found.size is None else found.size
+    if found.parsed is not None and found.kinds == ("dump",):
+        prefix, rank, encoding = found.parsed
+        why = found.refused and f"{path}: {found.refused}. The other ranks are analysed without it."
+        return NamedDump(
+            path=path,
+            relative=relative,
+            prefix=prefix,
+            rank=rank,
+            encoding=encoding,
+            size_bytes=size,
+            data=found.data,
+            refused=why,
+        )
+    return [_packed_side(path, relative, kind, size, info, found) for kind in found.kinds]
+
+
+_SIDE: dict[str, SideKind] = {k: k for k in ("stacks", "log", "error_file", "manifest")}
+
+
+def _packed_side(
+    path: Path, relative: str, kind: str, size: int, info: os.stat_result, found: Packed
+) -> SideFile:
+    return SideFile(
+        path=path,
+        relative=relative,
+        kind=_SIDE[kind],  # (a dump is sorted as one above)
+        size_bytes=size,
+        mtime=info.st_mtime,
+        data=found.data,
+        refused=found.refused,
     )
 
 

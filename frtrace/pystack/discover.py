@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from frtrace.incident.layout import STACK_FILE_NAME, SideFile, side_files
 from frtrace.pystack.common import StackFileError
@@ -102,10 +102,12 @@ def _read(file: SideFile) -> list[ProcessStacks]:
     """The samples in one file: one, or every rank's of a debug server's periodic dump."""
     if file.refused is not None:
         raise StackFileError(str(file.path), file.refused)
-    if is_periodic_name(file.path.name):
+    # (its name as listed: a compressed file's without the suffix, stacks_<time>.txt of .gz)
+    name = PurePosixPath(file.relative).name or file.path.name
+    if is_periodic_name(name):
         data = file.data if file.data is not None else read_stack_bytes(file.path)
-        return parse_periodic(data, str(file.path))
-    if file.data is not None:  # (an archive's member)
+        return parse_periodic(data, str(file.path.with_name(name)))
+    if file.data is not None:  # (an archive's member, a compressed file's content)
         return [sniff(str(file.path), file.data)]
     return [read_stack_file(file.path)]
 
