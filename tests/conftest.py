@@ -18,6 +18,15 @@ FIXTURES = Path(__file__).parent / "fixtures"
 GLOO = FIXTURES / "gloo"
 GLOO_JSON = FIXTURES / "gloo_json"
 
+# scripts/check runs the suite on every core (pytest-xdist: -n auto --dist loadgroup); tests
+# marked with one xdist_group run one after another on one worker. SERIAL (a module's
+# `pytestmark`): the real multi-rank torch jobs, whose ranks' timing is what they test (two at
+# once on a 2-core machine starve each other), and the builds of the sdist from the checkout
+# (`python -m build` writes frtrace.egg-info beside pyproject.toml: two at once would race).
+# Anything else runs on whichever worker is free: each test has its own tmp_path, cache
+# (_private_cache), ports (tests.collect.jobs.free_port) and job tags.
+SERIAL = pytest.mark.xdist_group("serial")
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--update-golden", action="store_true", help="rewrite golden files")

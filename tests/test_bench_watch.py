@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import SERIAL
+
 pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = SERIAL  # a real 4-rank job, timed
 
 
 def test_bench_watch_runs_both_ways_and_measures_one_check(tmp_path: Path) -> None:

@@ -18,7 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import SERIAL
+
 ROOT = Path(__file__).parent.parent
+pytestmark = SERIAL  # builds the sdist in the checkout
 
 
 @pytest.mark.skipif(

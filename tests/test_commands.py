@@ -26,6 +26,9 @@ import pytest
 
 from tests.conftest import FIXTURES, GLOO, GLOO_JSON, fr211_set
 
+# on one xdist worker: the matrix (a session fixture, ~40 s of console-script runs) is run once
+pytestmark = pytest.mark.xdist_group("commands")
+
 NCCL = FIXTURES / "nccl"
 NCCL_FORMATS = sorted(p.name for p in (NCCL / "host_stall").iterdir() if p.is_dir())
 

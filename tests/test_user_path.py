@@ -29,12 +29,14 @@ import pytest
 
 from scripts.screenshot_html import find_chromium, screenshot
 from tests.collect.test_store import HOSTS, _own_hostname_works, two_host_job
+from tests.conftest import SERIAL
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = find_chromium()
 
 pytestmark = [
     pytest.mark.slow,
+    SERIAL,  # builds the sdist in the checkout; a real two-host job
     pytest.mark.skipif(
         sys.platform != "linux" or platform.machine() != "x86_64",
         reason="the wheel script builds x86-64 Linux wheels",

@@ -28,6 +28,7 @@ from frtrace.collect.procs import find_rank_processes, signal_caught
 from frtrace.collect.run import host_folder
 from frtrace.job.env import DUMP_PREFIX
 from tests.collect.jobs import await_ready, free_port
+from tests.conftest import SERIAL
 
 pytest.importorskip("torch")
 
@@ -39,7 +40,10 @@ STUCK_AT = next(
     for n, line in enumerate(JOB.read_text().splitlines(), 1)
     if line.strip() == "time.sleep(0.05)"
 )
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc"),
+    SERIAL,  # real 2- and 4-rank jobs
+]
 
 
 @contextmanager

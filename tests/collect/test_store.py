@@ -28,8 +28,10 @@ from frtrace.collect.store import parse_store_address, parse_worker_url
 from frtrace.errors import CollectError
 from frtrace.job.env import DUMP_PREFIX
 from tests.collect.jobs import await_ready, free_port
+from tests.conftest import SERIAL
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = SERIAL  # real 4-rank jobs
 JOB = ROOT / "tests" / "collect" / "hung_job.py"
 HOSTS = {0: "127.0.0.2", 1: "127.0.0.2", 2: "127.0.0.3", 3: "127.0.0.3"}
 

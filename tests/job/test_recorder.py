@@ -16,10 +16,12 @@ from typer.testing import CliRunner
 from frtrace import recorder
 from frtrace.cli import app
 from frtrace.job.env import DUMP_PREFIX
+from tests.conftest import SERIAL
 
 pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = SERIAL  # real 4-rank jobs
 HUNG_FOR_S = 3.0  # how long the job has been hung when its dumps are taken
 JOB = ROOT / "tests" / "job" / "recorder_job.py"
 WORLD = 4

@@ -16,8 +16,10 @@ import pytest
 
 from frtrace.job.env import job_environment
 from frtrace.job.watch import REPORT_STEM, Stall, StallClock, parse_watch
+from tests.conftest import SERIAL
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = SERIAL  # real 4-rank jobs
 JOB = ROOT / "tests" / "job" / "watch_job.py"
 WORLD = 4
 STUCK = 2

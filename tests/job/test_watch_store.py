@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 
 from frtrace.job import watch as watching
+from tests.conftest import SERIAL
 from tests.job.hostile_store import OLD, POINTER, FakeClient, FakeStore, flood, poison, pre_claim
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -319,6 +320,7 @@ def _env() -> dict[str, str]:
     return env
 
 
+@SERIAL  # (a real job whose timing is under test: tests/conftest.py)
 def test_a_hostile_store_client_neither_floods_nor_silences_a_real_job(tmp_path: Path) -> None:
     """Pre-claiming, poisoning and flooding the job's TCPStore from another process, under
     the old names, guessed ones and every ``frtrace/`` key it lists, for the whole run:

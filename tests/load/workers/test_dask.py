@@ -27,10 +27,13 @@ from frtrace.report.json import render_json
 from tests.conftest import GLOO, fixture_sets, healthy_set
 from tests.load.workers.executor_hooks import KillsItsWorker, SlowOnce
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("distributed") is None,
-    reason="dask.distributed is not installed (pip install 'frtrace[dask]')",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        importlib.util.find_spec("distributed") is None,
+        reason="dask.distributed is not installed (pip install 'frtrace[dask]')",
+    ),
+    pytest.mark.xdist_group("dask"),  # on one xdist worker: one cluster (the module's fixture)
+]
 
 ROOT = Path(__file__).resolve().parents[3]
 START_TIMEOUT_S = 60  # a busy 2-core machine imports distributed in ~3 s per process
