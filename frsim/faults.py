@@ -3,7 +3,7 @@ never posts. Every change keeps steps closed, so ranks not involved run unchange
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from frsim.mesh import Mesh
 from frsim.spec import FaultKind, JobSpec
@@ -23,6 +23,9 @@ class FaultPlan:
     """rank -> index in its fault-step units of the unit the fault is about."""
     partners: tuple[int, ...] = ()
     """Other ranks the fault involves (OPPOSITE_ORDER peer, P2P_NO_PEER sender)."""
+    unmarked: dict[int, int] = field(default_factory=dict)
+    """rank -> index of the fault-step unit from which its completion marks stop (a failing
+    GPU: the units still run, its entries of them stay scheduled)."""
 
 
 def _default_axis(spec: JobSpec) -> str:
@@ -83,7 +86,13 @@ def plan_fault(spec: JobSpec, mesh: Mesh, templates: tuple[tuple[Unit, ...], ...
     units = templates[mesh.stage(rank)]
     if fault.kind is FaultKind.HOST_STALL:
         at = min(fault.op_index, len(units) - 1)
-        return FaultPlan(step, {}, {rank: at}, {rank: at})
+        ranks = (rank, *fault.also)
+        unmarked = {}
+        if fault.gpu_unmarked:  # (from the step's first unit at the earliest)
+            unmarked = dict.fromkeys(ranks, max(0, at - fault.gpu_unmarked))
+        return FaultPlan(
+            step, {}, dict.fromkeys(ranks, at), dict.fromkeys(ranks, at), unmarked=unmarked
+        )
     if fault.kind in (FaultKind.WRONG_OP, FaultKind.WRONG_SIZE, FaultKind.WRONG_DTYPE):
         at = _nth(units, fault.axis or _default_axis(spec), fault.op_index)
         unit = units[at]

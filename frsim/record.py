@@ -39,8 +39,9 @@ from frsim.units import Call, Unit, UnitKind
 INF = math.inf
 Status = tuple[str, int | None, int | None, bool, float | None]
 """state, time_discovered_started_ns, time_discovered_completed_ns, retired, duration_ms."""
-_Walk = tuple[Unit, int, float, float, float, bool]
-"""unit, step, post, start, done, timed out and retired before the dump."""
+_Walk = tuple[Unit, int, float, float, float, bool, bool]
+"""unit, step, post, start, done, timed out and retired before the dump, unmarked (run by a
+failing GPU that no longer marks completions: Fault.gpu_unmarked)."""
 WATCHDOG_TICK_US = 100_000.0  # kWatchdogThreadSleepMillis
 RETIRE_BEFORE_DUMP_NS = 20_000_000
 """A timed-out work retired before the dump was last updated ~20 ms before it."""
@@ -234,10 +235,17 @@ class RankDump:
         if prefix.has_epilogue:
             k0 = n_pro + prefix.steps * n_step
             ks += [(u, prefix.steps, k0 + j) for j, u in enumerate(EPILOGUE)]
-        out = [(u, t, posts[k], start[k], done[k], False) for u, t, k in ks if k < cut]
+        out = [(u, t, posts[k], start[k], done[k], False, False) for u, t, k in ks if k < cut]
         if tail is not None:
             prog = tail.programs[rank]
             aborted = bool(job.retired_head[rank])
+            plan = job.programs.plan
+            # (the tail starts at the fault step: its j-th unit is the step's j-th)
+            unmarked = (
+                plan.unmarked.get(rank, len(tail_units))
+                if plan.step == prog.first_step
+                else len(tail_units)
+            )
             out += [
                 (
                     u,
@@ -246,6 +254,7 @@ class RankDump:
                     tail.start[rank][j],
                     tail.done[rank][j],
                     aborted and j == tail.head[rank],
+                    j >= unmarked,
                 )
                 for j, u in enumerate(tail_units)
             ]
@@ -279,7 +288,9 @@ class RankDump:
         if skipped:
             self._skip_steps(skipped)
             assert self.counters.record == first_record
-        for unit, step, post, start, done, aborted in units:
+        for unit, step, post, start, done, aborted, unmarked in units:
+            if unmarked:  # its stream ran it; its GPU never marked it started or completed
+                start = done = INF
             self._unit(unit, step, post, start, done, aborted)
         if self.only_active:
             self.entries = [e for e in self.entries if _active(e)]

@@ -70,6 +70,14 @@ class Fault:
     """STRAGGLER: how late the rank starts each step."""
     missing: tuple[int, ...] = ()
     """Ranks whose dump file is missing, on top of the fault (MISSING_DUMP adds `rank`)."""
+    gpu_unmarked: int = 0
+    """HOST_STALL: a failing GPU. The rank's completion marks stop this many units of the step
+    before its host stalls: its stream still runs those units (its peers complete them), but
+    its own entries of them stay "scheduled" (never started, completed or retired) and its
+    pg_status stops advancing; then its stream hangs, and its host, waiting on it, posts
+    nothing more (FORMAT.md section 12). 0: the marks never stop."""
+    also: tuple[int, ...] = ()
+    """HOST_STALL: more ranks that stall the same way at the same unit (several culprits)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", FaultKind(self.kind))
@@ -82,6 +90,13 @@ class Fault:
         if self.axis is not None and self.axis not in AXES:
             raise ValueError(f"Fault.axis must be one of {AXES}, got {self.axis!r}")
         object.__setattr__(self, "missing", tuple(sorted(set(self.missing))))
+        if self.gpu_unmarked < 0:
+            raise ValueError(f"Fault.gpu_unmarked must be >= 0, got {self.gpu_unmarked}")
+        object.__setattr__(self, "also", tuple(sorted(set(self.also))))
+        if (self.gpu_unmarked or self.also) and self.kind is not FaultKind.HOST_STALL:
+            raise ValueError("Fault.gpu_unmarked and Fault.also are for HOST_STALL only")
+        if self.rank in self.also or any(r < 0 for r in self.also):
+            raise ValueError(f"Fault.also must be other ranks >= 0, got {list(self.also)}")
 
 
 class Moment(enum.StrEnum):
@@ -263,9 +278,9 @@ class JobSpec:
             raise ValueError(f"Fault.rank {fault.rank} is outside world_size {self.world_size}")
         if fault.step >= self.steps:
             raise ValueError(f"Fault.step {fault.step} is outside steps {self.steps}")
-        bad = [r for r in fault.missing if r >= self.world_size]
+        bad = [r for r in (*fault.missing, *fault.also) if r >= self.world_size]
         if bad:
-            raise ValueError(f"Fault.missing has ranks outside the world: {bad}")
+            raise ValueError(f"Fault.missing or Fault.also has ranks outside the world: {bad}")
         if fault.axis is not None and self.axis_size(fault.axis) < 2:
             raise ValueError(f"Fault.axis {fault.axis!r} has groups of size 1 in this mesh")
         if fault.kind is FaultKind.P2P_NO_PEER:

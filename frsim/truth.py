@@ -177,7 +177,7 @@ def _hang_truth(
     assert fault is not None
     blocked = [r for r in range(spec.world_size) if tail.head[r] < len(tail.programs[r])]
     rank = fault.rank
-    culprits: tuple[int, ...] = (rank,)
+    culprits: tuple[int, ...] = tuple(sorted({rank, *fault.also}))
     cycle: tuple[tuple[int, str, int], ...] = ()
     culprit_op: str | None = None
     expected_op: str | None = None
@@ -206,6 +206,13 @@ def _hang_truth(
     description = _describe(
         fault.kind, culprits, group, seq, seq_kind, op, culprit_op, len(waiting), step, site_rank
     )
+    if rank in plan.unmarked:  # a failing GPU: its marks stopped before its host did
+        _, first, _, first_op = _call_site(programs, rank, plan.unmarked[rank], tail)
+        description = (
+            f"the GPU of {_ranks(culprits)} stopped marking completions at {first_op} "
+            f"#{first} of its {tail.programs[rank].unit(plan.unmarked[rank]).axis} group (its "
+            f"stream still ran the calls up to the stall); " + description
+        )
     return Truth(
         kind=fault.kind,
         hung=True,
@@ -269,7 +276,13 @@ def _describe(
 ) -> str:
     where = f"group {group.name} ({group.desc}) {seq_kind}_seq_id {seq} ({op})"
     if kind is FaultKind.HOST_STALL:
-        what = f"rank {culprits[0]} stopped issuing calls in step {step}; it never entered {where}"
+        what = (
+            f"{_ranks(culprits)} stopped issuing calls in step {step}; {where} was never "
+            f"entered by {_ranks(culprits[:1])}"
+            if len(culprits) > 1
+            else f"rank {culprits[0]} stopped issuing calls in step {step}; it never entered "
+            f"{where}"
+        )
     elif kind is FaultKind.OPPOSITE_ORDER:
         what = (
             f"rank {culprits[0]} entered two groups it shares with rank {site_rank} in the "
@@ -287,3 +300,8 @@ def _describe(
         elif kind is FaultKind.WRONG_DTYPE:
             what = f"rank {culprits[0]} issued {op} with a wrong dtype at {where}"
     return f"{what}; {n_waiting} other ranks wait"
+
+
+def _ranks(ranks: tuple[int, ...]) -> str:
+    """``rank 3`` / ``ranks 3, 5``."""
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"

@@ -12,6 +12,7 @@ __all__ = [
     "HeldUnseen",
     "IdleAtDump",
     "LastSeen",
+    "MarksStopped",
     "MaybeElsewhere",
     "NeverJoined",
     "NeverPosted",
@@ -67,6 +68,8 @@ class Waits:
     failed: OpFailed | None
     timed_out: tuple[int, ...]  # NCCL: members that dumped after the watchdog gave up on it
     held: tuple[HeldUnseen, ...] = ()  # culprits blocked themselves, on no one the dumps show
+    # culprits whose own completion marks stopped below what their peers completed
+    stopped: tuple[MarksStopped, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,6 +82,24 @@ class HeldUnseen:
     op: str
     seq: int | None  # collective seq, or p2p_seq
     group: GroupRef
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MarksStopped:
+    """A culprit whose own completion marks stopped: its entries of ``group`` stay scheduled
+    (or started) from ``first_unmarked`` on, while its peers' own marks (their entries' state,
+    their ``pg_status``) show ``peers_completed`` >= it completed. No member completes a
+    collective unless every member ran it: it ran those ops, only the marks of its GPU (or its
+    watchdog) stopped, so it is not held up before the op its peers wait in."""
+
+    rank: int
+    group: GroupRef
+    op: str  # its op at ``first_unmarked``
+    first_unmarked: int  # collective seq of its oldest op of the group not marked completed
+    last_marked: int  # the op before it: the last its marks can have completed
+    peers_completed: int  # the highest seq of the group its peers completed
+    by: tuple[int, ...]  # the peers whose own marks show it (the first few)
+    source: Literal["entries", "pg_status", "both"]  # where those marks are
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -8,6 +8,7 @@ from typing import assert_never
 from frtrace.base.ranges import format_ranks
 from frtrace.detail import (
     LastSeen,
+    MarksStopped,
     MaybeElsewhere,
     NeverJoined,
     NeverPosted,
@@ -85,7 +86,28 @@ def _common(f: Finding, w: Waits) -> list[str]:
         "up there, before this op, not a cause; the dumps cannot tell"
         for h in w.held
     ]
+    lines += [_stopped(m) for m in w.stopped]
     return lines
+
+
+_MARKED_BY = {
+    "entries": "their entries",
+    "pg_status": "their pg_status",
+    "both": "their entries and pg_status",
+}
+
+
+def _stopped(m: MarksStopped) -> str:
+    """A culprit whose own completion marks stopped below what its peers completed."""
+    after = f"after #{m.last_marked}" if m.last_marked > 0 else "before its first op"
+    return (
+        f"rank {m.rank}'s GPU stopped reporting completions {after} of "
+        f"{m.group.label}: its own entries are not marked completed from {m.op} "
+        f"#{m.first_unmarked} on, but {who(m.by)} completed #{m.peers_completed} of that group "
+        f"({_MARKED_BY[m.source]}), which no member completes unless every member ran it: "
+        f"rank {m.rank} ran those ops, only its completion marks stopped, then the job hung on "
+        "it (not held up before the op)"
+    )
 
 
 _HELD = "the ranks named are blocked themselves, on no one the dumps show: cannot tell"

@@ -14,7 +14,12 @@ told apart from the others of their op: a finding of low confidence and warning 
 evidence (``NeverJoined.doubts``); the ranks of the same op that nothing doubts keep their
 own finding, an error. Likewise a rank that never joined, or never posted, while blocked
 itself in an op that waits on no one the dumps show (``Waits.held``: an onlyActive dump
-dropped the entries that would say whom): it may not have reached the op yet.
+dropped the entries that would say whom): it may not have reached the op yet. Unless its
+peers completed that op, or a later one of its group, by their own marks (their entries'
+state, their ``pg_status``): no member completes a collective unless every member ran it, so
+the rank ran it, and only its own completion marks stopped (its GPU failed): it is no rank
+held up before the op, but the one the job hung on (``Waits.stopped``,
+``facts.marks``), and its "never joined" stands.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import pyarrow.compute as pc
 
 from frtrace.analysis.facts import Facts
 from frtrace.analysis.facts.failure import FailedOp
+from frtrace.analysis.facts.marks import stopped_marks
 from frtrace.analysis.facts.ops import MatchResult
 from frtrace.analysis.facts.signatures import call_site, entry_at, signature_at
 from frtrace.analysis.facts.waitgraph import Edge, EdgeKind, victims_of
@@ -35,6 +41,7 @@ from frtrace.detail import (
     HeldUnseen,
     IdleAtDump,
     LastSeen,
+    MarksStopped,
     NeverJoined,
     NeverPosted,
     NewestEntry,
@@ -68,6 +75,9 @@ def check(facts: Facts) -> list[Finding]:
     roots = set(waits.roots)
     cyclic = {r for component in waits.sink_components for r in component}
     held = _held_unseen(facts)
+    # (a held rank whose peers completed the op it sits in, or a later one: it ran it)
+    marks = stopped_marks(facts.dumps, facts.membership, facts.matched, facts.stateless, held)
+    held = {r: h for r, h in held.items() if r not in marks}
     Key = tuple[FindingKind, int, int | None, int | None, bool]
     grouped: dict[Key, list[Edge]] = defaultdict(list)
     for e in waits.edges:
@@ -92,13 +102,14 @@ def check(facts: Facts) -> list[Finding]:
             kv[0][4],
         ),
     ):
-        findings.append(_hang_finding(facts, kind, gid, seq, edges, held))
+        findings.append(_hang_finding(facts, kind, gid, seq, edges, held, marks))
     return findings
 
 
 def _held_unseen(facts: Facts) -> dict[int, HeldUnseen]:
     """Ranks blocked in an op that waits on no one the dumps show (not every member inside
-    it, not in flight): the op their peers wait in may be one they have not reached yet."""
+    it, not in flight): the op their peers wait in may be one they have not reached yet
+    (unless their peers' marks show they ran it: ``check``)."""
     waits, matched = facts.waits, facts.matched
     together = {r for ranks in waits.co_waiting.values() for r in ranks}
     together |= {e.waiter for e in waits.in_flight} | waits.running
@@ -139,6 +150,7 @@ def _hang_finding(
     seq: int | None,
     edges: list[Edge],
     held: dict[int, HeldUnseen],
+    marks: dict[int, MarksStopped],
 ) -> Finding:
     dumps, matched = facts.dumps, facts.matched
     group = facts.membership.groups[gid]
@@ -166,6 +178,8 @@ def _hang_finding(
                 newest_row[c] = row
     failure = matched.failed.get((gid, seq)) if seq is not None else None
     context = _waits(facts, gid, seq, edges, failure, held, expected, tuple(seen))
+    if marks:  # culprits whose own marks stopped below what their peers completed
+        context = replace(context, stopped=tuple(marks[c] for c in culprits if c in marks))
     confidence = Confidence.HIGH
     severity = Severity.ERROR
     detail: NeverJoined | NotStarted | NeverPosted | NoDump
