@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from frtrace.errors import FrtraceError, InputError
-    from frtrace.load.tables import DumpSet, load_dumps
+    from frtrace.load.dumpset import DumpSet
+    from frtrace.load.tables import load_dumps
     from frtrace.model import Report, Verdict
     from frtrace.pipeline import analyze, analyze_dumps
 
@@ -42,7 +43,7 @@ _LAZY = {
     "analyze": "frtrace.pipeline",
     "analyze_dumps": "frtrace.pipeline",
     "load_dumps": "frtrace.load.tables",
-    "DumpSet": "frtrace.load.tables",
+    "DumpSet": "frtrace.load.dumpset",
     "Report": "frtrace.model",
     "Verdict": "frtrace.model",
     "FrtraceError": "frtrace.errors",

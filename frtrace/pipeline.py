@@ -23,7 +23,7 @@ from frtrace.model import Report
 if TYPE_CHECKING:
     from frtrace.evidence.collected import Collected
     from frtrace.evidence.model import JobEvidence
-    from frtrace.load.tables import DumpSet
+    from frtrace.load.dumpset import DumpSet
     from frtrace.pystack.discover import StackSet
 
 __all__ = ["analyze", "analyze_dumps", "analyze_loaded", "diagnose_source"]

@@ -21,6 +21,7 @@ from frtrace.cli import app
 from frtrace.incident.discover import Discovery
 from frtrace.load import cache as cache_mod
 from frtrace.load import tables
+from frtrace.load.dumpset import DumpSet
 from tests.conftest import FIXTURES, fixture_sets, healthy_set
 
 SCENARIOS = fixture_sets()
@@ -37,7 +38,7 @@ def _count_loads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     calls: list[Path] = []
     real = tables.load_discovered
 
-    def spy(discovery: Discovery, *args: Any, **kwargs: Any) -> tables.DumpSet:
+    def spy(discovery: Discovery, *args: Any, **kwargs: Any) -> DumpSet:
         calls.append(discovery.directory)
         return real(discovery, *args, **kwargs)
 

@@ -12,7 +12,7 @@ are where to look), ``progressing`` when every rank moved (``detail.motion``; it
 from __future__ import annotations
 
 from frtrace.detail.motion import GroupMotion, Motion, SnapshotComparison
-from frtrace.load.tables import DumpSet
+from frtrace.load.dumpset import DumpSet
 from frtrace.model import Report
 
 __all__ = ["compare_snapshots"]

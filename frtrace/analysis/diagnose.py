@@ -27,8 +27,8 @@ from frtrace.analysis.verdict import verdict
 from frtrace.detail.notes import PresumedHeldUp
 from frtrace.evidence.collected import Collected
 from frtrace.evidence.model import JobEvidence
+from frtrace.load.dumpset import DumpSet
 from frtrace.load.hooks import give_back_memory
-from frtrace.load.tables import DumpSet
 from frtrace.model import GroupProgress, Report, Severity
 from frtrace.pystack.discover import StackSet
 

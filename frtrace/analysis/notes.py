@@ -19,7 +19,7 @@ from frtrace.detail.notes import (
     UnreadableDumps,
     WorldSizeGuessed,
 )
-from frtrace.load.tables import DumpSet
+from frtrace.load.dumpset import DumpSet
 from frtrace.model import Verdict
 
 __all__ = ["data_notes", "unexplained_ranks"]

@@ -23,7 +23,7 @@ from frtrace.analysis.facts.groups import Membership
 from frtrace.analysis.facts.ops import MatchResult
 from frtrace.analysis.facts.segments import op_blocks, per_row
 from frtrace.detail.notes import StragglerBasis
-from frtrace.load.tables import DumpSet
+from frtrace.load.dumpset import DumpSet
 from frtrace.model import Straggler
 
 __all__ = ["find_stragglers"]

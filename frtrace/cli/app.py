@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from frtrace.base.progress import Progress
     from frtrace.diagnosis_cache import Diagnosis
     from frtrace.incident.problems import LoadProblem
-    from frtrace.load.tables import DumpSet
+    from frtrace.load.dumpset import DumpSet
     from frtrace.model import Report
 
 __all__ = ["app", "main"]

@@ -23,7 +23,7 @@ from frtrace.pystack.discover import StackSet
 
 
 class LoadedSet(Protocol):
-    """What is read here of a loaded dump set (``frtrace.load.tables.DumpSet``)."""
+    """What is read here of a loaded dump set (``frtrace.load.dumpset.DumpSet``)."""
 
     @property
     def directory(self) -> Path: ...

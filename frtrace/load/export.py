@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 
 from frtrace.base.files import OutDir, open_out_dir, write_file
 from frtrace.errors import InputError, UnsafePathError
+from frtrace.load.dumpset import DumpSet
 from frtrace.load.handover.spill import release_pages
-from frtrace.load.tables import DumpSet
 
 __all__ = ["TABLES", "export_parquet", "parquet_schema"]
 

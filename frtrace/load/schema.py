@@ -1,6 +1,6 @@
 """The Arrow schemas of a loaded dump set: the one place column names and types are spelled.
 
-Five tables (see ``frtrace.load.tables.DumpSet``):
+Five tables (see ``frtrace.load.dumpset.DumpSet``):
 
 - ``ENTRIES``: one row per Flight Recorder entry of every rank, oldest first within a rank.
 - ``STACKS``: interned Python stacks; ``ENTRIES.stack_id`` points here. Identical stacks (the

@@ -7,7 +7,7 @@ import pyarrow.compute as pc
 from tabulate import tabulate
 
 from frtrace.base.ranges import format_ranks
-from frtrace.load.tables import DumpSet
+from frtrace.load.dumpset import DumpSet
 
 __all__ = ["render_summary"]
 

@@ -22,7 +22,7 @@ from tabulate import tabulate
 
 from frtrace.base.ranges import format_ranks
 from frtrace.errors import InputError
-from frtrace.load.tables import DumpSet
+from frtrace.load.dumpset import DumpSet
 from frtrace.report.common import compact_ranks, ranks_phrase, short_frame
 
 __all__ = ["ShowOptions", "render_show"]

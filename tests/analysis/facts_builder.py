@@ -24,8 +24,9 @@ from frtrace.analysis.facts import Facts, gather_facts
 from frtrace.errors import DumpFormatError
 from frtrace.evidence.model import Failure, FailureKind, JobEvidence, Role
 from frtrace.incident.discover import Candidate
+from frtrace.load.dumpset import DumpSet
 from frtrace.load.read.parse import ParsedDump, parse_payload
-from frtrace.load.tables import DumpSet, build_dump_set
+from frtrace.load.tables import build_dump_set
 from frtrace.pystack.discover import StackSet
 from frtrace.pystack.model import Frame, ProcessStacks, ThreadStack
 

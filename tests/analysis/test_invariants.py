@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from frsim import JobSpec, Moment, simulate, write_dumps
 from frtrace.analysis.facts.capture import dump_moments, dump_times_from_entries
 from frtrace.errors import NoDumpsFound
-from frtrace.load.tables import DumpSet, load_dumps
+from frtrace.load.dumpset import DumpSet
+from frtrace.load.tables import load_dumps
 from frtrace.model import Report, Severity, Verdict
 from frtrace.pipeline import analyze, analyze_loaded
 from frtrace.pystack.discover import load_stacks

@@ -35,7 +35,8 @@ from frtrace.evidence.collected import read_collected
 from frtrace.evidence.discover import load_evidence
 from frtrace.evidence.injob import dump_files, within_job
 from frtrace.incident.layout import walk
-from frtrace.load.tables import DumpSet, load_dumps
+from frtrace.load.dumpset import DumpSet
+from frtrace.load.tables import load_dumps
 from frtrace.pipeline import analyze_loaded
 from frtrace.pystack.discover import load_stacks
 from tests.conftest import FIXTURES

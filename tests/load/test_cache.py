@@ -17,8 +17,9 @@ from frtrace.incident.discover import discover
 from frtrace.incident.fingerprint import HASH_BYTES
 from frtrace.load import cache as cache_mod
 from frtrace.load import tables
+from frtrace.load.dumpset import DumpSet
 from frtrace.load.options import LoadOptions
-from frtrace.load.tables import DumpSet, load_discovered, load_dumps
+from frtrace.load.tables import load_discovered, load_dumps
 from frtrace.pipeline import analyze_dumps
 from frtrace.report.json import render_json
 from tests.conftest import fixture_sets, healthy_set, make_dump, make_entry, write_pickle

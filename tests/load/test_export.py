@@ -8,8 +8,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from frtrace.load import export, schema
+from frtrace.load.dumpset import DumpSet
 from frtrace.load.export import TABLES, export_parquet, parquet_schema
-from frtrace.load.tables import DumpSet, load_dumps
+from frtrace.load.tables import load_dumps
 from tests.conftest import FIXTURES, GLOO, GLOO_JSON
 
 SETS = {

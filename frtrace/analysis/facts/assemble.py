@@ -27,8 +27,8 @@ from frtrace.detail import MaybeElsewhere
 from frtrace.detail.notes import ManifestTimes
 from frtrace.evidence.collected import Collected, manifest_times
 from frtrace.evidence.model import JobEvidence
+from frtrace.load.dumpset import DumpSet
 from frtrace.load.hooks import give_back_memory
-from frtrace.load.tables import DumpSet
 from frtrace.model import CulpritWhere, RankProcess
 from frtrace.pystack.classes import StackClasses, group_stacks
 from frtrace.pystack.discover import StackSet

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from frtrace.analysis.facts.ops import codes, filled, fixed_values
-from frtrace.load.tables import DumpSet
+from frtrace.load.dumpset import DumpSet
 
 __all__ = ["DumpMoments", "dump_moments", "dump_times_from_entries"]
 

@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 from pandas.api.extensions import ExtensionArray
 
+from frtrace.load.dumpset import DumpSet
 from frtrace.load.hooks import runs_order
-from frtrace.load.tables import DumpSet
 
 __all__ = ["drop_truncated_runs", "logical_collectives", "mark_p2p_batches"]
 

@@ -32,7 +32,7 @@ import pandas as pd
 
 from frtrace.analysis.facts.groups import Membership
 from frtrace.analysis.facts.segments import locate_ops, per_row
-from frtrace.load.tables import DumpSet
+from frtrace.load.dumpset import DumpSet
 
 __all__ = ["FailedOp", "find_failed"]
 

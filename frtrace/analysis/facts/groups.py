@@ -23,7 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from frtrace.detail.notes import InferredFrom, MembershipInferred
-from frtrace.load.tables import DumpSet, recorded_groups
+from frtrace.load.dumpset import DumpSet
+from frtrace.load.tables import recorded_groups
 from frtrace.model import GroupRef
 
 __all__ = ["Membership", "resolve_groups"]

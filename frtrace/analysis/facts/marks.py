@@ -42,7 +42,7 @@ import pyarrow as pa
 from frtrace.analysis.facts.groups import Membership
 from frtrace.analysis.facts.ops import COLLECTIVE, MatchResult, OpRef
 from frtrace.detail import MarksStopped
-from frtrace.load.tables import DumpSet
+from frtrace.load.dumpset import DumpSet
 
 __all__ = ["stopped_marks"]
 

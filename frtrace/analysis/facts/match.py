@@ -52,8 +52,8 @@ from frtrace.analysis.facts.pending import (
     settle_completion,
 )
 from frtrace.analysis.facts.segments import rank_group_spans
+from frtrace.load.dumpset import DumpSet
 from frtrace.load.hooks import give_back_memory, release_pages
-from frtrace.load.tables import DumpSet
 
 __all__ = ["match"]
 

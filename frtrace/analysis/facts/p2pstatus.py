@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from frtrace.load.tables import DumpSet
+from frtrace.load.dumpset import DumpSet
 
 __all__ = ["settle_by_status"]
 

@@ -17,7 +17,7 @@ from frtrace.analysis.facts.failure import FailedOp, find_failed
 from frtrace.analysis.facts.groups import Membership
 from frtrace.analysis.facts.ops import COLLECTIVE, P2P, OpRef
 from frtrace.analysis.facts.segments import locate_ops, op_starts, per_row
-from frtrace.load.tables import DumpSet
+from frtrace.load.dumpset import DumpSet
 
 __all__ = [
     "blocked_ops",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from frtrace.load.tables import DumpSet
+from frtrace.load.dumpset import DumpSet
 from frtrace.model import OpSignature
 from frtrace.pystack.where import call_site
 

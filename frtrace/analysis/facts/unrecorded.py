@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from frtrace.analysis.facts.groups import Membership
 from frtrace.analysis.facts.ops import codes
-from frtrace.load.tables import DumpSet
+from frtrace.load.dumpset import DumpSet
 
 __all__ = ["unrecorded_ops"]
 

@@ -40,7 +40,7 @@ import networkx as nx
 from frtrace.analysis.facts.capture import DumpMoments
 from frtrace.analysis.facts.groups import Membership
 from frtrace.analysis.facts.ops import COLLECTIVE, MatchResult, OpRef
-from frtrace.load.tables import DumpSet
+from frtrace.load.dumpset import DumpSet
 
 __all__ = ["Edge", "EdgeKind", "WaitGraph", "build_wait_graph", "victims_of"]
 

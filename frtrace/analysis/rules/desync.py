@@ -28,7 +28,7 @@ from frtrace.analysis.facts.groups import Membership
 from frtrace.analysis.facts.ops import MatchResult
 from frtrace.analysis.facts.signatures import signature_at
 from frtrace.detail import Mismatch, RankSignature
-from frtrace.load.tables import DumpSet
+from frtrace.load.dumpset import DumpSet
 from frtrace.model import Confidence, Finding, FindingKind, OpSignature, Severity
 
 __all__ = ["MAX_SHIFT", "MIN_SHIFT_RUN", "check"]

@@ -52,7 +52,7 @@ from frtrace.detail import (
     Waits,
 )
 from frtrace.evidence.model import said_they_waited
-from frtrace.load.tables import DumpSet
+from frtrace.load.dumpset import DumpSet
 from frtrace.model import Confidence, Finding, FindingKind, GroupRef, OpSignature, Severity
 
 __all__ = ["check"]

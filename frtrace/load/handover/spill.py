@@ -45,8 +45,8 @@ import numpy as np
 import pyarrow as pa
 
 from frtrace.base.heap import libc_function
-from frtrace.errors import InputError
 from frtrace.base.owned import private_directory
+from frtrace.errors import InputError
 
 __all__ = [
     "SPILL_MIN_BYTES",

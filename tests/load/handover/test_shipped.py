@@ -19,11 +19,12 @@ import pytest
 from frtrace.errors import WorkFilesLost
 from frtrace.incident.discover import discover
 from frtrace.load import schema
+from frtrace.load.dumpset import DumpSet
 from frtrace.load.handover import gather, spill
 from frtrace.load.handover.gather import Gather
 from frtrace.load.handover.shipped import ColumnWriter, ShippedDump, encode
 from frtrace.load.read.parse import ParsedDump, PlainDump, try_parse, try_parse_plain
-from frtrace.load.tables import DumpSet, build_dump_set, load_dumps
+from frtrace.load.tables import build_dump_set, load_dumps
 from tests.conftest import fixture_sets
 
 NCCL = next(d for d in fixture_sets() if "nccl" in str(d))

@@ -19,9 +19,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from frtrace.load import schema
+from frtrace.load.dumpset import DumpSet
 from frtrace.load.handover import spill
 from frtrace.load.handover.spill import SpilledColumn
-from frtrace.load.tables import DumpSet, load_dumps
+from frtrace.load.tables import load_dumps
 from frtrace.pipeline import analyze_dumps
 from frtrace.report.json import render_json
 from tests.conftest import fixture_sets

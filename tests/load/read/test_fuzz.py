@@ -36,9 +36,10 @@ import pytest
 import frtrace.load.workers.parallel as parallel
 from frtrace.errors import NoReadableDumps
 from frtrace.incident.discover import MAX_WORLD_SIZE, discover
+from frtrace.load.dumpset import DumpSet
 from frtrace.load.read.parse import MAX_ENTRIES
 from frtrace.load.read.unpickle import MAX_DUMP_BYTES
-from frtrace.load.tables import DumpSet, load_dumps
+from frtrace.load.tables import load_dumps
 from frtrace.pipeline import analyze_dumps
 from frtrace.report.json import render_json
 from frtrace.report.text import render_text

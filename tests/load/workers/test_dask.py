@@ -20,7 +20,8 @@ import pytest
 from typer.testing import CliRunner
 
 from frtrace.cli import app
-from frtrace.load.tables import DumpSet, load_dumps
+from frtrace.load.dumpset import DumpSet
+from frtrace.load.tables import load_dumps
 from frtrace.load.workers.executors import dask_executor
 from frtrace.pipeline import analyze_dumps
 from frtrace.report.json import render_json

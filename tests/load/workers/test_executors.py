@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from frtrace.errors import ReaderFailedError
-from frtrace.load.tables import DumpSet, load_dumps
+from frtrace.load.dumpset import DumpSet
+from frtrace.load.tables import load_dumps
 from frtrace.load.workers import executors
 from frtrace.load.workers.executors import FuturesExecutor, LocalProcesses
 from tests.conftest import GLOO, healthy_set

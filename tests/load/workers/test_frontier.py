@@ -16,7 +16,8 @@ import pyarrow.compute as pc
 import pytest
 
 from frtrace.incident.discover import discover
-from frtrace.load.tables import DumpSet, load_dumps
+from frtrace.load.dumpset import DumpSet
+from frtrace.load.tables import load_dumps
 from frtrace.load.workers import cluster
 from frtrace.load.workers.cluster import local_frontier, summarize_files
 from frtrace.load.workers.executors import FuturesExecutor
