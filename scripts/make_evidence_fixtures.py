@@ -6,8 +6,10 @@ Each fixture (``<scenario>__<capture>``) is one real job: ``python -m torch.dist
 in ``tests/fixtures/gloo_evidence/<fixture>/`` (the working directory of the job), every rank
 a separate process on CPU Gloo, its main wrapped in torchelastic's ``@record``. A real fault is
 injected (an exception in a pipeline stage, a stage leaving its schedule, a stall before a
-``monitored_barrier``, a segfault, a wrong tensor size, a killed rank, a cross-group deadlock),
-and the job is captured one way or another (``CAPTURES``). What the job leaves is kept:
+``monitored_barrier``, a segfault, a wrong tensor size, a killed rank, a cross-group deadlock;
+under ``TORCH_DISTRIBUTED_DEBUG=DETAIL``, a rank calling another collective and a rank stalled
+before one: torch's own check says so), and the job is captured one way or another
+(``CAPTURES``). What the job leaves is kept:
 
 * ``comm_lib_trace_rank_<r>``         Flight Recorder dump (pickle), from frtrace.recorder or
                                       from torch's ``_dump_fr_trace()`` on a timer
@@ -438,6 +440,35 @@ def prog_healthy_pairs(job: Job) -> None:
     dist.barrier()
 
 
+def prog_detail_mismatch(job: Job) -> None:
+    """TORCH_DISTRIBUTED_DEBUG=DETAIL: in step 3 rank 1 broadcasts where the others
+    all_reduce; torch's collective check (ProcessGroupWrapper) raises on every rank."""
+    torch, dist = job.torch, job.dist
+    for step in range(1, 4):
+        job.step = step
+        t = torch.full((64,), float(job.rank))
+        if job.rank == 1 and step == 3:
+            job.set_state("in broadcast(src=0) step 3 (peers: all_reduce)", "fault")
+            dist.broadcast(t, src=0)
+        else:
+            job.set_state(f"in all_reduce step {step}")
+            dist.all_reduce(t)
+
+
+def prog_detail_stall(job: Job) -> None:
+    """TORCH_DISTRIBUTED_DEBUG=DETAIL: in step 3 rank 2 stalls in host code; the others'
+    all_reduce first runs torch's monitored barrier (waitAllRanks), which names rank 2."""
+    torch, dist = job.torch, job.dist
+    for step in range(1, 4):
+        job.step = step
+        if step == 3 and job.rank == 2:
+            job.set_state("host code: waiting on a data shard (time.sleep), step 3", "fault")
+            print(f"rank {job.rank}: waiting for the next data shard", flush=True)
+            time.sleep(3600)
+        job.set_state(f"in all_reduce step {step}", "stuck" if step == 3 else None)
+        dist.all_reduce(torch.full((64,), float(job.rank)))
+
+
 PROGRAMS: dict[str, Callable[[Job], None]] = {
     "pp_gpipe_exception": prog_pp_gpipe_exception,
     "pp_1f1b_skip": prog_pp_1f1b_skip,
@@ -448,6 +479,8 @@ PROGRAMS: dict[str, Callable[[Job], None]] = {
     "victim_killed": prog_victim_killed,
     "cycle_new_group": prog_cycle_new_group,
     "healthy_pairs": prog_healthy_pairs,
+    "detail_mismatch": prog_detail_mismatch,
+    "detail_stall": prog_detail_stall,
 }
 
 
@@ -592,6 +625,21 @@ _HEALTHY = (
     "stop; a world barrier; exit 0. Nothing is wrong."
 )
 
+_DETAIL_MM = (
+    "TORCH_DISTRIBUTED_DEBUG=DETAIL (every collective checked by torch's ProcessGroupWrapper), "
+    "3 steps of a default-group all_reduce of 64 float32; in step 3 rank 1 calls "
+    "dist.broadcast(src=0) where ranks 0, 2, 3 call all_reduce. torch's check raises "
+    "RuntimeError 'Detected mismatch between collectives on ranks' on every rank before the op "
+    "reaches Gloo: nothing hangs, every rank dies naming itself and the first rank that differs."
+)
+_DETAIL_STALL = (
+    "TORCH_DISTRIBUTED_DEBUG=DETAIL, 3 steps of a default-group all_reduce; in step 3 rank 2 "
+    "stalls in host code (time.sleep, waiting on a data shard) and never calls the all_reduce. "
+    "Before each collective torch's ProcessGroupWrapper runs a monitored barrier "
+    "(waitAllRanks) with the PG timeout: rank 0's raises naming rank 2, ranks 1 and 3 fail "
+    "waiting on rank 0."
+)
+
 _WHY_PP_A = (
     "rank 2 raised in user code (its error.json and its recorder sidecar say ValueError in "
     "Stage.forward); every other rank waits on p2p that Gloo never records"
@@ -616,6 +664,21 @@ _WHY_VICTIM = (
 _WHY_CYCLE = (
     "a true deadlock: every rank of the job is blocked in a different group whose other "
     "member is blocked elsewhere; no rank deviates from a common order, so all three are named"
+)
+
+_DETAIL_MONITOR = (
+    "torchrun --monitor-interval 20 (not the default 0.1): every rank that raises has written "
+    "its dump, sidecar and error.json before torchrun notices and stops the others, so which "
+    "ranks left them does not depend on who raised first"
+)
+_WHY_DETAIL_MM = (
+    "rank 1 called broadcast where its three peers called all_reduce at the same point: "
+    "torch's own check says so on every rank (each names itself and the first rank that "
+    "differs; three of four call all_reduce)"
+)
+_WHY_DETAIL_STALL = (
+    "rank 2 never reached step 3's all_reduce (host code); torch's monitored barrier on rank "
+    "0 names it as the rank that did not arrive"
 )
 
 _SEGV_FF = _ff(1, "crash", "cause", "SIGSEGV in _augment_batch (ctypes.string_at(0)), step 3")
@@ -754,6 +817,42 @@ BASE: dict[str, dict[str, Any]] = {
         "stuck": [0, 1, 2],
         "extra": {"deadlock_cycle": [0, 1, 2], "groups": {"A": [0, 1], "B": [1, 2], "C": [0, 2]}},
     },
+    "detail_mismatch": {
+        "world_size": 4,
+        "description": _DETAIL_MM,
+        "culprit_ranks": [1],
+        "waiting_ranks": [0, 2, 3],
+        "fault_group_ranks": [0, 1, 2, 3],
+        "fault_op": "broadcast where the others all_reduce",
+        "first_failure": _ff(1, "wrong_call", "cause", "broadcast(src=0) where peers all_reduce"),
+        "expect": _expect("desync", 1),
+        "why_expect": _WHY_DETAIL_MM,
+        "faulted": [1],
+        "env": {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"},
+        "log_checks": [
+            (
+                0,
+                r"Rank 0 is running collective: CollectiveFingerPrint\(SequenceNumber=\d+, "
+                r"OpType=ALLREDUCE.*but Rank 1 is running collective: "
+                r"CollectiveFingerPrint\(SequenceNumber=\d+, OpType=BROADCAST",
+            ),
+            (1, r"Rank 1 is running collective: CollectiveFingerPrint\([^)]*OpType=BROADCAST"),
+        ],
+    },
+    "detail_stall": {
+        "world_size": 4,
+        "description": _DETAIL_STALL,
+        "culprit_ranks": [2],
+        "waiting_ranks": [0, 1, 3],
+        "fault_group_ranks": [0, 1, 2, 3],
+        "fault_op": "all_reduce (torch's monitored barrier before it)",
+        "first_failure": _ff(2, "stall", "cause", "host code (time.sleep) before all_reduce"),
+        "expect": _expect("hang", 2),
+        "why_expect": _WHY_DETAIL_STALL,
+        "faulted": [2],
+        "env": {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"},
+        "log_checks": [(0, r"Ranks 2 failed to pass monitoredBarrier")],
+    },
     "healthy_pairs": {
         "world_size": 8,
         "description": _HEALTHY,
@@ -825,6 +924,20 @@ FIXTURE_LIST: list[Fixture] = [
         "timer",
         json_twin=True,
         require={"dump": [0, 1, 2], "pyspy": [0, 1, 2], "error_json": []},
+    ),
+    _fx(
+        "detail_mismatch",
+        "exception",
+        wait_for_torchrun=True,
+        require={"dump": _ALL4, "sidecar": _ALL4, "error_json": _ALL4},
+        extra={"monitor_interval_s": NOTICE_MONITOR_S, "why_monitor": _DETAIL_MONITOR},
+    ),
+    _fx(
+        "detail_stall",
+        "exception",
+        wait_for_torchrun=True,
+        require={"dump": [0, 1, 3], "sidecar": [0, 1, 3], "error_json": [0, 1, 3], "no_dump": [2]},
+        extra={"monitor_interval_s": NOTICE_MONITOR_S, "why_monitor": _DETAIL_MONITOR},
     ),
     _fx("healthy_pairs", "instant", json_twin=True, require={"dump": list(range(8))}),
     _fx(

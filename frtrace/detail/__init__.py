@@ -12,11 +12,13 @@ from frtrace.detail.desync import (
     CycleStep,
     Deadlock,
     DecidedBy,
+    GlooSizeHint,
     Mismatch,
     OrderConflict,
     P2PPost,
     PatternBroken,
     RankSignature,
+    SaidMismatch,
     SplitMismatch,
     SplitPair,
 )
@@ -66,6 +68,7 @@ __all__ = [
     "Disagreement",
     "DumpedAfter",
     "FirstFailure",
+    "GlooSizeHint",
     "GroupRef",
     "HeldUnseen",
     "IdleAtDump",
@@ -93,6 +96,7 @@ __all__ = [
     "RankSignature",
     "RunningOps",
     "RunningSnapshot",
+    "SaidMismatch",
     "SplitMismatch",
     "SplitPair",
     "StackOutlier",
@@ -124,6 +128,8 @@ Detail = (
     | SplitMismatch
     | Deadlock
     | PatternBroken
+    | SaidMismatch
+    | GlooSizeHint
 )
 
 # Where two kinds of evidence name different ranks (``Report.disagreements``)

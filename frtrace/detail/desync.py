@@ -1,5 +1,6 @@
-"""The typed evidence of the desync findings (FR002-FR004, FR011, FR003 on all_to_all splits)
-and of the cross-group deadlocks (FR007, FR006 from a send/recv cycle)."""
+"""The typed evidence of the desync findings (FR002-FR004, FR011, FR003 on all_to_all splits;
+the same codes from torch's own checks: its DETAIL collective check, Gloo's size check) and of
+the cross-group deadlocks (FR007, FR006 from a send/recv cycle)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,19 @@ from dataclasses import dataclass
 from typing import Literal
 
 from frtrace.detail.values import GroupRef, OpSignature
+from frtrace.evidence.model import Call, Failure
 
 __all__ = [
     "CycleStep",
     "Deadlock",
     "DecidedBy",
+    "GlooSizeHint",
     "Mismatch",
     "OrderConflict",
     "P2PPost",
     "PatternBroken",
     "RankSignature",
+    "SaidMismatch",
     "SplitMismatch",
     "SplitPair",
 ]
@@ -135,3 +139,36 @@ class PatternBroken:
     component: tuple[int, ...]
     held: int
     blocked: tuple[P2PPost, ...]  # each rank of the cycle
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SaidMismatch:
+    """FR002-FR004, FR011 from torch's own collective check (``TORCH_DISTRIBUTED_DEBUG=
+    DETAIL``): before each collective every rank compares its call with every other's and
+    raises on a difference, naming itself and the first rank that differs. What each rank
+    called is read from those messages (and from torch's order of comparing: the ranks
+    before the one named called what the reporter did), the majority is the expected call."""
+
+    culprits: tuple[int, ...]  # the ranks whose call is not the majority's (none: every side)
+    agreeing: tuple[int, ...]  # the majority (empty: none)
+    differs_in: Literal["op", "sizes", "dtypes", "seq"]
+    sides: tuple[Call, ...]  # the majority's call, then each culprit's; ranks the job's
+    reference: int | None  # a rank of the majority (None: no majority)
+    shown: int  # ranks whose call the messages show
+    group_size: int  # the ranks of the op's process group
+    # "majority": more than half the group called one thing; "no_majority": every rank's
+    # call is shown and none has more than half (each side named); "undecided": the ranks
+    # not shown would decide it (none named)
+    basis: Literal["majority", "no_majority", "undecided"]
+    messages: tuple[Failure, ...]  # torch's messages it rests on (a few)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GlooSizeHint:
+    """FR003 from Gloo's size check alone: a rank received more bytes than its op expected
+    ("Is there a distributed collective mismatch in your code?"); the sender is not said."""
+
+    receivers: tuple[int, ...]  # the ranks Gloo aborted (empty: the lines name none)
+    received: int | None  # bytes received, and expected, where the line says
+    expected: int | None
+    messages: tuple[Failure, ...]  # the lines it rests on (a few)

@@ -109,6 +109,12 @@ def _from_stacks(stacks: StackSet | None) -> list[Failure]:
     return out
 
 
+def _watchdog(f: Failure) -> bool:
+    """NCCL's watchdog timed the rank out waiting in an op (``WorkNCCL(SeqNum=7, ...)``): it
+    then takes the process down (SIGABRT), a waiter's end, not a fault of its own."""
+    return f.kind == FailureKind.TIMEOUT and f.seq is not None and f.op is not None
+
+
 def _settle(failures: Iterable[Failure]) -> tuple[Failure, ...]:
     """One failure per (rank, kind, message), the earliest known time kept; a crash whose
     rank also says why it was aborted (size check, watchdog, launcher) is a symptom; sorted
@@ -119,7 +125,7 @@ def _settle(failures: Iterable[Failure]) -> tuple[Failure, ...]:
         have = seen.get(key)
         if have is None or (f.at_ns is not None and (have.at_ns is None or f.at_ns < have.at_ns)):
             seen[key] = f if have is None or f.where else replace(f, where=have.where)
-    explained = {f.rank for f in seen.values() if f.kind in _EXPLAINS_CRASH}
+    explained = {f.rank for f in seen.values() if f.kind in _EXPLAINS_CRASH or _watchdog(f)}
     settled = []
     for f in seen.values():
         if f.kind == FailureKind.CRASH and f.rank in explained:

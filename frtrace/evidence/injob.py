@@ -99,6 +99,10 @@ def within_job(
                 r for r in f.named_ranks if _outside(r, world)
             )
             f = replace(f, named_ranks=named)
+        if outside := {c.rank for c in f.calls if _outside(c.rank, world)}:
+            # (a process group's ranks: one at or past the job's size is in no group of it)
+            dropped.setdefault(_file_of(f.source), set()).update(outside)
+            f = replace(f, calls=(), as_rank=None)
         failures.append(f)
     samples = tuple(s for s in stacks.samples if not _outside(s.rank, world))
     for s in stacks.samples:

@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["WAITING", "Failure", "FailureKind", "JobEvidence", "Role", "said_they_waited"]
+__all__ = [
+    "WAITING",
+    "Call",
+    "Failure",
+    "FailureKind",
+    "JobEvidence",
+    "Role",
+    "said_they_waited",
+]
 
 
 class Role(StrEnum):
@@ -32,6 +40,9 @@ class FailureKind(StrEnum):
     WATCHDOG_ABORT = "watchdog_abort"  # the NCCL watchdog took the process down
     BARRIER_FAILED = "barrier_failed"  # monitored_barrier: named ranks did not pass it
     TERMINATED = "terminated"  # the launcher stopped the rank after another one failed
+    # torch's own check (TORCH_DISTRIBUTED_DEBUG=DETAIL) found ranks calling different
+    # collectives: "Detected mismatch between collectives on ranks"
+    COLLECTIVE_MISMATCH = "collective_mismatch"
 
 
 CAUSES = frozenset(
@@ -51,6 +62,27 @@ WAITING = frozenset({FailureKind.TIMEOUT, FailureKind.PEER_CLOSED, FailureKind.W
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Call:
+    """What one rank was calling, as torch's collective check (``TORCH_DISTRIBUTED_DEBUG=
+    DETAIL``, ``ProcessGroupWrapper``) wrote it: its ``CollectiveFingerPrint``."""
+
+    rank: int  # as the message numbers ranks: the rank in the op's process group
+    op: str | None  # "allreduce" (torch's OpType, lowercased); None: the message cannot say
+    seq: int | None = None  # the wrapper's SequenceNumber (the group's count before the op)
+    shapes: str | None = None  # "[64]": the first tensor's shape, as torch wrote it
+    dtypes: str | None = None  # "Float"
+
+    def same(self, other: Call) -> bool:
+        """Both calls are one fingerprint (the rank aside)."""
+        return (self.op, self.seq, self.shapes, self.dtypes) == (
+            other.op,
+            other.seq,
+            other.shapes,
+            other.dtypes,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Failure:
     """One failure one rank reported (or that was reported about it), where it was read."""
 
@@ -66,6 +98,14 @@ class Failure:
     seq: int | None = None  # its sequence number (NCCL watchdog: SeqNum)
     where: str | None = None  # the innermost frame of the job's code: "forward (model.py:42)"
     signal: str | None = None  # "SIGABRT", for crashes
+    # the rank the message says it was raised on, numbered as the message numbers the ranks it
+    # names (monitoredBarrier's "[Rank 0]:", the DETAIL check's "Rank 1 is running"): the
+    # rank in the op's process group; with ``rank`` it tells a subgroup's numbering apart
+    as_rank: int | None = None
+    # torch's DETAIL check: the reporting rank's call, then the first rank's that differs
+    calls: tuple[Call, ...] = ()
+    # Gloo's size check: (bytes received, bytes expected)
+    sizes: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -157,13 +157,14 @@ def _mismatch_steps(finding: Finding) -> list[str]:
                 f"compare the two call sites: the majority at {majority or '(no stack)'}, "
                 f"rank {rank} at {site or '(no stack)'}"
             )
-    if not steps and not majority:
+    if not steps and not majority and finding.actual:  # (no op seen: no call site to show)
         steps.append(
             "the dumps carry no Python stacks (JSON dumps never do): dump pickles with "
             "stack traces to see both call sites"
         )
+    at = f" at #{finding.seq}" if finding.seq is not None else ""
     steps.append(
-        f"make every member pass the same {what} at #{finding.seq}: look for shapes or "
+        f"make every member pass the same {what}{at}: look for shapes or "
         "branches that depend on the rank (uneven last batch, rank-local config)"
     )
     return steps

@@ -1,5 +1,6 @@
 """The words of the desync and deadlock findings (FR002-FR004 and FR011 mismatches, FR003 on
-all_to_all splits, FR006 from a send/recv cycle, FR007 deadlocks), from their typed evidence."""
+all_to_all splits, the same from torch's own checks, FR006 from a send/recv cycle, FR007
+deadlocks), from their typed evidence."""
 
 from __future__ import annotations
 
@@ -11,17 +12,20 @@ from frtrace.detail import (
     CycleStep,
     Deadlock,
     DecidedBy,
+    GlooSizeHint,
     Mismatch,
     OrderConflict,
     PatternBroken,
+    SaidMismatch,
     SplitMismatch,
 )
+from frtrace.evidence.model import Call
 from frtrace.model import Finding, OpSignature
 from frtrace.report.words import Words, held_too, who
 
 __all__ = ["DesyncDetail", "desync_words"]
 
-DesyncDetail = Mismatch | SplitMismatch | Deadlock | PatternBroken
+DesyncDetail = Mismatch | SplitMismatch | Deadlock | PatternBroken | SaidMismatch | GlooSizeHint
 
 _NOUN = {
     "op": "called a different collective",
@@ -216,10 +220,84 @@ def _pattern_broken(d: PatternBroken) -> Words:
     )
 
 
+_DETAIL = "torch's collective check (TORCH_DISTRIBUTED_DEBUG=DETAIL)"
+
+
+def _call(c: Call, differs_in: str) -> str:
+    """``broadcast``; ``all_reduce of [64]``; one torch could not read: said so."""
+    if c.op is None:
+        return "a call whose tensors differ in number or shape (torch compared only lengths)"
+    if differs_in == "sizes":
+        return f"{c.op} of {c.shapes or 'no tensor'}"
+    if differs_in == "dtypes":
+        return f"{c.op} of {c.dtypes or 'no tensor'}"
+    if differs_in == "seq":
+        return f"{c.op} at its group's op {c.seq}"
+    return c.op
+
+
+def _said(d: SaidMismatch) -> Words:
+    ref, others = d.sides[0], d.sides[1:]
+    n = len(d.agreeing)
+    if d.basis == "majority":
+        first = others[0]
+        summary = (
+            f"{who(d.culprits)} {_NOUN.get(d.differs_in, 'called something else')}: "
+            f"{_call(first, d.differs_in)} where {n} other rank{'s' if n != 1 else ''} called "
+            f"{_call(ref, d.differs_in)}, as {_DETAIL} says on {who(_reporters(d))}"
+        )
+        why = (
+            f"torch compared every rank's call before running it; its messages show "
+            f"{d.shown} of the group's {d.group_size} ranks, {n} of them alike"
+        )
+    else:
+        summary = f"ranks called different collectives with no majority, {_DETAIL} says: " + (
+            "; ".join(f"rank {c.rank}: {_call(c, d.differs_in)}" for c in d.sides)
+        )
+        why = "every rank's call is shown and none has more than half: any side may be wrong"
+        if d.basis == "undecided":
+            summary += f"; cannot tell which of {who(d.culprits)} is wrong"
+            why = (
+                f"torch's messages show {d.shown} of the group's {d.group_size} ranks and no "
+                "call has more than half of them: the calls not shown would decide it"
+            )
+    lines = [
+        f"rank {c.rank}: {c.op or '?'} seq={c.seq if c.seq is not None else '?'} "
+        f"shapes={c.shapes or '-'} dtypes={c.dtypes or '-'}"
+        for c in d.sides
+    ]
+    lines += [f"{m.source}: {m.message}" for m in d.messages]
+    return Words(summary, why, tuple(lines))
+
+
+def _reporters(d: SaidMismatch) -> tuple[int, ...]:
+    return tuple(sorted({m.rank for m in d.messages if m.rank is not None}))
+
+
+def _size_hint(d: GlooSizeHint) -> Words:
+    by = who(d.receivers) if d.receivers else "a rank"
+    sizes = (
+        f" ({d.received} bytes where it expected {d.expected})"
+        if d.received is not None and d.expected is not None
+        else ""
+    )
+    return Words(
+        f"Gloo aborted {by}: it received more bytes than its op expected{sizes}, a collective "
+        "mismatch (ranks called different ops or sizes); which rank sent them, no line says",
+        "Gloo's size check names the rank that received, never the one that sent; no Flight "
+        "Recorder entry shows which rank passed another op or size",
+        tuple(f"{m.source}: {m.message}" for m in d.messages),
+    )
+
+
 def desync_words(f: Finding, d: DesyncDetail) -> Words:
     """The summary, why and evidence of a desync or deadlock finding."""
     if isinstance(d, Mismatch):
         return _mismatch(f, d)
+    if isinstance(d, SaidMismatch):
+        return _said(d)
+    if isinstance(d, GlooSizeHint):
+        return _size_hint(d)
     if isinstance(d, SplitMismatch):
         return _splits(f, d)
     if isinstance(d, Deadlock):

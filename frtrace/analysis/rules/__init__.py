@@ -12,8 +12,10 @@ joined, a p2p peer never posted, a GPU never started, a dump is missing), ``dead
 recorded), ``snapshot`` (a running job dumped at one instant, no dump time),
 ``nothing_recorded`` (empty buffers). From the rest of the evidence: ``first_failure``
 (which rank failed first, and with a cause), ``named`` (an error message naming ranks),
-``silent`` (every rank with a dump failed waiting: the ranks without one, suspected),
-``stack_outlier`` (the ranks' Python stacks, where the entries are silent).
+``torch_said`` (torch's own collective check under ``TORCH_DISTRIBUTED_DEBUG=DETAIL``, and
+Gloo's size check: a desync torch saw), ``silent`` (every rank with a dump failed waiting: the
+ranks without one, suspected), ``stack_outlier`` (the ranks' Python stacks, where the entries
+are silent).
 
 How to add a rule: docs/architecture.md, "Adding a rule".
 """
@@ -36,6 +38,7 @@ from frtrace.analysis.rules import (
     split_sizes,
     stack_outlier,
     stuck,
+    torch_said,
     unrecorded,
     unseen,
 )
@@ -57,6 +60,7 @@ RULES: tuple[Rule, ...] = (
     nothing_recorded.check,
     first_failure.check,
     named.check,
+    torch_said.check,
     silent.check,
     stack_outlier.check,
 )
