@@ -1,5 +1,6 @@
-"""analyze(directory) -> Report: load the dumps, read the rest of the evidence (each file
-once), diagnose. Wires the steps, decides nothing."""
+"""analyze(directory) -> Report: the incident listed once (stage 0, ``frtrace.incident``), its
+dumps loaded, the rest of its evidence read (each file once), diagnosed; the diagnosis cache
+keyed on the same listing. Wires the steps, decides nothing."""
 
 from __future__ import annotations
 
