@@ -44,7 +44,7 @@ from enum import IntEnum, StrEnum
 from typing import Literal
 
 from frtrace.detail import CulpritStack, CulpritWhere, Detail, Disagreement, GroupRef, OpSignature
-from frtrace.detail.notes import DataNote, StragglerBasis
+from frtrace.detail.notes import DataNote, PresumedHeldUp, StragglerBasis
 from frtrace.detail.series import StackSeries
 from frtrace.detail.stacks import StackReading
 from frtrace.evidence.model import Failure, FailureKind
@@ -52,7 +52,9 @@ from frtrace.pystack.classes import StackClasses
 
 __all__ = [
     "KIND_CODES",
+    "OBSERVED_KINDS",
     "AttemptSummary",
+    "Basis",
     "Confidence",
     "CulpritStack",
     "CulpritWhere",
@@ -63,6 +65,8 @@ __all__ = [
     "GroupProgress",
     "GroupRef",
     "History",
+    "NamedAs",
+    "NamedRank",
     "OpSignature",
     "RankProcess",
     "RepeatOffender",
@@ -71,6 +75,7 @@ __all__ = [
     "StackEvidence",
     "Straggler",
     "Verdict",
+    "named_ranks",
 ]
 
 
@@ -126,6 +131,56 @@ class Verdict(StrEnum):
     HANG = "hang"  # ranks are blocked waiting on named ranks
     DESYNC = "desync"  # ranks called different collectives / sizes / dtypes
     CANNOT_TELL = "cannot_tell"  # something is wrong but the dumps do not show who caused it
+
+
+class NamedAs(StrEnum):
+    """What the report names a rank as (``Report.named_ranks``), strongest first."""
+
+    CULPRIT = "culprit"  # a root cause (``culprit_ranks``, not suspected)
+    SUSPECTED = "suspected"  # a culprit inferred only from its missing dump (``suspected_ranks``)
+    PRESUMED_HELD_UP = "presumed_held_up"  # no dump; its peers wait on culprits: a victim
+    STRAGGLER = "straggler"  # consistently the last to arrive (``stragglers``)
+
+
+class Basis(StrEnum):
+    """What naming a rank rests on (issue 50, naming discipline)."""
+
+    OBSERVED = "observed"  # the dumps show it, or the job's own words say it
+    INFERRED = "inferred"  # an absence, timing or a heuristic
+
+
+# The finding kinds that observe the ranks they name. From the entries (only of a rank with a
+# dump): it never joined while others wait, called a mismatching op (or a shifted sequence),
+# its GPU never started the op, it never posted the peer's op, a cycle of blocked ranks. From
+# the job's own words: its own first failure, a torch check that says it never arrived
+# (monitored_barrier). Every other kind is an inference: a missing dump (FR008), the stacks
+# (FR015), a group's unseen members named by elimination (FR016), and the kinds that name no
+# one (FR009, FR010, FR012, FR017, FR018).
+ENTRIES_OBSERVE = frozenset(
+    {
+        FindingKind.NEVER_JOINED,
+        FindingKind.OP_MISMATCH,
+        FindingKind.SIZE_MISMATCH,
+        FindingKind.DTYPE_MISMATCH,
+        FindingKind.NOT_STARTED,
+        FindingKind.P2P_UNMATCHED,
+        FindingKind.DEADLOCK,
+        FindingKind.SEQUENCE_SHIFT,
+    }
+)
+JOB_OBSERVES = frozenset({FindingKind.FIRST_FAILURE, FindingKind.NAMED_BY_ERROR})
+OBSERVED_KINDS = ENTRIES_OBSERVE | JOB_OBSERVES
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NamedRank:
+    """A rank the report names, as what, on what basis, and the facts that rests on."""
+
+    rank: int
+    role: NamedAs
+    basis: Basis
+    # finding codes (``FR001``) of the findings that name it, then short facts ("no dump")
+    rests_on: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -295,8 +350,74 @@ class Report:
     processes: Mapping[int, RankProcess] = field(default_factory=dict)
     # Of a restarted job's folder: the other attempts' verdicts (None: one attempt)
     history: History | None = None
+    # Every rank named (culprits, suspected, presumed held up, stragglers) with its basis: made
+    # from the fields above when the report is made (``named_ranks``), kept by a selection (of
+    # the whole job, as ``culprit_ranks`` is); a ``replace`` that changes who is named, or on
+    # what, passes ``named_ranks=()`` to have them made again
+    named_ranks: tuple[NamedRank, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.named_ranks:
+            object.__setattr__(self, "named_ranks", named_ranks(self))
 
     @property
     def has_problems(self) -> bool:
         """True when the exit code should be 1."""
         return self.verdict in (Verdict.HANG, Verdict.DESYNC, Verdict.CANNOT_TELL)
+
+
+def named_ranks(report: Report) -> tuple[NamedRank, ...]:
+    """One ``NamedRank`` per rank the report names, by rank, in its strongest role.
+
+    A culprit is observed only where an error finding that names it observes it
+    (``OBSERVED_KINDS``; one from the entries only where the rank has a dump); a suspect, a
+    rank presumed held up and a straggler are inferred (an absence, timing).
+    """
+    no_dump = set(report.ranks_missing) | set(report.ranks_unreadable)
+    naming: dict[int, list[Finding]] = {}
+    for f in report.findings:
+        for r in f.culprit_ranks:
+            naming.setdefault(r, []).append(f)
+    out: dict[int, NamedRank] = {}
+
+    def facts(r: int, found: list[Finding]) -> tuple[str, ...]:
+        codes = tuple(dict.fromkeys(f.code for f in found))
+        gone = ("dump unreadable",) if r in report.ranks_unreadable else ("no dump",)
+        return codes + gone if r in no_dump else codes
+
+    suspected = set(report.suspected_ranks)
+    for r in report.culprit_ranks:
+        errors = [f for f in naming.get(r, ()) if f.severity == Severity.ERROR]
+        seen = any(
+            f.kind in JOB_OBSERVES or (f.kind in ENTRIES_OBSERVE and r not in no_dump)
+            for f in errors
+        )
+        role = NamedAs.SUSPECTED if r in suspected else NamedAs.CULPRIT
+        basis = Basis.OBSERVED if seen and r not in suspected else Basis.INFERRED
+        out[r] = NamedRank(rank=r, role=role, basis=basis, rests_on=facts(r, errors))
+    for r in report.suspected_ranks:
+        if r not in out:
+            found = naming.get(r, [])
+            out[r] = NamedRank(
+                rank=r, role=NamedAs.SUSPECTED, basis=Basis.INFERRED, rests_on=facts(r, found)
+            )
+    for n in report.data_notes:
+        if isinstance(n, PresumedHeldUp) and n.rank not in out:
+            by = ",".join(str(b) for b in n.by)
+            held = f"held up in {n.where} by ranks {by}"
+            out[n.rank] = NamedRank(
+                rank=n.rank,
+                role=NamedAs.PRESUMED_HELD_UP,
+                basis=Basis.INFERRED,
+                rests_on=(*facts(n.rank, []), held),
+            )
+    for s in report.stragglers:
+        if s.rank not in out:
+            late = f"last to arrive at {round(100 * s.last_share)}% of {s.collectives} collectives"
+            out[s.rank] = NamedRank(
+                rank=s.rank,
+                role=NamedAs.STRAGGLER,
+                basis=Basis.INFERRED,
+                rests_on=(late, f"timing: {s.basis}"),
+            )
+    return tuple(out[r] for r in sorted(out))

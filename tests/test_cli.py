@@ -146,7 +146,7 @@ def test_json_format_is_versioned_and_names_the_culprit() -> None:
     """--format json: one object with schema_version, verdict and culprit_ranks."""
     result = run("analyze", "-d", HANG, "--format", "json")
     data = json.loads(result.stdout)
-    assert data["schema_version"] == "1.4"
+    assert data["schema_version"] == "1.5"
     assert data["verdict"] == "hang" and data["culprit_ranks"] == [2]
     assert data["findings"][0]["code"] == "FR001"
 

@@ -15,7 +15,7 @@ processes cost more than these small sets' reading); the untransformed answer is
 per set.
 
 Not here (they fail today, for reasons outside stage 0): ranks renumbered (a permutation of
-the ranks' files), hosts' clocks skewed.
+the ranks' files); hosts' clocks skewed: ``tests/test_invariants_skew.py``.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from frtrace.model import Report
 
 __all__ = ["FORMAT", "CodecError", "decode", "decode_report", "encode", "encode_report"]
 
-FORMAT = "frtrace-report-3"  # 3: notes, stragglers, stacks' reading and places typed
+FORMAT = "frtrace-report-4"  # 3: notes, stragglers, stacks' reading and places typed; 4: named
 
 _Fn = Callable[[Any], Any]
 

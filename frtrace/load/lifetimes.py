@@ -7,7 +7,8 @@ records). Ranks whose intervals chain together (gaps of at most ``GAP_NS``) are 
 a rank whose whole file lies before the newest lifetime's first entry by more than ``GAP_NS``,
 *and* whose file was written before that first entry (its modification time: a copy's new
 time, or an archive member's unknown one, keeps it in) or the logs' ``attempt_<N>`` folders
-say the job restarted, is from an earlier attempt or run. It
+say the job restarted, is from an earlier attempt or run, unless it recorded the newest's
+collectives within ``MAX_SKEW_NS`` (another host's clock) and none they never reached. It
 is a rank **without a dump of this attempt**: its file (and the recorder's stack sidecar
 written with it) is set aside with a warning, never evidence; its rank stays in the job.
 ``--attempt N`` keeps an older lifetime instead, numbered from the newest, which is the
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GAP_NS",
+    "MAX_SKEW_NS",
     "Lifetime",
     "keep_ranks",
     "lifetimes",
@@ -50,6 +52,9 @@ __all__ = [
 # (NTP keeps them within milliseconds), less than any restart takes (a hang is noticed after
 # the collective timeout, minutes by default).
 GAP_NS = 5_000_000_000
+# Two hosts' clocks without NTP differ by minutes (FORMAT.md, "Clocks"): a rank that recorded
+# a collective the newest lifetime's did, created within this of theirs, is of their run.
+MAX_SKEW_NS = 1_800_000_000_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -216,8 +221,12 @@ def _proven(
             proofs = dict.fromkeys(older, "the logs show a restart")
             break
         ahead = _ahead(dumps, newest, older)
+        past, shared = _one_run(dumps, newest, older)
         proofs = {  # (the entries' proof first: it holds whatever the file times)
-            r: ahead.get(r)
+            r: past.get(r)
+            or ""  # (the same collectives as the newest's: one run, another host's clock)
+            if r in shared
+            else ahead.get(r)
             or (
                 "the file was written before it"
                 if mtimes.get(r, 1e30) * 1e9 < newest.first_ns
@@ -277,6 +286,81 @@ def _ahead(dumps: DumpSet, newest: Lifetime, older: Sequence[int]) -> dict[int, 
                 "others' begin: not one run"
             )
     return out
+
+
+def _one_run(
+    dumps: DumpSet, newest: Lifetime, older: Sequence[int]
+) -> tuple[dict[int, str], set[int]]:
+    """What the entries say of ``older``'s ranks against the newest lifetime's, clocks aside:
+    the ranks shown not to be of one moment with them (a collective of a group done, and
+    followed by a later op of it, or completed, where one of the newest's ranks that
+    recorded the group stopped short of it: a collective is done only once every member
+    joined it, and a member's buffer drops its oldest ops first), and how it reads; and the
+    ranks that recorded a collective the newest's ranks recorded too (the same group,
+    number, op and sizes), created within ``MAX_SKEW_NS`` of theirs: the same collective,
+    whatever the hosts' clocks say (a later run's op of that number is created as far apart
+    as the runs are)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keys = ["group_name", "collective_seq", "profiling_name", "input_sig", "output_sig"]
+    names = ["rank", *keys, "time_created_ns", "time_discovered_completed_ns", "state"]
+    t = dumps.entries.select([*names, "retired", "is_p2p"])
+    valid = pc.and_(pc.is_valid(t["collective_seq"]), pc.is_valid(t["time_created_ns"]))
+    t = t.filter(pc.and_(valid, pc.invert(pc.fill_null(t["is_p2p"], False))))
+    t = t.set_column(1, "group_name", pc.cast(t["group_name"], pa.string()))
+    t = t.set_column(3, "profiling_name", pc.cast(t["profiling_name"], pa.string()))
+    rank = pc.cast(t["rank"], pa.int32())
+    mine = t.filter(pc.is_in(rank, value_set=pa.array(sorted(older), pa.int32())))
+    theirs = t.filter(pc.is_in(rank, value_set=pa.array(newest.ranks, pa.int32())))
+    if mine.num_rows == 0 or theirs.num_rows == 0:
+        return {}, set()
+    their_ops = theirs.group_by(keys).aggregate(
+        [("time_created_ns", "min"), ("time_created_ns", "max")]
+    )
+    both = mine.select(["rank", *keys, "time_created_ns"]).join(their_ops, keys=keys)
+    near = pc.and_(
+        pc.greater_equal(
+            both["time_created_ns"], pc.subtract(both["time_created_ns_min"], MAX_SKEW_NS)
+        ),
+        pc.less_equal(both["time_created_ns"], pc.add(both["time_created_ns_max"], MAX_SKEW_NS)),
+    )
+    shared = set(both.filter(near).column("rank").to_pylist())
+    lowest: dict[str, tuple[int, int]] = {}  # group -> (the least newest op, its rank)
+    for r, g, top in sorted(_per_group(theirs, None), key=lambda x: (x[2], x[0])):
+        lowest.setdefault(g, (top, r))
+    tops = mine.group_by(["rank", "group_name"]).aggregate([("collective_seq", "max")])
+    mine = mine.join(tops, keys=["rank", "group_name"])  # (each row with its rank's newest)
+    done = pc.or_(
+        pc.or_(
+            pc.is_valid(mine["time_discovered_completed_ns"]),
+            pc.equal(pc.fill_null(pc.cast(mine["state"], pa.string()), ""), "completed"),
+        ),
+        pc.and_(
+            pc.fill_null(mine["retired"], False),
+            pc.less(mine["collective_seq"], mine["collective_seq_max"]),
+        ),
+    )
+    past: dict[int, str] = {}
+    for r, g, n in sorted(_per_group(mine.select(names[:3]), done)):
+        if g in lowest and n is not None and n > lowest[g][0] and r not in past:
+            past[r] = (
+                f"its op #{n} of pg {g} is done, which rank {lowest[g][1]}'s ops stop short of "
+                f"(#{lowest[g][0]}): not one run"
+            )
+    return past, shared
+
+
+def _per_group(table: pa.Table, where: pa.ChunkedArray | None) -> list[tuple[int, str, int]]:
+    """(rank, group, its greatest op number over the rows ``where`` holds) of each group."""
+    table = table if where is None else table.filter(where)
+    g = table.group_by(["rank", "group_name"]).aggregate([("collective_seq", "max")])
+    return list(
+        zip(
+            *(g.column(c).to_pylist() for c in ("rank", "group_name", "collective_seq_max")),
+            strict=True,
+        )
+    )
 
 
 def _why(earlier: bool, span: tuple[int, int], chosen: Lifetime, proof: str) -> str:

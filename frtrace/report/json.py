@@ -8,7 +8,7 @@ stack frames) keep the paths as read. Bump the major version on a breaking chang
 removed, renamed or its meaning changed), the minor when fields are added (1.1: ``where`` and
 ``stacks``; 1.2: ``timeline``, ``evidence_files``, ``evidence_problems``, ``disagreements``
 and a finding's ``failures``; 1.3: ``processes``, each rank's host and pid where known; 1.4:
-``history``, a restarted job's other attempts).
+``history``, a restarted job's other attempts; 1.5: ``named_ranks``, each named rank's basis).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from frtrace.model import (
     GroupProgress,
     GroupRef,
     History,
+    NamedRank,
     OpSignature,
     Report,
     Straggler,
@@ -41,7 +42,7 @@ from frtrace.report.words_notes import note, straggler_note
 
 __all__ = ["SCHEMA_VERSION", "dumps_compact", "render_json", "report_to_dict"]
 
-SCHEMA_VERSION = "1.4"
+SCHEMA_VERSION = "1.5"
 
 
 def _group(g: GroupRef | None) -> dict[str, Any] | None:
@@ -113,6 +114,12 @@ def _straggler(s: Straggler) -> dict[str, Any]:
     }
 
 
+def _named(n: NamedRank) -> dict[str, Any]:
+    """A rank the report names, as what, on what basis, and the facts that rests on."""
+    role, basis = str(n.role), str(n.basis)
+    return {"rank": n.rank, "role": role, "basis": basis, "rests_on": list(n.rests_on)}
+
+
 def _progress(p: GroupProgress) -> dict[str, Any]:
     return {
         "group": p.group.name,
@@ -179,6 +186,7 @@ def report_to_dict(report: Report, selection: Selection | None = None) -> dict[s
         "culprit_ranks": list(report.culprit_ranks),
         "suspected_ranks": list(report.suspected_ranks),
         "victim_ranks": list(report.victim_ranks),
+        "named_ranks": [_named(n) for n in report.named_ranks],  # 1.5
         "world_size": report.world_size,
         "ranks_loaded": list(report.ranks_loaded),
         "ranks_missing": list(report.ranks_missing),

@@ -60,7 +60,7 @@ def test_the_report_names_the_culprits_host_and_pid_in_every_format() -> None:
     assert "- **culprits**: 2 (on vm, pid 21265)\n" in render_markdown(report)
     assert "2 (on vm, pid 21265)" in render_html(report)
     data = json.loads(render_json(report))
-    assert data["schema_version"] == "1.4"
+    assert data["schema_version"] == "1.5"
     assert data["processes"]["2"] == {"host": "vm", "pid": 21265}
 
 

@@ -88,7 +88,7 @@ def test_culprit_where_in_summary_evidence_json_and_classes(tmp_path: Path) -> N
     assert "where:    rank 2: in host code at load_batch (hung_job.py:23)" in text
     assert "open hung_job.py:23 (`load_batch`)" in text  # the next step, not "run py-spy"
     doc = report_to_dict(report)
-    assert doc["schema_version"] == "1.4"
+    assert doc["schema_version"] == "1.5"
     assert doc["findings"][0]["where"][0]["function"] == "load_batch"
     assert doc["stacks"]["classes"][1] == {
         "ranks": [2],

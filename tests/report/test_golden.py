@@ -64,9 +64,9 @@ def test_every_golden_json_has_the_current_schema_version() -> None:
     """Golden JSON files carry schema_version and the documented top-level fields."""
     documented = {
         "schema_version", "verdict", "has_problems", "headline", "culprit_ranks",
-        "suspected_ranks", "victim_ranks", "world_size", "ranks_loaded", "ranks_missing",
-        "ranks_unreadable", "selection", "findings", "stragglers", "data_notes", "next_steps",
-        "groups", "progress", "wait_edges",
+        "suspected_ranks", "victim_ranks", "named_ranks", "world_size", "ranks_loaded",
+        "ranks_missing", "ranks_unreadable", "selection", "findings", "stragglers", "data_notes",
+        "next_steps", "groups", "progress", "wait_edges",
     }  # fmt: skip
     files = sorted(f for f in GOLDEN.glob("*.json") if not f.stem.startswith("stacks_"))
     assert {f.stem for f in files} == set(SCENARIOS)  # stacks_*: test_golden_stacks.py
