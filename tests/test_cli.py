@@ -339,11 +339,13 @@ def test_check_write_needs_a_file() -> None:
 # ---- env, summary, help -------------------------------------------------------------------
 
 
-def test_env_prints_exports_for_every_torch_version() -> None:
-    """env: export lines for old and new variable names, each with a reason above it."""
+def test_env_prints_exports_for_every_torch_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    """env with no torch here and no --torch: old and new names, each with a reason above it."""
+    monkeypatch.setattr("frtrace.job.env.installed_torch", lambda: None)
     result = run("env", "--dir", "/shared/fr")
     assert result.exit_code == 0
     out = result.stdout
+    assert "# no torch here and no --torch: every name" in out
     assert "export TORCH_NCCL_TRACE_BUFFER_SIZE=20000" in out
     assert "export TORCH_FR_BUFFER_SIZE=20000" in out
     assert "export TORCH_FR_DUMP_TEMP_FILE=/shared/fr/comm_lib_trace_rank_" in out

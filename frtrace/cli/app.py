@@ -24,7 +24,6 @@ from frtrace.cli.params import (
     AttemptOption,
     DirArgument,
     DirOption,
-    EnvFormat,
     Format,
     JobsOption,
     NoCacheOption,
@@ -41,7 +40,6 @@ from frtrace.cli.params import (
 )
 from frtrace.errors import FrtraceError, InputError
 from frtrace.gate.exitcodes import EXIT_INPUT, EXIT_OK, EXIT_PROBLEM
-from frtrace.job.env import DEFAULT_DUMP_DIR
 
 if TYPE_CHECKING:
     from frtrace.base.progress import Progress
@@ -371,42 +369,6 @@ def check(
     for f in report.findings[:5]:
         _echo(f"  [{f.code}] {summary(f)}")
     raise typer.Exit(code=EXIT_PROBLEM)
-
-
-@app.command()
-def env(
-    dump_dir: Annotated[
-        str,
-        typer.Option("--dir", "-d", help="Where the job's ranks write their dumps (yours alone)."),
-    ] = DEFAULT_DUMP_DIR,
-    torch_version: Annotated[
-        str | None,
-        typer.Option(
-            "--torch", help="Only what this torch version reads, e.g. 2.4 (default: all)."
-        ),
-    ] = None,
-    buffer_size: Annotated[
-        int, typer.Option("--buffer-size", help="Ring buffer entries per process.", min=1)
-    ] = 20000,
-    fmt: Annotated[
-        EnvFormat, typer.Option("--format", "-f", help="shell: export lines; env: KEY=VALUE.")
-    ] = EnvFormat.SHELL,
-) -> None:
-    """Print the environment that makes a job record and dump what frtrace needs.
-
-    \b
-    Example:
-      eval "$(frtrace env --dir /shared/fr_dumps)"     # then start the job from this shell
-      frtrace env --torch 2.4 --format env > fr.env    # KEY=VALUE lines, for docker or k8s
-    """
-    from frtrace.job.env import parse_version, render_env
-
-    try:
-        version = parse_version(torch_version) if torch_version else None
-    except ValueError as exc:
-        raise _fail(f"--torch: {exc}") from None
-    text = render_env(dump_dir, torch_version=version, buffer_size=buffer_size, fmt=str(fmt))
-    _echo(text, nl=False)
 
 
 @app.command()

@@ -3,7 +3,7 @@
 torch (2.5 and later) calls every ``torch.backends`` entry point as it is imported
 (``TORCH_DEVICE_BACKEND_AUTOLOAD``, on unless set to 0); frtrace declares :func:`load` there.
 With ``$FRTRACE_WATCH`` unset it returns at once. Set, it reads the dump folder from the
-recipe ``frtrace env DIR`` prints (``TORCH_FR_DUMP_TEMP_FILE``, else
+recipe ``frtrace env --dir DIR`` prints (``TORCH_FR_DUMP_TEMP_FILE``, else
 ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``: the folder of that prefix), sets the ring buffer's size
 where the job set none (a watch needs a recorder that records), and starts a thread that
 waits for the job's default process group, then :func:`frtrace.recorder.attach`\\ es: the
@@ -73,7 +73,7 @@ def _load() -> None:
     if folder is None:
         _say(
             "FRTRACE_WATCH is set but no dump folder is: set TORCH_FR_DUMP_TEMP_FILE="
-            "DIR/comm_lib_trace_rank_ as `frtrace env DIR` prints it; not watching"
+            "DIR/comm_lib_trace_rank_ as `frtrace env --dir DIR` prints it; not watching"
         )
         return
     if os.path.lexists(folder):  # (another user's folder, planted: said at once)

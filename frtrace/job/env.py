@@ -2,7 +2,10 @@
 
 ``frtrace env`` prints it; ``frtrace.recorder.enable()`` sets it. One list, so the two never
 disagree. Facts from ``shared/FORMAT.md`` ("Environment variables", "Where files go"): a torch
-version ignores the variables it does not know, so the full list is safe on any version.
+version ignores the variables it does not know, but torch 2.8+ warns "Environment variable
+TORCH_NCCL_TRACE_BUFFER_SIZE is deprecated; use TORCH_FR_BUFFER_SIZE instead" for an old name
+it still reads: the recipe for a known version (``--torch``, else the torch installed here)
+holds only the names that version reads; the full list only where no version is known.
 
 The default dump folder is the user's own, ``/tmp/frtrace_dumps-<uid>`` (made 0700): one
 folder for every user would be whoever made it first's, who would then read every dump and
@@ -23,8 +26,10 @@ __all__ = [
     "DEFAULT_DUMP_DIR",
     "DUMP_PREFIX",
     "STACKS_PREFIX",
+    "WATCH_SINCE",
     "Setting",
     "default_dump_dir",
+    "installed_torch",
     "job_environment",
     "parse_version",
     "recipe",
@@ -68,6 +73,17 @@ def parse_version(text: str) -> tuple[int, int]:
         raise ValueError(f"{text!r} is not a torch version like 2.4") from None
 
 
+def installed_torch() -> tuple[int, int] | None:
+    """The version of the torch installed in this environment, from its metadata (torch is
+    not imported: seconds); None where there is none or it says no version."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return parse_version(version("torch"))
+    except (PackageNotFoundError, ValueError):
+        return None
+
+
 def _v(version: tuple[int, int]) -> str:
     return f"{version[0]}.{version[1]}"
 
@@ -87,12 +103,14 @@ def _recording(size: str) -> list[Setting]:
             value=size,
             since=(2, 2),
             why="entries each process keeps; 0 (recording off) is the default up to torch 2.10",
+            until=(2, 7),  # 2.8+ reads it too, but warns that it is deprecated
         ),
         Setting(
             name="TORCH_FR_BUFFER_SIZE",
             value=size,
             since=(2, 8),
-            why="the same, newer name (read first); a larger buffer keeps more history",
+            why="entries each process keeps (was TORCH_NCCL_TRACE_BUFFER_SIZE); 0 is the default "
+            "up to torch 2.10",
         ),
     ]
 
@@ -117,18 +135,20 @@ def _dumping(prefix: str, dump_dir: str | PurePath) -> list[Setting]:
             value=prefix,
             since=(2, 2),
             why="dump file prefix, the rank is appended: one file per rank in one directory",
+            until=(2, 7),  # 2.8+ reads it too, but warns that it is deprecated
         ),
         Setting(
             name="TORCH_FR_DUMP_TEMP_FILE",
             value=prefix,
             since=(2, 8),
-            why="the same, newer name (read first); without it dumps go to ~/.cache/torch",
+            why="dump file prefix, the rank is appended (was TORCH_NCCL_DEBUG_INFO_TEMP_FILE); "
+            "without it dumps go to ~/.cache/torch",
         ),
         Setting(
             name="TORCH_INCLUDE_STACK_TRACE",
             value="1",
             since=(2, 13),
-            why="Python stacks in automatic dumps: frtrace shows each side's call site",
+            why="Python stacks in automatic dumps: the report shows each side's call site",
         ),
         Setting(
             name="TORCH_INCLUDE_ONLY_ACTIVE",
@@ -155,16 +175,6 @@ def _dumping(prefix: str, dump_dir: str | PurePath) -> list[Setting]:
             value=f"{PurePath(dump_dir) / 'pipe_rank_'}",
             since=(2, 2),
             why="NCCL: `echo 1 > <prefix><rank>.pipe` dumps that rank while the job runs",
-            optional=True,
-        ),
-        Setting(
-            name="FRTRACE_WATCH",
-            value="300",
-            since=(2, 8),
-            why="frtrace's own: an op pending this many seconds is a stall: every rank "
-            "dumps, DIR/frtrace-report.html is written; read as the job imports torch (no "
-            "code change; torch 2.5+, frtrace installed in the job's environment) or by "
-            "frtrace.recorder.enable()",
             optional=True,
         ),
     ]
@@ -194,20 +204,53 @@ def job_environment(
     return out
 
 
+WATCH_SINCE = (2, 5)  # torch calls the backends' entry points as it is imported: autowatch
+
+
+def _watch(seconds: int) -> Setting:
+    return Setting(
+        name="FRTRACE_WATCH",
+        value=str(seconds),
+        since=WATCH_SINCE,
+        why=f"frtrace's own: an op pending {seconds} s is a stall: every rank dumps and "
+        "DIR/frtrace-report.html is written (frtrace installed in the job's environment)",
+    )
+
+
+def _which(version: tuple[int, int] | None, installed: bool) -> str:
+    if version is None:
+        return (
+            "# no torch here and no --torch: every name, torch 2.2 to 2.15 (2.8+ warns that "
+            "the old ones are deprecated)."
+        )
+    if installed:
+        v = _v(version)
+        return f"# for torch {v}, installed here: only the names it reads (--torch: another)."
+    return f"# for torch {_v(version)}: only the names it reads."
+
+
 def render_env(
     dump_dir: str | PurePath = DEFAULT_DUMP_DIR,
     *,
     torch_version: tuple[int, int] | None = None,
     buffer_size: int = DEFAULT_BUFFER_SIZE,
     fmt: str = "shell",
+    watch: int | None = None,
+    installed: bool = False,
 ) -> str:
-    """The recipe as ``export`` lines (``fmt="shell"``) or ``KEY=VALUE`` lines (``"env"``)."""
+    """The recipe as ``export`` lines (``fmt="shell"``) or ``KEY=VALUE`` lines (``"env"``).
+
+    ``torch_version``: only the names that version reads (None: every name); ``installed``:
+    it is the torch of this environment (said in the header). ``watch``: FRTRACE_WATCH's
+    seconds, set (None: one comment line saying what ``--watch`` adds).
+    """
     settings = [s for s in recipe(dump_dir, buffer_size=buffer_size) if _applies(s, torch_version)]
-    which = f"torch {_v(torch_version)}" if torch_version else "any torch from 2.2 to 2.15"
+    if watch is not None:
+        settings.append(_watch(watch))
     quoted = shlex.quote(str(dump_dir))
     lines = [
         "# frtrace env: make every rank record collectives and dump them where frtrace reads them",
-        f"# for {which}; a torch version ignores the variables it does not know.",
+        _which(torch_version, installed),
         f'# use: eval "$(frtrace env --dir {quoted})"   then after a hang: '
         f"frtrace analyze -d {quoted}",
         "# the directory: writable by every rank (shared on multi-node jobs), by you alone (0700).",
@@ -223,4 +266,10 @@ def render_env(
         value = shlex.quote(s.value)
         assignment = f"export {s.name}={value}" if fmt == "shell" else f"{s.name}={s.value}"
         lines.append(("# " if s.optional else "") + assignment)
+    if watch is None and (torch_version is None or torch_version >= WATCH_SINCE):
+        lines += [
+            "",
+            f"# `frtrace env --dir {quoted} --watch 300` adds FRTRACE_WATCH=300: a stall of 300 s "
+            "makes every rank dump and writes DIR/frtrace-report.html, with no code change",
+        ]
     return "\n".join(lines) + "\n"

@@ -39,11 +39,13 @@ def test_parse_watch() -> None:
         parse_watch("nan", source="watch")
 
 
-def test_frtrace_env_prints_the_watch_commented_out_and_enable_never_sets_it() -> None:
+def test_frtrace_env_sets_the_watch_only_when_asked_and_enable_never_sets_it() -> None:
     from frtrace.job.env import render_env
 
     text = render_env("/shared/fr")
-    assert "\n# export FRTRACE_WATCH=300\n" in text
+    assert "FRTRACE_WATCH=" not in text.replace("adds FRTRACE_WATCH=300", "")
+    assert "`frtrace env --dir /shared/fr --watch 300` adds FRTRACE_WATCH=300" in text
+    assert "\nexport FRTRACE_WATCH=120\n" in render_env("/shared/fr", watch=120)
     assert "FRTRACE_WATCH" not in job_environment("/shared/fr")
 
 
