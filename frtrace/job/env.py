@@ -25,6 +25,7 @@ __all__ = [
     "DEFAULT_BUFFER_SIZE",
     "DEFAULT_DUMP_DIR",
     "DUMP_PREFIX",
+    "RENAMED",
     "STACKS_PREFIX",
     "WATCH_SINCE",
     "Setting",
@@ -47,6 +48,12 @@ def default_dump_dir() -> str:
     return "/tmp/frtrace_dumps" + ("" if uid is None else f"-{uid}")
 
 
+# The names torch 2.8 gave two settings, and the older names it still reads after them: a job
+# that set the older one keeps its value (frtrace.recorder sets neither then).
+RENAMED = {
+    "TORCH_FR_BUFFER_SIZE": "TORCH_NCCL_TRACE_BUFFER_SIZE",
+    "TORCH_FR_DUMP_TEMP_FILE": "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+}
 DEFAULT_DUMP_DIR = default_dump_dir()  # (per user: see the module's docstring)
 DUMP_PREFIX = "comm_lib_trace_rank_"  # torch 2.9+'s own file name; the rank is appended
 STACKS_PREFIX = "stacks_rank_"  # the recorder's sidecar: stacks_rank_<rank>.json

@@ -53,7 +53,14 @@ from frtrace.errors import UnsafePathError
 from frtrace.job import registry as reg
 from frtrace.job import triggers
 from frtrace.job import watch as watching
-from frtrace.job.env import DEFAULT_BUFFER_SIZE, DUMP_PREFIX, STACKS_PREFIX, job_environment
+from frtrace.job.env import (
+    DEFAULT_BUFFER_SIZE,
+    DUMP_PREFIX,
+    RENAMED,
+    STACKS_PREFIX,
+    installed_torch,
+    job_environment,
+)
 from frtrace.job.hooks import install_excepthooks
 from frtrace.job.sidecar import TriggerKind, capture_current_stacks, write_stacks
 
@@ -140,8 +147,13 @@ def enable(
     if _state is not None:
         disable()
     st = RecorderState(dump_dir=directory, fmt=fmt, verbose=verbose, stacks=stacks)
-    for name, value in job_environment(directory, buffer_size=buffer_size, timing=timing).items():
-        if override_env or name not in os.environ:
+    # (only the names this torch reads: on 2.8+ an old name makes it warn "deprecated")
+    wanted = job_environment(
+        directory, buffer_size=buffer_size, timing=timing, torch_version=installed_torch()
+    )
+    for name, value in wanted.items():
+        theirs = name in os.environ or RENAMED.get(name, "") in os.environ
+        if override_env or not theirs:
             st.env_set[name] = os.environ.get(name)
             os.environ[name] = value
     _warn_if_late()

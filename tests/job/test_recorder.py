@@ -76,14 +76,36 @@ def test_enable_sets_the_recording_environment_and_disable_restores_it(
     monkeypatch.setenv("TORCH_NCCL_TRACE_BUFFER_SIZE", "77")
     recorder.enable(tmp_path, signals=(), on_exception=False)
     try:
-        assert os.environ["TORCH_FR_BUFFER_SIZE"] == "20000"
-        assert os.environ["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "77"  # the user's value wins
+        # the user's value wins: under its old name too (torch 2.8+ reads the new one first)
+        assert "TORCH_FR_BUFFER_SIZE" not in os.environ
+        assert os.environ["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "77"
         assert os.environ["TORCH_FR_DUMP_TEMP_FILE"] == str(tmp_path.resolve() / DUMP_PREFIX)
         assert recorder.dump_path(3) == tmp_path.resolve() / f"{DUMP_PREFIX}3"
     finally:
         recorder.disable()
     assert "TORCH_FR_BUFFER_SIZE" not in os.environ
     assert recorder.state() is None
+
+
+def test_enable_sets_only_the_names_this_torch_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch 2.8+ warns that the old names are deprecated: enable() sets only the new ones
+    where the installed torch is 2.8 or newer, and only the old ones for older torch."""
+    from frtrace.job import recorder as job_recorder
+
+    for name in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_FR_DUMP_TEMP_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", raising=False)
+    for version, new in (((2, 13), True), ((2, 4), False)):
+        monkeypatch.setattr(job_recorder, "installed_torch", lambda v=version: v)
+        recorder.enable(tmp_path, signals=(), on_exception=False)
+        try:
+            assert ("TORCH_FR_BUFFER_SIZE" in os.environ) is new
+            assert ("TORCH_NCCL_TRACE_BUFFER_SIZE" in os.environ) is not new
+            assert ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE" in os.environ) is not new
+        finally:
+            recorder.disable()
 
 
 def test_dump_before_enable_is_a_clear_error() -> None:
