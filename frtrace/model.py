@@ -1,39 +1,8 @@
 """The result of an analysis: findings, stragglers, culprits, a verdict. Reporters read only this.
 
-Every finding has a stable ``kind`` (its code is listed in docs/json-report.md and never reused):
-
-=====  =====================  ===========================================================
-code   kind                   meaning
-=====  =====================  ===========================================================
-FR001  never_joined           members of a group are blocked in a collective that others
-                              never entered
-FR002  op_mismatch            members entered different collectives at the same sequence
-FR003  size_mismatch          same collective, sizes that the op's rules do not allow
-FR004  dtype_mismatch         same collective, different dtypes
-FR005  not_started            a member enqueued the op but its GPU never started it while its
-                              peers did (NCCL timing)
-FR006  p2p_unmatched          a send/recv whose peer never posted the matching op
-FR007  deadlock               ranks wait on each other in a cycle across groups
-FR008  missing_dump           a rank with no dump that its peers wait on (inferred)
-FR009  stuck_in_collective    every member entered the same op and it did not complete: the
-                              cause is below the Flight Recorder (network, NCCL, GPU)
-FR010  in_flight              an op every member entered that had not finished when dumped
-FR011  sequence_shift         a rank's later collectives line up with the others' shifted by
-                              some positions: it skipped or added a collective
-FR012  unrecorded_ops         ranks ran ops the recorder counted but did not write (Gloo's
-                              send/recv): a rank blocked in one cannot be seen
-FR013  first_failure          a rank's own failure (an exception in its code, a crash, OOM, a
-                              CUDA error) came first; the other ranks' failures followed it
-FR014  named_by_error         an error message names the ranks that failed (monitored_barrier)
-FR015  stack_outlier          the entries are silent; the other ranks wait in torch.distributed
-                              calls while these ranks are in host code (their Python stacks)
-FR016  unseen_members         a rank is blocked in an op of a group whose other members
-                              recorded nothing of it: they never entered it, or have no dump
-FR017  running_snapshot       no dump time; several groups each have one member one op
-                              behind at the same moment: a running job dumped at one instant
-FR018  nothing_recorded       no rank recorded any op: stuck before the first collective, or
-                              only ops the recorder does not write (Gloo's send/recv)
-=====  =====================  ===========================================================
+Every finding has a stable ``kind``, its code (``FR001``...) its place in ``FindingKind``:
+the table of codes, what each means and whether it observes the ranks it names is
+docs/json-report.md; a code is never reused.
 """
 
 from __future__ import annotations
@@ -96,26 +65,28 @@ class Confidence(StrEnum):
 
 
 class FindingKind(StrEnum):
-    """What is wrong; see the module docstring for the codes."""
+    """What is wrong; its code is its place (``KIND_CODES``), never reused."""
 
-    NEVER_JOINED = "never_joined"
-    OP_MISMATCH = "op_mismatch"
-    SIZE_MISMATCH = "size_mismatch"
-    DTYPE_MISMATCH = "dtype_mismatch"
-    NOT_STARTED = "not_started"
-    P2P_UNMATCHED = "p2p_unmatched"
-    DEADLOCK = "deadlock"
-    MISSING_DUMP = "missing_dump"
-    STUCK_IN_COLLECTIVE = "stuck_in_collective"
-    IN_FLIGHT = "in_flight"
-    SEQUENCE_SHIFT = "sequence_shift"
-    UNRECORDED_OPS = "unrecorded_ops"
-    FIRST_FAILURE = "first_failure"
-    NAMED_BY_ERROR = "named_by_error"
-    STACK_OUTLIER = "stack_outlier"
-    UNSEEN_MEMBERS = "unseen_members"
-    RUNNING_SNAPSHOT = "running_snapshot"
-    NOTHING_RECORDED = "nothing_recorded"
+    NEVER_JOINED = "never_joined"  # FR001 blocked in a collective some members never entered
+    OP_MISMATCH = "op_mismatch"  # FR002 members entered different collectives at one seq
+    SIZE_MISMATCH = "size_mismatch"  # FR003 sizes the op's rules do not allow
+    DTYPE_MISMATCH = "dtype_mismatch"  # FR004 different dtypes
+    NOT_STARTED = "not_started"  # FR005 enqueued, its GPU never started it (NCCL timing)
+    P2P_UNMATCHED = "p2p_unmatched"  # FR006 a send/recv whose peer never posted its op
+    DEADLOCK = "deadlock"  # FR007 ranks wait on each other in a cycle
+    MISSING_DUMP = "missing_dump"  # FR008 no dump, its peers wait on it (inferred)
+    STUCK_IN_COLLECTIVE = "stuck_in_collective"  # FR009 all entered, none finished (below FR)
+    IN_FLIGHT = "in_flight"  # FR010 all entered, not finished when dumped
+    SEQUENCE_SHIFT = "sequence_shift"  # FR011 skipped or added a collective
+    UNRECORDED_OPS = "unrecorded_ops"  # FR012 ops counted, not written (Gloo's p2p)
+    FIRST_FAILURE = "first_failure"  # FR013 a rank's own failure came first
+    NAMED_BY_ERROR = "named_by_error"  # FR014 an error message names the ranks
+    STACK_OUTLIER = "stack_outlier"  # FR015 in host code while the others wait (stacks)
+    UNSEEN_MEMBERS = "unseen_members"  # FR016 blocked in a group no other member recorded
+    RUNNING_SNAPSHOT = "running_snapshot"  # FR017 one op behind in several groups at once
+    NOTHING_RECORDED = "nothing_recorded"  # FR018 no rank recorded any op
+    GROUP_ORDER = "group_order"  # FR019 made its groups in another order
+    OP_ORDER = "op_order"  # FR020 ran a group's ops in another order
 
 
 KIND_CODES: dict[FindingKind, str] = {
@@ -147,6 +118,8 @@ class Basis(StrEnum):
 
     OBSERVED = "observed"  # the dumps show it, or the job's own words say it
     INFERRED = "inferred"  # an absence, timing or a heuristic
+    STACK = "stack"  # no dump read: its stack is outside the one collective all others are in
+    RAS = "ras"  # an inference NCCL RAS backs: it saw the rank's process dead or unreachable
 
 
 # The finding kinds that observe the ranks they name. From the entries (only of a rank with a
@@ -154,8 +127,8 @@ class Basis(StrEnum):
 # its GPU never started the op, it never posted the peer's op, a cycle of blocked ranks. From
 # the job's own words: its own first failure, a torch check that says it never arrived
 # (monitored_barrier). Every other kind is an inference: a missing dump (FR008), the stacks
-# (FR015), a group's unseen members named by elimination (FR016), and the kinds that name no
-# one (FR009, FR010, FR012, FR017, FR018).
+# (FR015; with no dump read, its stack observes it: Basis.STACK), a group's unseen members
+# named by elimination (FR016), and the kinds that name no one (FR009, FR010, FR012, FR017, FR018).
 ENTRIES_OBSERVE = frozenset(
     {
         FindingKind.NEVER_JOINED,
@@ -167,7 +140,7 @@ ENTRIES_OBSERVE = frozenset(
         FindingKind.DEADLOCK,
         FindingKind.SEQUENCE_SHIFT,
     }
-)
+) | {FindingKind.GROUP_ORDER, FindingKind.OP_ORDER}  # its own entries: its groups, its order
 JOB_OBSERVES = frozenset({FindingKind.FIRST_FAILURE, FindingKind.NAMED_BY_ERROR})
 OBSERVED_KINDS = ENTRIES_OBSERVE | JOB_OBSERVES
 
@@ -286,7 +259,9 @@ class AttemptSummary:
     later: bool = False  # after the attempt the report is of (``--attempt`` picked an earlier)
     verdict: Verdict
     culprit_ranks: tuple[int, ...]  # its root causes, sorted
-    suspected_ranks: tuple[int, ...] = ()  # its culprits inferred only from missing dumps
+    suspected_ranks: tuple[int, ...] = ()  # its culprits inferred only (no dump, elimination)
+    # those by why each is only suspected (``suspected_why``)
+    suspected_why: tuple[tuple[str, tuple[int, ...]], ...] = ()
     hosts: tuple[tuple[int, str], ...] = ()  # (rank, host) of those ranks, where known
     # its leading finding: what, in which op (None: it has none)
     kind: FindingKind | None = None
@@ -297,6 +272,8 @@ class AttemptSummary:
     world_size: int = 0
     ranks_loaded: int = 0  # the attempt's own dumps read
     evidence_files: int = 0  # its own logs and error files read
+    fingerprint: str | None = None  # its report's (``analysis.fingerprint``): the same hang
+    died_in_init: bool = False  # its ranks never got through init_process_group: none named
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -355,6 +332,7 @@ class Report:
     # the whole job, as ``culprit_ranks`` is); a ``replace`` that changes who is named, or on
     # what, passes ``named_ranks=()`` to have them made again
     named_ranks: tuple[NamedRank, ...] = ()
+    fingerprint: str | None = None  # what was found, hashed (``analysis.fingerprint``)
 
     def __post_init__(self) -> None:
         if not self.named_ranks:
@@ -364,6 +342,27 @@ class Report:
     def has_problems(self) -> bool:
         """True when the exit code should be 1."""
         return self.verdict in (Verdict.HANG, Verdict.DESYNC, Verdict.CANNOT_TELL)
+
+
+# Why a rank is only suspected, from its ``NamedRank.rests_on`` facts, in the reports' words.
+_SUSPECTED_WHY = (
+    ("no dump", "no dump"),
+    ("dump unreadable", "no dump"),
+    (KIND_CODES[FindingKind.UNSEEN_MEMBERS], "by elimination"),
+    (KIND_CODES[FindingKind.STACK_OUTLIER], "from stacks only"),
+)
+
+
+def suspected_why(report: Report) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The suspected ranks by why each is only suspected (``("no dump", (3,))``, ``("by
+    elimination", (0, 1, 2))``; "inferred" for another inference), in the order first met."""
+    facts = {n.rank: n.rests_on for n in report.named_ranks}
+    why: dict[str, list[int]] = {}
+    for r in report.suspected_ranks:
+        rests = facts.get(r, ())
+        reason = next((w for fact, w in _SUSPECTED_WHY if fact in rests), "inferred")
+        why.setdefault(reason, []).append(r)
+    return tuple((w, tuple(ranks)) for w, ranks in why.items())
 
 
 def named_ranks(report: Report) -> tuple[NamedRank, ...]:

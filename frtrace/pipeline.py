@@ -95,9 +95,11 @@ def _job_ns(dumps: DumpSet | None) -> int | None:
 
 
 def _without_dumps(discovery: Discovery) -> tuple[DumpSet, SideFiles]:
-    """The job left no dump (every rank died or exited before writing one): an empty set and
-    its side files, if its logs, error files or stacks (a folder's or an archive's) name ranks
-    that failed; else ``discovery.missing`` stands."""
+    """The job left no dump (every rank died or exited before writing one, or it records
+    nothing ``frtrace collect`` could ask for): an empty set and its side files, if its logs,
+    error files or stacks (a folder's or an archive's) name ranks that failed or where ranks
+    are; else ``discovery.missing`` stands. The world is the ranks' ``WORLD_SIZE`` where
+    ``collect``'s manifests say it, else the highest rank named."""
     from frtrace.evidence.injob import world_named
     from frtrace.load.empty import empty_dump_set
 
@@ -106,9 +108,13 @@ def _without_dumps(discovery: Discovery) -> tuple[DumpSet, SideFiles]:
     side = read_side_files(directory, listed)
     ranks = {f.rank for f in side.evidence.failures if f.rank is not None}
     world = world_named(ranks | set(side.stacks.ranks))
-    if not side.evidence.failures or world is None:
+    if not (side.evidence.failures or side.stacks.ranks) or world is None:
         raise discovery.missing
-    dumps = empty_dump_set(directory, world, "the highest rank its logs and stacks name", listed)
+    told = side.collected.world_size
+    if told is not None and told >= world:
+        said = "ranks' WORLD_SIZE, in collect's manifest"
+        return empty_dump_set(directory, told, said, listed, certain=True), side
+    dumps = empty_dump_set(directory, world, "highest rank its logs and stacks name", listed)
     return dumps, side
 
 
@@ -138,7 +144,11 @@ def _analysed(dumps: DumpSet, side: SideFiles | None = None) -> Report:
     if restarts is None:
         return report
     return with_history(
-        report, restarts.attempt, restarts.others, lambda n: _diagnosed(other_attempt(dumps, n))
+        report,
+        restarts.attempt,
+        restarts.others,
+        lambda n: _diagnosed(other_attempt(dumps, n)),
+        inits=restarts.inits,
     )
 
 

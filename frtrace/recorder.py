@@ -5,6 +5,6 @@
 
 from __future__ import annotations
 
-from frtrace.job.recorder import RecorderState, disable, dump, dump_path, enable, state
+from frtrace.job.recorder import RecorderState, disable, dump, dump_path, enable, phase, state
 
-__all__ = ["RecorderState", "disable", "dump", "dump_path", "enable", "state"]
+__all__ = ["RecorderState", "disable", "dump", "dump_path", "enable", "phase", "state"]

@@ -1366,6 +1366,36 @@ def build(fx: Fixture, out: Path) -> tuple[Run, dict[str, Any] | None]:
     return run, entry
 
 
+def record_manifest(
+    manifest_path: Path,
+    results: list[tuple[Fixture, Run, dict[str, Any] | None]],
+    fixture_list: list[Fixture],
+    t0: float,
+) -> int:
+    """Each fixture's outcome printed, the made ones' truth written into ``manifest_path``
+    (in ``fixture_list``'s order, the failed ones dropped); 1 if any failed."""
+    manifest: dict[str, Any] = {}
+    if manifest_path.exists():
+        manifest = json.loads(manifest_path.read_text())
+    failed = 0
+    for fx, run, entry in results:
+        status = "ok" if entry is not None else "FAILED"
+        print(f"{fx.name:40s} {status:6s} {run.seconds:5.1f}s")
+        for err in run.errors:
+            print(f"    {err}")
+        if entry is None:
+            failed += 1
+            manifest.pop(fx.name, None)
+        else:
+            manifest[fx.name] = entry
+    order = {f.name: i for i, f in enumerate(fixture_list)}
+    manifest = dict(sorted(manifest.items(), key=lambda kv: order.get(kv[0], len(order))))
+    manifest_path.parent.mkdir(parents=True, exist_ok=True)
+    manifest_path.write_text(_to_json(manifest) + "\n")
+    print(f"{len(results) - failed}/{len(results)} fixtures ok in {time.monotonic() - t0:.1f}s")
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "tests" / "fixtures")
@@ -1397,27 +1427,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         results = list(pool.map(one, chosen))
-    manifest_path = out / TREE / "MANIFEST.json"
-    manifest: dict[str, Any] = {}
-    if manifest_path.exists():
-        manifest = json.loads(manifest_path.read_text())
-    failed = 0
-    for fx, run, entry in results:
-        status = "ok" if entry is not None else "FAILED"
-        print(f"{fx.name:40s} {status:6s} {run.seconds:5.1f}s")
-        for err in run.errors:
-            print(f"    {err}")
-        if entry is None:
-            failed += 1
-            manifest.pop(fx.name, None)
-        else:
-            manifest[fx.name] = entry
-    order = {f.name: i for i, f in enumerate(FIXTURE_LIST)}
-    manifest = dict(sorted(manifest.items(), key=lambda kv: order.get(kv[0], len(order))))
-    manifest_path.parent.mkdir(parents=True, exist_ok=True)
-    manifest_path.write_text(_to_json(manifest) + "\n")
-    print(f"{len(results) - failed}/{len(results)} fixtures ok in {time.monotonic() - t0:.1f}s")
-    return 1 if failed else 0
+    return record_manifest(out / TREE / "MANIFEST.json", results, FIXTURE_LIST, t0)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,15 @@ PUBLIC = {
         "load_dumps",
     ],
     "frtrace.testing": ["assert_culprits", "assert_expected", "assert_healthy"],
-    "frtrace.recorder": ["RecorderState", "disable", "dump", "dump_path", "enable", "state"],
+    "frtrace.recorder": [
+        "RecorderState",
+        "disable",
+        "dump",
+        "dump_path",
+        "enable",
+        "phase",
+        "state",
+    ],
     "frtrace.pipeline": ["analyze", "analyze_dumps", "analyze_loaded", "diagnose_source"],
     "frtrace.cli": ["app", "main", "run"],
 }

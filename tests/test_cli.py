@@ -374,6 +374,14 @@ def test_summary_lists_every_rank() -> None:
     assert "4 of 4 ranks loaded" in result.stdout
 
 
+def test_summary_says_the_format_version_as_written() -> None:
+    """A dump of format "2.10" is "2.10" in the table, not the number 2.1."""
+    result = run("summary", "-d", FIXTURES / "nccl" / "healthy" / "2.10-pickle")
+    assert result.exit_code == 0
+    versions = {line.split()[2] for line in result.stdout.splitlines() if " pickle " in line}
+    assert versions == {"2.10"}
+
+
 @pytest.mark.parametrize("command", ["analyze", "show", "check", "env", "summary", "export"])
 def test_every_command_has_help_with_an_example(command: str) -> None:
     """Each command's --help exits 0 and shows an example."""

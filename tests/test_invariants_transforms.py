@@ -44,6 +44,7 @@ WHOLE = (
     "incidents/rerun",
     "incidents/restart",
     "incidents/snapshots",
+    "incidents/two_hosts_clock",
     "stacks/store_hang",
 )
 SAMPLE = (

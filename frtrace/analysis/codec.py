@@ -29,7 +29,8 @@ from frtrace.model import Report
 
 __all__ = ["FORMAT", "CodecError", "decode", "decode_report", "encode", "encode_report"]
 
-FORMAT = "frtrace-report-4"  # 3: notes, stragglers, stacks' reading and places typed; 4: named
+# 3: notes, stragglers, stacks' reading and places typed; 4: named; 5: why suspected, clocks
+FORMAT = "frtrace-report-5"
 
 _Fn = Callable[[Any], Any]
 

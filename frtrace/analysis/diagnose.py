@@ -7,7 +7,8 @@
    of precedence) into the verdict and the culprits;
 4. the report, made once: stragglers (``stragglers``), where the culprits' stacks put them
    and what every rank's stack says against the verdict (``stackjoin``), each rank's process,
-   and what the dumps could not show (``notes``).
+   and what the dumps could not show (``notes``);
+5. what NCCL RAS's answers add to it (``ras``), and its fingerprint (``fingerprint``).
 """
 
 from __future__ import annotations
@@ -15,13 +16,22 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from frtrace.analysis.facts import Facts, facts_of
+from frtrace.analysis.facts.clocks import clock_notes
 from frtrace.analysis.facts.groups import Membership
 from frtrace.analysis.facts.ops import MatchResult
 from frtrace.analysis.facts.segments import rank_group_spans
 from frtrace.analysis.facts.waitgraph import victims_of
-from frtrace.analysis.notes import data_notes
+from frtrace.analysis.fingerprint import with_fingerprint
+from frtrace.analysis.notes import blind_notes, data_notes
+from frtrace.analysis.ras import with_ras
 from frtrace.analysis.rules import RULES
-from frtrace.analysis.stackjoin import Named, stack_evidence, stack_notes, with_stacks
+from frtrace.analysis.stackjoin import (
+    Named,
+    stack_evidence,
+    stack_notes,
+    with_stack_basis,
+    with_stacks,
+)
 from frtrace.analysis.stragglers import find_stragglers
 from frtrace.analysis.verdict import verdict
 from frtrace.detail.notes import PresumedHeldUp
@@ -59,6 +69,7 @@ def diagnose_facts(facts: Facts) -> Report:
     give_back_memory()  # (the pages of mapped columns the findings read, and their garbage)
     decision = verdict(found, facts, stragglers)
     notes = data_notes(facts.dumps, facts.membership, facts.matched, facts.waits, decision.verdict)
+    notes += blind_notes(facts.blind, facts.membership)  # (what the recorder cannot see)
     notes += [
         PresumedHeldUp(rank=r, where=label, by=by)
         for r, (label, by) in sorted(decision.presumed.items())
@@ -75,7 +86,7 @@ def diagnose_facts(facts: Facts) -> Report:
         victims=victim_ranks,
     )
     dumps = facts.dumps
-    return Report(
+    report = Report(
         verdict=decision.verdict,
         culprit_ranks=culprits,
         findings=with_stacks(decision.findings, culprits, facts),
@@ -84,7 +95,7 @@ def diagnose_facts(facts: Facts) -> Report:
         ranks_loaded=dumps.loaded_ranks,
         ranks_missing=dumps.missing_ranks,
         ranks_unreadable=dumps.unreadable_ranks,
-        data_notes=(*notes, *stack_notes(facts), *facts.claimed),
+        data_notes=(*clock_notes(facts.clocks), *notes, *stack_notes(facts), *facts.claimed),
         groups=facts.membership.groups,
         wait_edges=tuple(sorted({(e.waiter, e.target, str(e.kind)) for e in facts.waits.edges})),
         suspected_ranks=decision.suspected,
@@ -97,6 +108,8 @@ def diagnose_facts(facts: Facts) -> Report:
         stacks=stack_evidence(facts, named),
         processes=facts.processes,
     )
+    report = with_stack_basis(report)  # (a culprit the stacks alone observe: its stack)
+    return with_fingerprint(with_ras(report, facts.evidence.ras))  # (RAS never names anyone)
 
 
 def _progress(membership: Membership, matched: MatchResult) -> tuple[GroupProgress, ...]:

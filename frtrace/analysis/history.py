@@ -11,15 +11,26 @@ included), or a host that held a culprit in two or more: a job restarted on the 
 that fails on the same one again points at the machine (a GPU, a NIC, a host's memory), not
 at the code, which every rank runs alike. Suspects never count: in a restarted job's folder
 most dumps of an earlier attempt were overwritten by the next one, so "no dump" says nothing.
+
+Each summary keeps its report's fingerprint (``frtrace.analysis.fingerprint``): two attempts
+with the same one hung the same way ("same hang as attempt 0", ``report.words_history``).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 
-from frtrace.model import AttemptSummary, Finding, History, RepeatOffender, Report, Severity
+from frtrace.model import (
+    AttemptSummary,
+    Finding,
+    History,
+    RepeatOffender,
+    Report,
+    Severity,
+    suspected_why,
+)
 
 __all__ = ["MAX_OTHER_ATTEMPTS", "repeat_offenders", "summarise", "with_history"]
 
@@ -30,17 +41,24 @@ MAX_OTHER_ATTEMPTS = 8
 
 
 def with_history(
-    report: Report, attempt: int, others: Sequence[int], analyse: Callable[[int], Report]
+    report: Report,
+    attempt: int,
+    others: Sequence[int],
+    analyse: Callable[[int], Report],
+    inits: Collection[int] = (),
 ) -> Report:
     """``report`` (of attempt ``attempt``) with the history of the ``others``: each analysed
     by ``analyse`` (at most ``MAX_OTHER_ATTEMPTS``, the nearest first) and summarised, and the
-    repeat offenders among them and this one."""
+    repeat offenders among them and this one. ``inits``: the attempts that died in init
+    (``frtrace.load.inits``): said so, nobody of theirs named."""
     if not others:
         return report
     nearest = sorted(set(others) - {attempt}, key=lambda n: (abs(n - attempt), n))
     chosen = sorted(nearest[:MAX_OTHER_ATTEMPTS])
-    summaries = tuple(summarise(n, analyse(n), later=n > attempt) for n in chosen)
-    this = summarise(attempt, report, later=False)
+    summaries = tuple(
+        summarise(n, analyse(n), later=n > attempt, died_in_init=n in inits) for n in chosen
+    )
+    this = summarise(attempt, report, later=False, died_in_init=attempt in inits)
     history = History(
         this=this,
         others=summaries,
@@ -50,9 +68,23 @@ def with_history(
     return replace(report, history=history)
 
 
-def summarise(attempt: int, report: Report, *, later: bool) -> AttemptSummary:
+def summarise(
+    attempt: int, report: Report, *, later: bool, died_in_init: bool = False
+) -> AttemptSummary:
     """One attempt's report in short: its verdict, the ranks it names (only the job's) and
-    their hosts where known, and its leading finding."""
+    their hosts where known, and its leading finding; of an attempt that died in init, that
+    alone (its ranks' deaths in init are no hang's culprits)."""
+    if died_in_init:
+        return AttemptSummary(
+            attempt=attempt,
+            later=later,
+            verdict=report.verdict,
+            culprit_ranks=(),
+            world_size=report.world_size,
+            ranks_loaded=len(report.ranks_loaded),
+            evidence_files=len(report.evidence_files),
+            died_in_init=True,
+        )
     world = report.world_size
     suspected = tuple(r for r in report.suspected_ranks if 0 <= r < world)
     culprits = tuple(r for r in report.culprit_ranks if 0 <= r < world and r not in suspected)
@@ -69,6 +101,9 @@ def summarise(attempt: int, report: Report, *, later: bool) -> AttemptSummary:
         verdict=report.verdict,
         culprit_ranks=culprits,
         suspected_ranks=suspected,
+        suspected_why=tuple(
+            (why, kept) for why, ranks in suspected_why(report) if (kept := _within(ranks, world))
+        ),
         hosts=hosts,
         kind=None if lead is None else lead.kind,
         group=None if lead is None else lead.group,
@@ -78,7 +113,12 @@ def summarise(attempt: int, report: Report, *, later: bool) -> AttemptSummary:
         world_size=world,
         ranks_loaded=len(report.ranks_loaded),
         evidence_files=len(report.evidence_files),
+        fingerprint=report.fingerprint,  # (the same hang as another attempt: words_history)
     )
+
+
+def _within(ranks: tuple[int, ...], world: int) -> tuple[int, ...]:
+    return tuple(r for r in ranks if 0 <= r < world)
 
 
 def _lead(report: Report) -> Finding | None:

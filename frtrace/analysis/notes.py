@@ -4,16 +4,20 @@ settle it: the data notes of a report."""
 from __future__ import annotations
 
 from frtrace.analysis.facts import stateless_ranks
+from frtrace.analysis.facts.blind import BlindSpots
 from frtrace.analysis.facts.groups import Membership
 from frtrace.analysis.facts.ops import MatchResult
 from frtrace.analysis.facts.waitgraph import EdgeKind, WaitGraph
+from frtrace.detail.kinds import RankGroupCount
 from frtrace.detail.notes import (
     BuffersWrapped,
     DataNote,
+    GraphReplay,
     HistoryCut,
     LoadWarnings,
     NoDumpFor,
     OldDumps,
+    SkippedCollectives,
     StatelessDumps,
     UnexplainedBlocked,
     UnreadableDumps,
@@ -22,7 +26,7 @@ from frtrace.detail.notes import (
 from frtrace.load.dumpset import DumpSet
 from frtrace.model import Verdict
 
-__all__ = ["data_notes", "unexplained_ranks"]
+__all__ = ["blind_notes", "data_notes", "unexplained_ranks"]
 
 
 def data_notes(
@@ -68,6 +72,28 @@ def data_notes(
     warnings = [p for p in dumps.problems if not p.fatal]
     if warnings:
         notes.append(LoadWarnings(count=len(warnings)))
+    return notes
+
+
+def blind_notes(blind: BlindSpots, membership: Membership) -> list[DataNote]:
+    """What the recorder cannot see (``facts.blind``): the collectives it counted and never
+    wrote, the ranks whose stacks are in a CUDA graph replay."""
+    notes: list[DataNote] = []
+    if blind.skipped:
+        pairs = sorted(blind.skipped.items())
+        notes.append(
+            SkippedCollectives(
+                ranks=tuple(sorted({r for (r, _), _ in pairs})),
+                total=sum(blind.skipped.values()),
+                counts=tuple(
+                    RankGroupCount(rank=r, group=membership.groups[g], ops=n)
+                    for (r, g), n in pairs[:4]
+                ),
+                more=max(0, len(pairs) - 4),
+            )
+        )
+    if blind.replaying:
+        notes.append(GraphReplay(ranks=blind.replaying))
     return notes
 
 

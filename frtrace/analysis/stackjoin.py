@@ -10,7 +10,8 @@ named, and its frames to the evidence), and a ``StackEvidence`` on the report: e
 stack in STAT-style classes and its reading (``detail.stacks``; ``report.words_stacks`` says
 it): whether the outliers corroborate the verdict (the culprits are the ranks elsewhere) or
 question it (an outlier that no finding explains, or a culprit with the same stack as the
-ranks waiting on it). It writes no sentence.
+ranks waiting on it); where no dump was read, what the stacks alone say (``StacksAlone``) and
+the basis of a culprit they observe (``with_stack_basis``: its stack). It writes no sentence.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from frtrace.analysis.facts import Facts
 from frtrace.analysis.facts.places import culprit_where
 from frtrace.analysis.facts.signatures import call_site
 from frtrace.analysis.series import stack_series
-from frtrace.detail import NeverJoined
+from frtrace.detail import NeverJoined, StackOutlier
 from frtrace.detail.notes import NoStackFor, StackFileProblem
 from frtrace.detail.stacks import (
     AlsoElsewhere,
@@ -35,11 +36,16 @@ from frtrace.detail.stacks import (
     SharesWaitingStack,
     SinglesOut,
     StackReading,
+    StacksAlone,
 )
 from frtrace.model import (
+    Basis,
     CulpritStack,
     CulpritWhere,
     Finding,
+    NamedAs,
+    Report,
+    Severity,
     StackEvidence,
     Verdict,
 )
@@ -52,6 +58,7 @@ __all__ = [
     "stack_evidence",
     "stack_notes",
     "stacks_agree",
+    "with_stack_basis",
     "with_stacks",
 ]
 
@@ -197,7 +204,11 @@ def stack_evidence(facts: Facts, named: Named) -> StackEvidence | None:
     by_rank, classes = facts.sampled, facts.classes
     if not by_rank or classes is None or facts.stacks is None:
         return None
-    agreement, reading, unexplained = _agreement(named, classes.classes, set(by_rank))
+    if facts.loaded:
+        agreement, reading, unexplained = _agreement(named, classes.classes, set(by_rank))
+    else:
+        agreement, unexplained = "stacks_only", ()
+        reading = _alone(named, classes.classes, set(by_rank), facts.dumps.world.size)
     sources = Counter(s.source for s in by_rank.values())
     return StackEvidence(
         classes=classes,
@@ -209,6 +220,46 @@ def stack_evidence(facts: Facts, named: Named) -> StackEvidence | None:
         problems=tuple(p.message for p in facts.stacks.problems),
         series=stack_series(facts.stacks.samples),
     )
+
+
+def _alone(
+    named: Named, classes: tuple[StackClass, ...], have: set[int], world: int
+) -> StacksAlone:
+    """No dump was read: the culprits the stacks alone name (``rules.stack_outlier``), where
+    they are and where the others wait; else the ranks without a stack and the stacks' places."""
+    class_of = {r: c for c in classes for r in c.ranks}
+    culprits = tuple(r for r in named.culprits if r in class_of)
+    waiting = [class_of[r] for r in named.victims if r in class_of]
+    return StacksAlone(
+        named=culprits,
+        place=_class_text(class_of[culprits[0]]) if culprits else None,
+        waiting_in=_class_text(waiting[0]) if culprits and waiting else None,
+        others=len(have - set(culprits)),
+        missing=tuple(r for r in range(world) if r not in have),
+        places=len(classes),
+    )
+
+
+def with_stack_basis(report: Report) -> Report:
+    """The report with each culprit the stacks alone observe (no dump read; ``StackOutlier``'s
+    ``stacks_only``) named on the basis of its stack: not inferred, nor observed by a dump."""
+    seen = {
+        r
+        for f in report.findings
+        if f.severity == Severity.ERROR
+        and isinstance(f.detail, StackOutlier)
+        and f.detail.stacks_only
+        for r in f.culprit_ranks
+    }
+    if not seen:
+        return report
+    named = tuple(
+        replace(n, basis=Basis.STACK, rests_on=(*n.rests_on, "its stack"))
+        if n.rank in seen and n.role == NamedAs.CULPRIT
+        else n
+        for n in report.named_ranks
+    )
+    return replace(report, named_ranks=named)
 
 
 def stack_notes(facts: Facts) -> tuple[NoStackFor | StackFileProblem, ...]:

@@ -4,7 +4,11 @@ Every rule (``analysis.rules``) says what it sees; ``verdict`` decides, in this 
 precedence:
 
 1. **Desync.** A member that called another op, size or dtype than its peers (or a shifted
-   sequence) is the culprit, whatever else is seen: ``DESYNC``.
+   sequence) is the culprit, whatever else is seen: ``DESYNC``. So is a rank that made its
+   groups in another order (``group_order``) or ran a group's ops in another order
+   (``op_order``); the mismatches that follow from it (and, for groups, the groups no other
+   member recorded) are its own evidence, not findings; with no majority its ranks are
+   suspected.
 2. **Positive evidence names culprits.** Two kinds, each trusted:
 
    - what the job said: the first rank to fail with a cause of its own (``first_failure``),
@@ -24,14 +28,19 @@ precedence:
    other members wait on a named culprit is presumed a victim (``_explain_missing``).
 4. **The stacks** (``stack_outlier``) name culprits only where something is wrong that
    nothing above pins on a rank (ranks blocked unexplained, a failure reported, unrecorded
-   send/recv, groups no other member recorded): ``HANG`` with medium confidence. Elsewhere
-   they are a running job's ordinary picture and are dropped.
+   send/recv, collectives the recorder cannot see, groups no other member recorded): ``HANG``
+   with medium confidence. Elsewhere
+   they are a running job's ordinary picture and are dropped. Where no dump was read at all,
+   the stacks alone name a rank they observe outside the one collective every other rank is
+   in (``stacks_only``: not suspected, its basis is its stack); else nobody: ``CANNOT_TELL``,
+   never ``HEALTHY`` (nothing was read that could say so).
 5. **Something is wrong, nobody is named**: an op every member entered that did not finish,
    members that disagree with no majority where members without a dump would settle which
    side is wrong (a desync warning), a suspect without a dump, a rank blocked in an op that
    nothing explains (not finished, not in flight at a known dump time, not matched by its
-   group's members), unrecorded send/recv, a reported failure: ``CANNOT_TELL``. Never
-   ``HEALTHY``.
+   group's members), unrecorded send/recv, collectives the recorder cannot see (a group's
+   sequence ids skipped, a CUDA graph replay in the stacks: ``facts.blind``), a reported
+   failure: ``CANNOT_TELL``. Never ``HEALTHY``.
 6. ``HEALTHY_WITH_STRAGGLERS`` when ranks were consistently late, else ``HEALTHY``.
 7. **What the stacks lend**, once the culprits are decided (it never changes who is named): a
    finding of medium confidence whose culprits' stacks are where its entries put them is of
@@ -55,9 +64,19 @@ from frtrace.analysis.notes import unexplained_ranks
 from frtrace.analysis.rules.first_failure import TOGETHER_NS
 from frtrace.analysis.stackjoin import stacks_agree
 from frtrace.base.ranges import format_ranks
-from frtrace.detail import Disagreement, LaterFailure, NamedApart
+from frtrace.detail import Disagreement, LaterFailure, NamedApart, StackOutlier
+from frtrace.detail.order import GroupOrder, OpOrder
 from frtrace.evidence.model import Role
-from frtrace.model import Confidence, Finding, FindingKind, Severity, Straggler, Verdict
+from frtrace.model import (
+    ENTRIES_OBSERVE,
+    JOB_OBSERVES,
+    Confidence,
+    Finding,
+    FindingKind,
+    Severity,
+    Straggler,
+    Verdict,
+)
 
 __all__ = ["Decision", "verdict"]
 
@@ -67,8 +86,11 @@ DESYNC_KINDS = frozenset(
         FindingKind.SIZE_MISMATCH,
         FindingKind.DTYPE_MISMATCH,
         FindingKind.SEQUENCE_SHIFT,
+        FindingKind.GROUP_ORDER,
+        FindingKind.OP_ORDER,
     }
 )
+ORDER_KINDS = frozenset({FindingKind.GROUP_ORDER, FindingKind.OP_ORDER})
 FROM_THE_JOB = frozenset({FindingKind.FIRST_FAILURE, FindingKind.NAMED_BY_ERROR})
 # Warnings that say something is wrong without naming who (step 5)
 WRONG_UNNAMED = frozenset(
@@ -99,7 +121,7 @@ class Decision:
 
 def verdict(found: list[Finding], facts: Facts, stragglers: tuple[Straggler, ...]) -> Decision:
     """Weigh the rules' findings; see the module docstring for the order."""
-    found = _snapshot_is_not_a_hang(_stuck_explained(found))
+    found = _order_explains(_snapshot_is_not_a_hang(_stuck_explained(found)))
     errors = [f for f in found if f.severity == Severity.ERROR]
     job = [f for f in errors if f.kind in FROM_THE_JOB]
     entries = [
@@ -114,12 +136,15 @@ def verdict(found: list[Finding], facts: Facts, stragglers: tuple[Straggler, ...
         any(f.kind in WRONG_UNNAMED or f.kind in DESYNC_KINDS for f in found)
         or unexplained_ranks(facts.matched, facts.waits)
         or facts.evidence.failures
+        or facts.blind  # collectives the recorder cannot see (``facts.blind``)
     )
     missing = [f for f in errors if f.kind == FindingKind.MISSING_DUMP]
     outliers = [f for f in found if f.kind == FindingKind.STACK_OUTLIER]
     kept = [f for f in found if f.severity != Severity.ERROR] + job + entries + missing
-    # step 4: the stacks decide only where nothing else named anyone and something is wrong
-    use_stacks = not has_positive and not missing and something_wrong and bool(outliers)
+    # step 4: the stacks decide only where nothing else named anyone and something is wrong,
+    # or where no dump was read and the stacks alone observe the rank (``_its_stack``)
+    alone = any(_its_stack(f) for f in outliers)
+    use_stacks = not has_positive and not missing and (something_wrong or alone) and bool(outliers)
     if use_stacks:
         kept += outliers
     kept, presumed = _explain_missing(kept, facts.membership, facts.waits, facts.loaded)
@@ -134,20 +159,79 @@ def verdict(found: list[Finding], facts: Facts, stragglers: tuple[Straggler, ...
 
     positive = [f for f in kept if names_culprits(f)]
     culprits = tuple(sorted({r for f in positive for r in f.culprit_ranks}))
-    suspected = tuple(
-        sorted(
-            {r for f in kept if f.kind == FindingKind.MISSING_DUMP for r in f.culprit_ranks}
-            - {r for f in positive if f.kind != FindingKind.MISSING_DUMP for r in f.culprit_ranks}
-        )
-    )
+    suspected = _suspected(kept, positive, facts.loaded)
     return Decision(
-        verdict=_decided(positive, something_wrong or bool(suspected), stragglers),
+        verdict=_decided(
+            positive, something_wrong or bool(suspected) or not facts.loaded, stragglers
+        ),
         findings=tuple(_stacks_lend(f, facts) for f in kept),  # step 7
         culprits=culprits,
         suspected=suspected,
         presumed=presumed,
         disagreements=tuple(disagreements),
     )
+
+
+def _suspected(
+    kept: list[Finding], positive: list[Finding], loaded: frozenset[int]
+) -> tuple[int, ...]:
+    """The ranks named only on an inference (naming discipline, issue 50): a rank without a
+    dump that its peers wait on, and a culprit no finding observes (``model.OBSERVED_KINDS``:
+    from the entries only where the rank has a dump; a group's unseen members named by
+    elimination, the stacks alone). A rank one finding observes is never suspected."""
+    observed = {
+        r
+        for f in positive
+        for r in f.culprit_ranks
+        if f.kind in JOB_OBSERVES or (f.kind in ENTRIES_OBSERVE and r in loaded) or _its_stack(f)
+    }
+    no_dump = {r for f in kept if f.kind == FindingKind.MISSING_DUMP for r in f.culprit_ranks}
+    no_dump |= {r for f in kept for r in _order_suspects(f)}  # (no majority)
+    named = {r for f in positive for r in f.culprit_ranks}
+    return tuple(sorted((no_dump | named) - observed))
+
+
+def _its_stack(f: Finding) -> bool:
+    """No dump was read, and the stacks alone observe the rank: every rank of the job has one,
+    all but it in one place of one collective (``rules.stack_outlier``, basis "its stack")."""
+    return isinstance(f.detail, StackOutlier) and f.detail.stacks_only
+
+
+def _order_suspects(f: Finding) -> tuple[int, ...]:
+    """The ranks an order finding with no majority suspects (it names no culprit)."""
+    if f.severity == Severity.ERROR:
+        return ()
+    if isinstance(f.detail, GroupOrder):
+        return f.detail.suspects
+    return f.detail.odd if isinstance(f.detail, OpOrder) else ()
+
+
+def _order_explains(found: list[Finding]) -> list[Finding]:
+    """Step 1: a group made in another order explains the mismatches in the groups of the
+    names ranks hold apart (and, where it names a rank, the groups no other member recorded);
+    a group's ops run in another order explains the mismatches in its window. Those findings
+    are dropped: the order finding holds their ops (and their sides, with no majority)."""
+    names: set[str] = set()
+    spans: dict[str, tuple[int, int]] = {}
+    unseen = False
+    for f in found:
+        if isinstance(f.detail, GroupOrder):
+            names |= {c.name for c in f.detail.conflicts}
+            unseen = unseen or f.severity == Severity.ERROR
+        elif isinstance(f.detail, OpOrder) and f.group is not None:
+            spans[f.group.name] = (f.detail.first, f.detail.last)
+    if not names and not spans:
+        return found
+
+    def explained(f: Finding) -> bool:
+        if f.kind == FindingKind.UNSEEN_MEMBERS:
+            return unseen
+        if f.kind in ORDER_KINDS or f.kind not in DESYNC_KINDS or f.group is None:
+            return False
+        first, last = spans.get(f.group.name, (1, 0))
+        return f.group.name in names or (f.seq is not None and first <= f.seq <= last)
+
+    return [f for f in found if not explained(f)]
 
 
 def _stuck_explained(found: list[Finding]) -> list[Finding]:

@@ -118,12 +118,38 @@ def collect(
     except (SeveralJobs, CollectError, UnsafePathError) as exc:
         raise _fail(exc) from None
     if no_analyze:
+        _say_next_time(snaps[-1], analysed=False)
         raise typer.Exit(code=EXIT_OK)
     _echo_line("")
     if twice is not None:
         _compare_snapshots(snaps[0].folder, snaps[1].folder, None)
         _echo_line("")
-    analyze(dump_dir=snaps[-1].folder, allow_partial=True)
+    try:
+        analyze(dump_dir=snaps[-1].folder, allow_partial=True)
+    finally:  # (analyze ends with its exit code: the line comes after the report)
+        _say_next_time(snaps[-1], analysed=True)
+
+
+def _say_next_time(snapshot: Snapshot, *, analysed: bool) -> None:
+    """No rank's dump was got: what the analysis rests on, and the one line that makes the
+    next collect get every rank's dump (``collect.nextdump``)."""
+    result = snapshot.result
+    nt = result.next_time
+    if nt is None:
+        return
+    stacks = any(rc.stacks for rc in result.ranks)
+    _echo_line("")
+    if stacks:
+        said = "the report above rests on" if analysed else "the analysis will rest on"
+        _echo_line(f"no rank's dump was got: {said} the ranks' Python stacks alone.")
+    else:
+        _echo_line("no rank's dump or Python stack was got.")
+    if nt.line is None:
+        _echo_line(f"this job ({nt.job}) cannot dump: {nt.needs}")
+        return
+    needs = f"; it needs {nt.needs}" if nt.needs else ""
+    _echo_line(f"for every rank's dump next time ({nt.job}), run this {nt.where}{needs}:")
+    _echo_line(f"  {nt.line}")
 
 
 def _said(phase: Phase) -> Callable[[Snapshot], None]:

@@ -13,6 +13,8 @@ asked); ``ask`` and ``mechanisms`` ask each for a Flight Recorder dump (a reques
 server) and take its Python stack (``py-spy dump``, the worker server's ``dump_traceback``),
 each bounded in time; ``safety`` is how every file, pipe and socket a rank's environment names
 is touched (never through a link, only the rank user's own; copies 0600, see SECURITY.md);
+``keep`` makes sure a request never overwrites a dump the rank or its stall watch wrote;
 ``run`` does it for every rank at once and says per rank what was collected and how, and
-what was not and why.
+what was not and why, and where no rank's dump was got, ``nextdump`` says the line that gets
+them next time.
 """

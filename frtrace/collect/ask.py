@@ -8,7 +8,12 @@ socket, once ``SO_PEERCRED`` says the process serving it is the rank; the record
 when the dump and its sidecar are written, and says where; both are copied like any file of
 the rank's (``collect/safety.py``). Whenever one of these is not so, nothing is asked and the
 table says why: collect sends no signal, so a SIGUSR1 handler the script installed after
-``enable()`` (Lightning's SLURM requeue) is never run by it.
+``enable()`` (Lightning's SLURM requeue) is never run by it. The recorder writes its answer
+beside the rank's own dump (its stall watch's, a signal's, an exception's), never over it
+(:mod:`frtrace.job.answers`): the rank's files stay as they were, and collect copies the
+answer under the rank's usual names. An older recorder, whose entry does not say so, answers
+over its own dump: where that file already holds one, it is not asked, and that dump is taken
+as it is (``collect/keep.py``).
 """
 
 from __future__ import annotations
@@ -21,11 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from frtrace.base.files import OutDir
-from frtrace.collect.mechanisms import Outcome
+from frtrace.collect.keep import answered, own_dump
+from frtrace.collect.mechanisms import Outcome, copied
 from frtrace.collect.procs import RankProcess
 from frtrace.collect.safety import connect_to_process, copy_private
 from frtrace.errors import UnsafePathError
 from frtrace.job import registry as reg
+from frtrace.job.answers import ANSWERS_APART
 from frtrace.job.env import DUMP_PREFIX, STACKS_PREFIX
 
 __all__ = ["recorder"]
@@ -136,6 +143,19 @@ def _request(dir_fd: int, proc: RankProcess, timeout_s: float) -> dict[str, Any]
     return doc
 
 
+def _its_own(doc: dict[str, Any], proc: RankProcess, out_dir: OutDir) -> Outcome | None:
+    """An older recorder's (it answers over its own dump): the dump the rank wrote by itself
+    where it would answer (its registry entry's ``dump_dir``), copied as it is with its
+    sidecar; None: ask (the recorder answers apart, or there is none)."""
+    folder = doc.get("dump_dir")
+    if doc.get(ANSWERS_APART) is True or not isinstance(folder, str) or not folder:
+        return None
+    name = f"{DUMP_PREFIX}{proc.rank}" + (".json" if doc.get("fmt") == "json" else "")
+    side = Path(folder) / f"{STACKS_PREFIX}{proc.rank}.json"
+    kept = own_dump(Path(folder) / name, proc, side)
+    return None if kept is None else copied("recorder", kept, proc, out_dir, name)
+
+
 def recorder(proc: RankProcess, out_dir: OutDir, timeout_s: float) -> Outcome:
     """Ask ``frtrace.recorder`` in the process for a dump; fetch dump and sidecar."""
     try:
@@ -151,12 +171,16 @@ def recorder(proc: RankProcess, out_dir: OutDir, timeout_s: float) -> Outcome:
         why = _not_this_process(doc, proc)
         if why is not None:
             return _no(f"{reg.entry_name(proc.pid)} {why}: not asked (no signal sent)")
+        kept = _its_own(doc, proc, out_dir)
+        if kept is not None:
+            return kept
         reply = _request(dir_fd, proc, timeout_s)
     finally:
         os.close(dir_fd)
     if isinstance(reply, str):
         return _no(reply)
     dump = Path(reply["dump"])
+    answered(dump)
     name = f"{DUMP_PREFIX}{proc.rank}" + (".json" if dump.name.endswith(".json") else "")
     try:
         paths = [copy_private(dump, proc.uid, out_dir, name)]

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from frtrace.base.files import OutDir, write_file
+from frtrace.collect.keep import OwnDump, answered, own_dump
 from frtrace.collect.procs import RankProcess, proc_state
 from frtrace.collect.safety import connect_to_process, copy_private, open_fifo
 from frtrace.errors import UnsafePathError
@@ -43,6 +44,7 @@ from frtrace.job.registry import process_start_time
 
 __all__ = [
     "Outcome",
+    "copied",
     "nccl_pipe",
     "pyspy",
     "worker_server_dump",
@@ -63,6 +65,7 @@ class Outcome:
     detail: str  # what was written, or why not (one short phrase)
     paths: tuple[str, ...] = ()  # files written into the output directory
     skipped: bool = False  # not available here (as opposed to tried and failed)
+    written_ns: int | None = None  # a dump the rank had written by itself: when (else now)
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:
@@ -112,6 +115,7 @@ def nccl_pipe(proc: RankProcess, out_dir: OutDir, timeout_s: float) -> Outcome:
     fifo = Path(f"{stem}{proc.rank}.pipe")
     target = Path(f"{_default_dump_prefix(dict(proc.env))}{proc.rank}")
     before = _stamp(target)
+    kept = own_dump(target, proc)  # (the job's own dump there: not asked over)
     try:
         fd = open_fifo(fifo, proc.uid)
     except FileNotFoundError:
@@ -128,9 +132,12 @@ def nccl_pipe(proc: RankProcess, out_dir: OutDir, timeout_s: float) -> Outcome:
         why = "no reader (rank gone?)" if exc.errno == errno.ENXIO else str(exc.strerror)
         return Outcome(mechanism="nccl_pipe", kind="dump", ok=False, detail=why)
     try:
-        os.write(fd, b"1")
+        if kept is None:
+            os.write(fd, b"1")
     finally:
         os.close(fd)
+    if kept is not None:
+        return copied("nccl_pipe", kept, proc, out_dir, f"{DUMP_PREFIX}{proc.rank}")
     if not _wait_new_and_stable(target, before, time.monotonic() + timeout_s):
         return Outcome(
             mechanism="nccl_pipe",
@@ -145,7 +152,30 @@ def nccl_pipe(proc: RankProcess, out_dir: OutDir, timeout_s: float) -> Outcome:
     except OSError as exc:
         why = f"{target.name}: {exc.strerror or exc}"
         return Outcome(mechanism="nccl_pipe", kind="dump", ok=False, detail=why)
+    answered(target)
     return Outcome(mechanism="nccl_pipe", kind="dump", ok=True, detail=fifo.name, paths=(str(dst),))
+
+
+def copied(mechanism: str, kept: OwnDump, proc: RankProcess, out_dir: OutDir, name: str) -> Outcome:
+    """The dump the rank wrote by itself (and its stacks sidecar), copied as it is."""
+    try:
+        paths = [copy_private(kept.path, proc.uid, out_dir, name)]
+    except UnsafePathError as exc:
+        return Outcome(mechanism=mechanism, kind="dump", ok=False, detail=f"{exc}: not copied")
+    except OSError as exc:
+        why = f"{kept.path.name}: {exc.strerror or exc}"
+        return Outcome(mechanism=mechanism, kind="dump", ok=False, detail=why)
+    if kept.sidecar is not None:
+        with contextlib.suppress(UnsafePathError, OSError):
+            paths.append(copy_private(kept.sidecar, proc.uid, out_dir, kept.sidecar.name))
+    return Outcome(
+        mechanism=mechanism,
+        kind="dump",
+        ok=True,
+        detail=kept.said(),
+        paths=tuple(str(p) for p in paths),
+        written_ns=kept.written_ns,
+    )
 
 
 class _UnixHTTP(http.client.HTTPConnection):

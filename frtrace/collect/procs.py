@@ -28,10 +28,12 @@ __all__ = [
     "PROC",
     "RankProcess",
     "find_rank_processes",
+    "gpu_open",
     "job_of",
     "proc_state",
     "scan_rank_processes",
     "signal_caught",
+    "started_at_ns",
 ]
 
 PROC = Path("/proc")
@@ -47,6 +49,7 @@ KEPT = (
     "TORCH_NCCL_DEBUG_INFO_PIPE_FILE",
     "TORCH_WORKER_SERVER_SOCKET",
     "FRTRACE_RUNTIME_DIR",  # where frtrace.recorder registers (job/registry.py)
+    "FRTRACE_WATCH",  # the stall watch asked for (the next collect's line: collect/nextdump.py)
     # which job a rank belongs to (two jobs on one host: ``job_of``)
     "TORCHELASTIC_RUN_ID",
     "MASTER_ADDR",
@@ -126,6 +129,44 @@ def proc_state(pid: int) -> str | None:
         return None
     fields = stat.rsplit(")", 1)[-1].split()
     return fields[0] if fields else None
+
+
+def started_at_ns(proc: RankProcess) -> int | None:
+    """When the process started, on this host's clock (ns; to 1/CLK_TCK s): the boot time
+    (``btime`` in /proc/stat) plus its start (clock ticks after boot); None where unknown."""
+    if proc.start_time is None:
+        return None
+    try:
+        btime = next(
+            int(line.split()[1])
+            for line in (PROC / "stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+        ticks = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, StopIteration, IndexError):
+        return None
+    return btime * 1_000_000_000 + int(proc.start_time) * 1_000_000_000 // ticks
+
+
+_GPU_DEVICES = ("/dev/nvidia", "/dev/kfd")  # CUDA's, ROCm's
+_MAX_FDS = 4096  # a rank's open files looked at for one
+
+
+def gpu_open(pid: int) -> bool | None:
+    """Does the process hold a GPU device open (CUDA or ROCm initialised: NCCL is possible)?
+    None where its open files cannot be seen (another user's, without root)."""
+    folder = PROC / str(pid) / "fd"
+    try:
+        fds = os.listdir(folder)[:_MAX_FDS]
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            if os.readlink(folder / fd).startswith(_GPU_DEVICES):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def signal_caught(pid: int, signum: int) -> bool:

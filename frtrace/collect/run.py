@@ -31,7 +31,9 @@ from frtrace.base.files import OutDir, open_out_dir, write_file
 from frtrace.base.ranges import format_ranks
 from frtrace.collect import mechanisms as m
 from frtrace.collect.ask import recorder
+from frtrace.collect.nextdump import NextTime, next_time
 from frtrace.collect.procs import RankProcess, job_of, scan_rank_processes
+from frtrace.collect.ras import save_ras_status
 from frtrace.collect.store import Answer, StoreRank, Worker, fetch_all, read_registry
 from frtrace.errors import SeveralJobs
 from frtrace.job import registry
@@ -87,6 +89,7 @@ class CollectResult:
     ranks: tuple[RankCollection, ...]
     others: int = 0  # rank processes of other users left alone (no --any-user)
     problems: tuple[str, ...] = ()  # registry values not usable (--store); local: what would do
+    next_time: NextTime | None = None  # no rank's dump: what makes the next collect get them
 
     @property
     def ok(self) -> bool:
@@ -116,8 +119,8 @@ def _one(proc: RankProcess, out: OutDir, opts: CollectOptions, exe: str | None) 
             break
         timeout = opts.http_timeout_s if ask is m.worker_server_dump else opts.dump_timeout_s
         outcomes.append(ask(proc, out, timeout))
-        if outcomes[-1].ok:
-            dumped_at = time.time_ns()
+        if outcomes[-1].ok:  # (a dump the rank wrote by itself: when it wrote it)
+            dumped_at = outcomes[-1].written_ns or time.time_ns()
     outcomes.append(m.worker_server_traceback(proc, out, opts.http_timeout_s))
     host = socket.gethostname()
     return RankCollection(
@@ -134,7 +137,12 @@ def _size(path: str) -> int | None:
 
 
 def _write_manifest(
-    folder: OutDir, host: str, how: str, clock: str, done: list[RankCollection]
+    folder: OutDir,
+    host: str,
+    how: str,
+    clock: str,
+    done: list[RankCollection],
+    world: int | None = None,
 ) -> None:
     ranks = []
     for rc in done:
@@ -152,6 +160,8 @@ def _write_manifest(
         )
     collector = {"host": socket.gethostname(), "pid": os.getpid(), "how": how}
     doc = manifest_document(host, collector, clock, ranks)
+    if world is not None:  # (read by evidence/collected.py: a rank without a stack is seen)
+        doc["world_size"] = world
     write_file(folder, MANIFEST_NAME, (json.dumps(doc, indent=1) + "\n").encode())
 
 
@@ -206,11 +216,31 @@ def collect(directory: Path, options: CollectOptions | None = None) -> CollectRe
             return CollectResult(directory=folder.path, ranks=(), others=len(others))
         with ThreadPoolExecutor(max_workers=min(32, len(procs))) as pool:
             done = list(pool.map(lambda p: _one(p, folder, opts, exe), procs))
-        _write_manifest(folder, host, "local", "local", done)
-        hint = () if any(rc.dump for rc in done) else store_hint(procs)
+        _write_manifest(folder, host, "local", "local", done, world_size(procs))
+        got = any(rc.dump for rc in done)
+        hint = () if got else store_hint(procs)
+        hint += save_ras_status(folder)  # NCCL RAS's view, where ncclras is installed
         return CollectResult(
-            directory=folder.path, ranks=tuple(done), others=len(others), problems=hint
+            directory=folder.path,
+            ranks=tuple(done),
+            others=len(others),
+            problems=hint,
+            next_time=None if got else next_time(procs, [_has_recorder(rc) for rc in done]),
         )
+
+
+def _has_recorder(rc: RankCollection) -> bool:
+    """A ``frtrace.recorder`` was found in the rank (asked, or refused: the table says why)."""
+    return any(o.mechanism == "recorder" and not o.skipped for o in rc.outcomes)
+
+
+def world_size(procs: list[RankProcess]) -> int | None:
+    """The job's world size, where its ranks here agree on ``WORLD_SIZE`` (and it holds them)."""
+    said = {p.env.get("WORLD_SIZE", "") for p in procs}
+    value = said.pop() if len(said) == 1 else ""
+    if not value.isdigit() or int(value) <= max(p.rank for p in procs):
+        return None
+    return int(value)
 
 
 def store_hint(procs: list[RankProcess]) -> tuple[str, ...]:

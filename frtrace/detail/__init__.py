@@ -55,6 +55,8 @@ from frtrace.detail.kinds import (
     UnseenMembers,
     WaitedOnTheSilent,
 )
+from frtrace.detail.order import GroupOrder, OpOrder
+from frtrace.detail.ras import RasRunning
 from frtrace.detail.values import CulpritStack, CulpritWhere, GroupRef, OpSignature
 
 __all__ = [
@@ -69,6 +71,7 @@ __all__ = [
     "DumpedAfter",
     "FirstFailure",
     "GlooSizeHint",
+    "GroupOrder",
     "GroupRef",
     "HeldUnseen",
     "IdleAtDump",
@@ -87,6 +90,7 @@ __all__ = [
     "NotStarted",
     "NothingRecorded",
     "OpFailed",
+    "OpOrder",
     "OpSignature",
     "OrderConflict",
     "P2PPost",
@@ -94,6 +98,7 @@ __all__ = [
     "PgStatus",
     "RankGroupCount",
     "RankSignature",
+    "RasRunning",
     "RunningOps",
     "RunningSnapshot",
     "SaidMismatch",
@@ -130,7 +135,10 @@ Detail = (
     | PatternBroken
     | SaidMismatch
     | GlooSizeHint
+    | GroupOrder
+    | OpOrder
 )
 
-# Where two kinds of evidence name different ranks (``Report.disagreements``)
-Disagreement = LaterFailure | NamedApart
+# Where two kinds of evidence name different ranks, or disagree on the job
+# (``Report.disagreements``)
+Disagreement = LaterFailure | NamedApart | RasRunning

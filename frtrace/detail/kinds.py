@@ -59,6 +59,9 @@ class StackOutlier:
     host: tuple[CulpritWhere, ...]
     waiting: int
     waiting_in: str | None  # their one library call; None: several
+    # no dump was read: every rank of the job has a stack, the others all in one place of
+    # one collective (``waiting_in``), so each of ``host`` is seen outside it by its stack
+    stacks_only: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,11 +7,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from frtrace.detail.kinds import RankGroupCount
+from frtrace.detail.ras import RasCommNote, RasRead
 from frtrace.detail.values import GroupRef
 
 __all__ = [
     "BuffersWrapped",
+    "ClockOffsets",
     "DataNote",
+    "GraphReplay",
     "HistoryCut",
     "InferredFrom",
     "LoadWarnings",
@@ -21,6 +25,7 @@ __all__ = [
     "NoStackFor",
     "OldDumps",
     "PresumedHeldUp",
+    "SkippedCollectives",
     "StackFileProblem",
     "StatelessDumps",
     "StragglerBasis",
@@ -147,6 +152,37 @@ class StackFileProblem:
     message: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClockOffsets:
+    """Ranks whose clock was found ``offset_s`` ahead of rank ``reference``'s (behind where
+    negative), from ``collectives`` collectives they recorded together (0: their folder's
+    offset, a host's ranks share a clock): their times were moved onto rank ``reference``'s
+    clock before any rule read them (``analysis.facts.clocks``)."""
+
+    ranks: tuple[int, ...]
+    offset_s: float
+    reference: int
+    collectives: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SkippedCollectives:
+    """Collectives a rank's recorder counted but did not write: a group's sequence ids
+    skipped between two of its entries (``analysis.facts.blind``)."""
+
+    ranks: tuple[int, ...]
+    total: int
+    counts: tuple[RankGroupCount, ...]  # the first few (rank, group, how many)
+    more: int  # (rank, group) pairs not listed
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GraphReplay:
+    """Ranks whose Python stack is in a CUDA graph replay, whose collectives are not recorded."""
+
+    ranks: tuple[int, ...]
+
+
 # Every note a report can carry
 DataNote = (
     NoDumpFor
@@ -163,6 +199,11 @@ DataNote = (
     | StackFileProblem
     | ManifestTimes
     | HistoryCut
+    | RasRead
+    | RasCommNote
+    | ClockOffsets
+    | SkippedCollectives
+    | GraphReplay
 )
 
 

@@ -18,6 +18,7 @@ __all__ = [
     "SharesWaitingStack",
     "SinglesOut",
     "StackReading",
+    "StacksAlone",
 ]
 
 
@@ -72,6 +73,21 @@ class Corroborates:
     others: int  # the other ranks with a stack
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StacksAlone:
+    """No dump was read: what the stacks alone say. ``named``: the ranks they observe outside
+    the one torch.distributed call every other rank is in (the first's ``place``; the others'
+    ``waiting_in``), else none, and why: the ranks of the job without a stack (``missing``),
+    or the stacks' ``places`` (their classes)."""
+
+    named: tuple[int, ...]
+    place: str | None
+    waiting_in: str | None
+    others: int  # the other ranks with a stack
+    missing: tuple[int, ...]
+    places: int
+
+
 # What the stacks say of the verdict; ``StackEvidence.agreement`` names its family
 StackReading = (
     NothingMore
@@ -81,4 +97,5 @@ StackReading = (
     | SharesWaitingStack
     | AlsoElsewhere
     | Corroborates
+    | StacksAlone
 )

@@ -7,6 +7,7 @@ stdout and stderr, ``--tee`` and ``srun -l`` prefix every line with the rank. ``
 those files, ``logs`` and ``errorfile`` read them, ``messages`` says what each failure is (a
 *cause*: an exception in user code, a crash, OOM, a CUDA error; or a *symptom*: a timeout, a
 peer that closed the connection, a watchdog abort) and which ranks or ops it names. Everything
-comes out as ``model.Failure`` records, one ``JobEvidence`` per directory. stdlib only; a file
+comes out as ``model.Failure`` records, one ``JobEvidence`` per directory; NCCL RAS's answers
+beside the dumps (``ras``) ride along on it. stdlib only; a file
 that cannot be read is one line in ``JobEvidence.problems``, never the analysis.
 """

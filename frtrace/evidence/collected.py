@@ -9,6 +9,7 @@ was, and when its dump was taken::
      "host": "node-7",                 # the host the folder is about
      "collector": {"host": "login-1", "pid": 4242, "how": "store" | "local"},
      "clock": "collector",             # whose clock "dumped_at_ns" is read from
+     "world_size": 8,                  # the ranks' WORLD_SIZE, where they agree (optional)
      "ranks": [{"rank": 5, "host": "node-7", "pid": 1234, "dumped_at_ns": 17000...,
                 "dump": "comm_lib_trace_rank_5.json", "how": "debug server ..."}]}
 
@@ -64,6 +65,7 @@ class Collected:
     # rank -> its manifest's folder, as the dump set's file paths name it (an archive's members
     # from the archive's top; a folder's from the folder)
     folders: Mapping[int, str] = field(default_factory=dict)
+    world_size: int | None = None  # the ranks' WORLD_SIZE, as the manifests say (the largest)
 
     def dumped_at_ns(self) -> dict[int, int]:
         return {r.rank: r.dumped_at_ns for r in self.ranks if r.dumped_at_ns is not None}
@@ -131,6 +133,7 @@ def read_collected(directory: Path, files: Sequence[SideFile] | None = None) -> 
     folders: dict[int, str] = {}
     found: list[str] = []
     problems: list[str] = []
+    worlds: list[int] = []
     for file in files:
         if file.kind != "manifest":
             continue
@@ -145,6 +148,9 @@ def read_collected(directory: Path, files: Sequence[SideFile] | None = None) -> 
             problems.append(f"{rel}: {why}; its ranks' hosts, pids and dump times are not used")
             continue
         found.append(rel)
+        world = _typed(doc.get("world_size"), int)
+        if world is not None and 0 < world <= MAX_WORLD_SIZE:
+            worlds.append(world)
         full, base = str(file.path), str(directory)
         inside = full[len(base) + 1 :] if full.startswith(base) and len(full) > len(base) else rel
         for r in ranks:
@@ -166,6 +172,7 @@ def read_collected(directory: Path, files: Sequence[SideFile] | None = None) -> 
         problems=tuple(problems),
         sources=sources,
         folders=folders,
+        world_size=max(worlds, default=None),
     )
 
 

@@ -28,6 +28,7 @@ from frtrace.evidence.launchers import LineRanks, file_ranks, ray_ranks, ray_wor
 from frtrace.evidence.logs import TEE, parse_log
 from frtrace.evidence.messages import classify
 from frtrace.evidence.model import Failure, FailureKind, JobEvidence, Role
+from frtrace.evidence.ras import read_ras
 from frtrace.incident.budget import LOG_SECONDS, Deadline
 from frtrace.incident.layout import MAX_LOG_BYTES, SideFile, read_regular, side_files
 from frtrace.pystack.discover import StackSet
@@ -188,13 +189,13 @@ def load_evidence(
     is ``newest``, the one analysed (None: the newest): a log that spans several attempts is
     read for that one's lines only (``frtrace.evidence.agent``). ``job_ns``: when the job ran
     (its dumps' newest entry), whose year log times without one (glog's ``E1127 03:56:46``)
-    are read in; else each log's file time says it (a checkout's or a copy's is new)."""
+    are read in; else each log's file time says it (a checkout's or a copy's is new). NCCL
+    RAS's answers beside them are read too (``JobEvidence.ras``)."""
     failures = _from_stacks(stacks)
     found: list[str] = []
     problems: list[str] = []
-    listed = [
-        f for f in (side_files(directory) if files is None else files) if f.kind in _READ_HERE
-    ]
+    every = side_files(directory) if files is None else files
+    listed = [f for f in every if f.kind in _READ_HERE]
     ray, texts = _ray_table(listed)
     ranks = file_ranks([f.relative for f in listed], world, ray)
     for file in listed:
@@ -239,4 +240,10 @@ def load_evidence(
                 "the lines after are not read (give the job's logs alone, or cut this one)"
             )
         found.append(rel)
-    return JobEvidence(failures=_settle(failures), files=tuple(found), problems=tuple(problems))
+    ras = read_ras(every)  # NCCL RAS's answers (frtrace.evidence.ras)
+    return JobEvidence(
+        failures=_settle(failures),
+        files=tuple(found) + ras.files,
+        problems=tuple(problems) + ras.problems,
+        ras=ras or None,
+    )

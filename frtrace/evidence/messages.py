@@ -109,7 +109,8 @@ _PATTERNS: tuple[tuple[re.Pattern[str], FailureKind], ...] = tuple(
         ),
         (
             r"Watchdog caught collective operation timeout|Timed out waiting|timed out|"
-            r"Timeout\(ms\)|Socket Timeout|deadline exceeded",
+            r"Timeout\(ms\)|Socket Timeout|deadline exceeded|"
+            r"Application timeout caused pair closure",  # (Gloo: a pair closed by a timeout)
             _K.TIMEOUT,
         ),
         (

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from frtrace.evidence.ras import RasFiles
+
 __all__ = [
     "WAITING",
     "Call",
@@ -115,6 +117,7 @@ class JobEvidence:
     failures: tuple[Failure, ...] = ()
     files: tuple[str, ...] = ()  # the files read (relative paths)
     problems: tuple[str, ...] = ()  # files that could not be read, one line each
+    ras: RasFiles | None = None  # NCCL RAS's answers and events (``frtrace.evidence.ras``)
 
     def __bool__(self) -> bool:
         return bool(self.failures)

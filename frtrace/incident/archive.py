@@ -113,6 +113,7 @@ _SIDE_KINDS: dict[str, SideKind] = {
     "log": "log",
     "error_file": "error_file",
     "manifest": "manifest",
+    "ras": "ras",
 }
 
 
@@ -264,7 +265,7 @@ def _take(
     if member.problem is not None:
         return [SkippedFile(path=where, reason=f"refused: {member.problem}")]
     side = _SIDE_KINDS[kind]
-    if side in ("stacks", "manifest") and member.size > MAX_STACK_BYTES:
+    if side in ("stacks", "manifest", "ras") and member.size > MAX_STACK_BYTES:
         too_large = f"{member.size:,} bytes, more than the {MAX_STACK_BYTES:,} any stack dump needs"
         return [_side(where, member, side, refused=too_large)]
     start = max(0, member.size - MAX_LOG_BYTES) if side in ("log", "error_file") else 0

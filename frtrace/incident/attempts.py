@@ -35,11 +35,11 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from frtrace.base.ranges import format_ranks
 from frtrace.errors import NoSuchAttempt
-from frtrace.incident.budget import MAX_DUMP_BYTES, read_listed
+from frtrace.incident.budget import MAX_DUMP_BYTES, MAX_WORLD_SIZE, read_listed
 from frtrace.incident.layout import SideFile
 from frtrace.incident.problems import LoadProblem
 
@@ -47,10 +47,12 @@ if TYPE_CHECKING:
     from frtrace.incident.listing import Candidate
 
 __all__ = [
+    "DumpRecord",
     "attempt_numbers",
     "attempt_of",
     "drop_copies",
     "drop_side_copies",
+    "dump_records",
     "newest_snapshot",
     "side_files_of_attempt",
 ]
@@ -248,6 +250,30 @@ def _pids_in(folder: str, side_files: Sequence[SideFile]) -> dict[int, tuple[str
     seen: dict[int, set[tuple[str, int]]] = defaultdict(set)
     for item in _rank_records(folder, side_files):
         _note(seen, item)
+    return {r: next(iter(v)) for r, v in seen.items() if len(v) == 1}
+
+
+class DumpRecord(NamedTuple):
+    """What a rank's sidecar (or ``collect``'s manifest) says of its dump's process."""
+
+    host: str
+    pid: int
+    dumped_at_ns: int
+    world_size: int | None  # the job's world as the recorder saw it (None: not said)
+
+
+def dump_records(folder: str, side_files: Sequence[SideFile]) -> dict[int, DumpRecord]:
+    """Each rank's ``DumpRecord`` as the manifest and the recorder's sidecars in ``folder``
+    (not below) give it; a rank given two different ones is left out."""
+    seen: dict[int, set[DumpRecord]] = defaultdict(set)
+    for item in _rank_records(folder, side_files):
+        if not isinstance(item, dict):
+            continue
+        rank, pid, host, at = (item.get(k) for k in ("rank", "pid", "host", "dumped_at_ns"))
+        world = item.get("world_size")
+        world = world if type(world) is int and 0 < world <= MAX_WORLD_SIZE else None
+        if type(rank) is int and type(pid) is int and isinstance(host, str) and type(at) is int:
+            seen[rank].add(DumpRecord(host, pid, at, world))
     return {r: next(iter(v)) for r, v in seen.items() if len(v) == 1}
 
 

@@ -7,7 +7,7 @@ within a budget, and what is over it costs that file (or that line), never the a
 - time: a log is read for at most ``LOG_SECONDS``; the lines after are not read (one line in
   the problems says so), and every pattern matched against a line runs in linear time;
 - size: a log's last ``MAX_LOG_BYTES`` (``frtrace.incident.layout``), a line's first
-``MAX_LINE_CHARS``;
+``MAX_LINE_CHARS``; NCCL RAS's output ``MAX_RAS_BYTES`` (refused whole past it);
 - digits: a number is read only when it has at most ``MAX_DIGITS`` digits (``int()`` of a
   number of thousands of digits is slow, and Python refuses over 4,300), a rank only in
   ``[0, MAX_WORLD_SIZE)``;
@@ -37,6 +37,7 @@ __all__ = [
     "MAX_DIGITS",
     "MAX_DUMP_BYTES",
     "MAX_LINE_CHARS",
+    "MAX_RAS_BYTES",
     "MAX_WORLD_SIZE",
     "Deadline",
     "load_json",
@@ -53,7 +54,9 @@ MAX_WORLD_SIZE = 1 << 20
 # A 2,000-entry dump with 20-frame stacks is a few MB; 1 GiB is far beyond any real buffer
 # and refuses junk (a core file, a checkpoint) before it is read into memory.
 MAX_DUMP_BYTES = 1 << 30
-LOG_SECONDS = 10.0  # the time one log may take to read
+# ``ncclras -f json`` writes ~600 bytes per rank and communicator: 10^5 ranks in one
+MAX_RAS_BYTES = 64 << 20
+LOG_SECONDS = 10.0  # the time one log (or one RAS file) may take to read
 MAX_LINE_CHARS = 8192  # of a log line, matched; a failure message keeps 300
 MAX_DIGITS = 18  # an int64 has 19; exit codes, signals, line numbers, sequence numbers
 _MAX_NS = 2**63 - 1

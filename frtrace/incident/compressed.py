@@ -118,7 +118,7 @@ def sort_packed(
     link (a log's is never followed); ``refused``: why it is not read (an archive's member
     past the archive's budget), said for its kind without opening it."""
     kind, parsed = kind_by_name(name)
-    if kind in ("log", "error_file", "manifest") and linked:
+    if kind in ("log", "error_file", "manifest", "ras") and linked:
         return Packed(skipped="a link: a log is never followed")
     if parsed is not None and parsed[1] >= MAX_WORLD_SIZE:
         return Packed(skipped=f"rank {parsed[1]} is beyond any job's world size")

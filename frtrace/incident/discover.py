@@ -23,14 +23,15 @@ at most half of either (a dump left over on another host). Several sets left at 
 an error naming each set and the ``--only`` that picks one (the set's name, or a pattern of
 paths; the side files of the other sets' folders are left out then); a rank found twice within
 one set is read from the first file in path order, the other named in one warning
-(``Discovery.problems``).
+(``Discovery.problems``); where they are one process's dumps (``frtrace.incident.recorders``)
+every one is kept, said in one line: the load makes them one rank (``frtrace.load.recorders``).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,7 @@ from frtrace.incident.attempts import (
 from frtrace.incident.layout import SideFile, SkippedFile, parse_dump_name, walk, walk_key
 from frtrace.incident.listing import MAX_WORLD_SIZE, Candidate, Listing
 from frtrace.incident.problems import LoadProblem
+from frtrace.incident.recorders import joined_parts, read_together
 
 __all__ = [
     "MAX_WORLD_SIZE",
@@ -136,6 +138,7 @@ def discover(
         sets, snapshots = [sets[newest[0]]], newest[1]
         sets[0].members.extend(newest[2])  # (a rank read once from another snapshot's copy)
     kept, problems = _one_per_rank(directory, sets[0])
+    problems += read_together(kept, sets[0].siblings, set_name)
     side_files = drop_side_copies(listing.side_files)
     if len(sets[0].members) < len(candidates):  # (--only, snapshots: their folders' files out)
         side_files = _side_files_of(sets[0], candidates, side_files)
@@ -236,6 +239,8 @@ class _Set:
     patterns: frozenset[str]
     ranks: frozenset[int]
     name: str
+    # (relative paths) one process's several dumps a rank in their folder: read together
+    siblings: frozenset[str] = frozenset()
 
 
 def _form_sets(candidates: Sequence[Candidate]) -> list[_Set]:
@@ -261,11 +266,12 @@ def _form_sets(candidates: Sequence[Candidate]) -> list[_Set]:
 
 
 def _parts_of(folder: str, files: Iterable[Candidate]) -> list[_Set]:
-    """A folder's own files: one part per name pattern."""
+    """A folder's own files: one part per name pattern; patterns whose files of each rank
+    they share are one process's several dumps make one part."""
     by_pattern: dict[str, list[Candidate]] = defaultdict(list)
     for cand in files:
         by_pattern[set_name(cand.relative).rpartition("/")[2]].append(cand)
-    return [
+    parts = [
         _Set(
             root=folder,
             members=members,
@@ -274,6 +280,12 @@ def _parts_of(folder: str, files: Iterable[Candidate]) -> list[_Set]:
             name=f"{folder}/{pattern}" if folder else pattern,
         )
         for pattern, members in sorted(by_pattern.items())
+    ]
+    if len(parts) < 2:
+        return parts
+    groups = joined_parts([p.members for p in parts])  # (``frtrace.incident.recorders``)
+    return [
+        _merged(folder, [parts[i] for i in g], one=True) if g[1:] else parts[g[0]] for g in groups
     ]
 
 
@@ -302,8 +314,10 @@ def _can_share(a: _Set, b: _Set) -> bool:
     )
 
 
-def _merged(folder: str, parts: Sequence[_Set]) -> _Set:
+def _merged(folder: str, parts: Sequence[_Set], *, one: bool = False) -> _Set:
+    """``one``: the parts are one process's several dumps a rank (``_parts_of``)."""
     members = sorted((c for p in parts for c in p.members), key=lambda c: walk_key(c.relative))
+    count = Counter(c.rank for c in members) if one else Counter[int]()
     patterns = frozenset().union(*(p.patterns for p in parts))
     below = any(_folder(c.relative) != folder for c in members)
     name = (
@@ -317,6 +331,9 @@ def _merged(folder: str, parts: Sequence[_Set]) -> _Set:
         patterns=patterns,
         ranks=frozenset().union(*(p.ranks for p in parts)),
         name=name,
+        siblings=frozenset().union(
+            *(p.siblings for p in parts), (c.relative for c in members if count[c.rank] > 1)
+        ),
     )
 
 
@@ -359,7 +376,8 @@ def _side_files_of(
 
 def _one_per_rank(directory: Path, found: _Set) -> tuple[list[Candidate], tuple[LoadProblem, ...]]:
     """One file per rank: where a rank has files in two folders of the set, the first in path
-    order is read and the others named in one warning; two in one folder is an error."""
+    order is read and the others named in one warning; two in one folder is an error, unless
+    they are one process's several dumps (``_parts_of``: all kept)."""
     by_rank: dict[int, list[Candidate]] = defaultdict(list)
     for cand in found.members:  # (in path order)
         by_rank[cand.rank].append(cand)
@@ -367,7 +385,12 @@ def _one_per_rank(directory: Path, found: _Set) -> tuple[list[Candidate], tuple[
     problems: list[LoadProblem] = []
     for rank, files in by_rank.items():
         first = files[0]
-        kept.append(first)
+        here = [f for f in files if _folder(f.relative) == _folder(first.relative)]
+        if len(here) > 1 and all(f.relative in found.siblings for f in here):
+            kept.extend(here)  # one process's several dumps (``_parts_of``): all read
+            files = [first, *(f for f in files if all(f is not h for h in here))]
+        else:
+            kept.append(first)
         if len(files) == 1:
             continue
         again = [f for f in files[1:] if _folder(f.relative) == _folder(first.relative)]

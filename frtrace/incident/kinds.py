@@ -19,6 +19,7 @@ __all__ = [
     "LOG_NAME",
     "MAX_LOG_BYTES",
     "MAX_STACK_BYTES",
+    "RAS_NAME",
     "SNIFF_BYTES",
     "STACK_FILE_NAME",
     "NameKind",
@@ -53,6 +54,9 @@ LOG_NAME = re.compile(
     r"(?i)(?:^|[-_.])(?:std(?:out|err)|logs?|slurm|torchrun|console|output)(?:[-_.\d]|$)"
 )
 ERROR_FILE_NAME = re.compile(r"(?i)^(?:.*[-_])?error(?:[-_]?\d+)?\.json$")
+# NCCL RAS's answer as ``ncclras -f json`` prints it (``collect`` saves ``ncclras.json``), or its
+# monitor mode's events (``ncclras -m -f json > ncclras_monitor.json``): frtrace.evidence.ras
+RAS_NAME = re.compile(r"(?i)^nccl[-_]?ras(?:[-_.][\w.-]*)?$")
 MAX_LOG_BYTES = 16 * 1024 * 1024  # only a log's last bytes are read (a failure is at its end)
 MAX_STACK_BYTES = 64 * 1024 * 1024  # a py-spy --locals dump of 1,000 threads is ~10 MB
 SNIFF_BYTES = 4096  # enough to tell a stack file from a dump by its first lines
@@ -67,8 +71,8 @@ _FH_ANY = re.compile(
     re.MULTILINE,
 )
 
-SideKind = Literal["stacks", "log", "error_file", "manifest"]
-NameKind = Literal["manifest", "stacks", "error_file", "dump", "log"]
+SideKind = Literal["stacks", "log", "error_file", "manifest", "ras"]
+NameKind = Literal["manifest", "stacks", "error_file", "dump", "log", "ras"]
 StackFormat = Literal["recorder", "py-spy-json", "py-spy-text", "faulthandler"]
 
 
@@ -95,6 +99,8 @@ def kind_by_name(name: str) -> tuple[NameKind | None, tuple[str, int, str] | Non
     prefix, rank and encoding; None for none of them."""
     if name == MANIFEST_NAME:
         return "manifest", None
+    if RAS_NAME.match(name):  # (before a dump's: ``ncclras_node3.json`` is no rank's dump)
+        return "ras", None
     if STACK_FILE_NAME.match(name):
         return "stacks", None
     if ERROR_FILE_NAME.match(name):
@@ -110,7 +116,7 @@ def kind_by_name(name: str) -> tuple[NameKind | None, tuple[str, int, str] | Non
 def may_be_stacks(name: str, kind: NameKind | None, encoding: str | None, size: int) -> bool:
     """Whether a file not named as a stack sample is looked into for one: one named like a
     dump but not a pickle, or a text file (a log included) whose name ends in a rank."""
-    if kind in ("manifest", "stacks", "error_file") or not 0 < size <= MAX_STACK_BYTES:
+    if kind in ("manifest", "stacks", "error_file", "ras") or not 0 < size <= MAX_STACK_BYTES:
         return False
     if kind == "dump":
         return encoding != "pickle"

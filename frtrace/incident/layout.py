@@ -10,19 +10,20 @@ the kinds are told apart once, by name and (where a name does not say) by a file
 bytes (the rules: ``frtrace.incident.kinds``), for a folder here (``walk``) and for an
 archive's members (``frtrace.incident.archive``).
 
-By name, in this order: the manifest; a stack sample's name (``pyspy_rank_5.txt``...); an
-error file's (``error.json``, ``error_3.json``); a dump's (``<prefix><rank>`` with no
-extension, ``.json``, ``.pkl``); a log's (``*.log``, ``*.out``, ``*.err``, names that say
-stdout, stderr, log, slurm or torchrun). A dump's name wins over a log's (``output_trace_3`` is
-a dump: taking a dump for a log would cost the analysis a rank). By content: a file named like
-a dump but not a pickle, or a text file whose name ends in a rank (``rank5.txt``, a rank's
-``rank_3.log``), is a stack sample where its first ``SNIFF_BYTES`` read as one; a log that
-holds one is listed as both. Links are followed for dumps and stack samples, never for logs,
-error files or manifests. A file compressed on its own (``rank_1.gz``, ``train.log.bz2``,
-``stacks_rank_2.json.xz``, ``.zst``) is what its name without the suffix says, its content
-unpacked here, bounded, and handed on as bytes (``frtrace.incident.compressed``; a link to
-one is followed only where its kind's would be). Imports nothing of frtrace but the job
-side's names (``frtrace.job``), the rules and the unpacking: every stage may use it.
+By name, in this order: the manifest; NCCL RAS's output (``ncclras.json``); a stack sample's
+name (``pyspy_rank_5.txt``...); an error file's (``error.json``, ``error_3.json``); a dump's
+(``<prefix><rank>`` with no extension, ``.json``, ``.pkl``); a log's (``*.log``, ``*.out``,
+``*.err``, names that say stdout, stderr, log, slurm or torchrun). A dump's name wins over a
+log's (``output_trace_3`` is a dump: taking a dump for a log would cost the analysis a rank).
+By content: a file named like a dump but not a pickle, or a text file whose name ends in a rank
+(``rank5.txt``, a rank's ``rank_3.log``), is a stack sample where its first ``SNIFF_BYTES``
+read as one; a log that holds one is listed as both. Links are followed for dumps and stack
+samples, never for logs, error files, manifests or RAS output. A file compressed on its own
+(``rank_1.gz``, ``train.log.bz2``, ``stacks_rank_2.json.xz``, ``.zst``) is what its name
+without the suffix says, its content unpacked here, bounded, and handed on as bytes
+(``frtrace.incident.compressed``; a link to one is followed only where its kind's would be).
+Imports nothing of frtrace but the job side's names (``frtrace.job``), the rules and the
+unpacking: every stage may use it.
 """
 
 from __future__ import annotations
@@ -226,10 +227,10 @@ def _look_at(
 
     if kind == "stacks":
         return [side("stacks")]
-    if kind in ("log", "error_file", "manifest") and linked:
+    if kind in ("log", "error_file", "manifest", "ras") and linked:
         return SkippedFile(path=path, reason="a link: a log is never followed")
-    if kind in ("error_file", "manifest"):
-        return [side("error_file" if kind == "error_file" else "manifest")]
+    if kind in ("error_file", "manifest", "ras"):
+        return [side(kind)]
     encoding = None if parsed is None else parsed[2]
     stacks = may_be_stacks(name, kind, encoding, size) and _head_is_stacks(path)
     if kind == "log":
@@ -286,7 +287,7 @@ def _look_at_packed(
     return [_packed_side(path, relative, kind, size, info, found) for kind in found.kinds]
 
 
-_SIDE: dict[str, SideKind] = {k: k for k in ("stacks", "log", "error_file", "manifest")}
+_SIDE: dict[str, SideKind] = {k: k for k in ("stacks", "log", "error_file", "manifest", "ras")}
 
 
 def _packed_side(

@@ -42,9 +42,9 @@ __all__ = [
 DEFAULT_BUFFER_SIZE = 20000
 
 
-def default_dump_dir() -> str:
-    """This user's default dump folder: ``/tmp/frtrace_dumps-<uid>``."""
-    uid = os.geteuid() if hasattr(os, "geteuid") else None
+def default_dump_dir(uid: int | None = None) -> str:
+    """This user's default dump folder (``uid``'s: another user's), ``/tmp/frtrace_dumps-<uid>``."""
+    uid = uid if uid is not None else os.geteuid() if hasattr(os, "geteuid") else None
     return "/tmp/frtrace_dumps" + ("" if uid is None else f"-{uid}")
 
 
@@ -224,6 +224,17 @@ def _watch(seconds: int) -> Setting:
     )
 
 
+def _watch_confirm(seconds: int) -> Setting:
+    return Setting(
+        name="FRTRACE_WATCH_CONFIRM",
+        value=f"{seconds / 2:g}",
+        since=WATCH_SINCE,
+        why="frtrace's own: the alarm only if a second look this many seconds after the first "
+        "finds the same ops pending and the same stacks (default: half of FRTRACE_WATCH)",
+        optional=True,
+    )
+
+
 def _which(version: tuple[int, int] | None, installed: bool) -> str:
     if version is None:
         return (
@@ -253,7 +264,7 @@ def render_env(
     """
     settings = [s for s in recipe(dump_dir, buffer_size=buffer_size) if _applies(s, torch_version)]
     if watch is not None:
-        settings.append(_watch(watch))
+        settings += [_watch(watch), _watch_confirm(watch)]
     quoted = shlex.quote(str(dump_dir))
     lines = [
         "# frtrace env: make every rank record collectives and dump them where frtrace reads them",

@@ -9,8 +9,10 @@ Call ``enable()`` before ``init_process_group``::
     ...
     frtrace.recorder.dump()                         # on demand, e.g. from your own watchdog
 
-and when the job hangs, ``kill -USR1 <pid of every rank>`` (or ``frtrace collect DIR``): every
-rank writes ``/shared/fr_dumps/comm_lib_trace_rank_<rank>``; ``frtrace analyze -d`` that folder.
+and when the job hangs, ``kill -USR1 <pid of every rank>``: every rank writes
+``/shared/fr_dumps/comm_lib_trace_rank_<rank>``; ``frtrace analyze -d`` that folder. ``frtrace
+collect DIR`` asks instead; the answer goes beside, never over the rank's own dump, under a
+hidden name (``.comm_lib_trace_rank_<rank>.request``: :mod:`frtrace.job.answers`).
 ``enable(DIR, watch=300)`` (or ``$FRTRACE_WATCH``) does it all itself (:mod:`frtrace.job.watch`).
 A rank also dumps on an unhandled exception (a Gloo collective that times out raises one).
 
@@ -26,9 +28,7 @@ when missing; :func:`dump_folder`): another user's would let them read every dum
 the report. ``enable()`` and ``attach()`` refuse any other with one line on stderr naming it
 and what to do, and set up nothing (no environment, no trigger, no watch). Dumps are 0600.
 
-The signal is handled by a thread, not by the main thread: a rank blocked inside a
-collective never returns to Python to run a signal handler, yet it still dumps. (Python's
-``signal.set_wakeup_fd`` wakes the thread from C; the main thread's handler does nothing.)
+A signal is handled by a thread (:mod:`frtrace.job.triggers`): a rank blocked in C dumps too.
 
 torch is imported inside the functions only: importing this module costs nothing.
 """
@@ -53,6 +53,7 @@ from frtrace.errors import UnsafePathError
 from frtrace.job import registry as reg
 from frtrace.job import triggers
 from frtrace.job import watch as watching
+from frtrace.job.answers import ANSWERS_APART, answer_name
 from frtrace.job.env import (
     DEFAULT_BUFFER_SIZE,
     DUMP_PREFIX,
@@ -62,6 +63,7 @@ from frtrace.job.env import (
     job_environment,
 )
 from frtrace.job.hooks import install_excepthooks
+from frtrace.job.phase import phase
 from frtrace.job.sidecar import TriggerKind, capture_current_stacks, write_stacks
 
 __all__ = [
@@ -72,11 +74,14 @@ __all__ = [
     "dump_folder",
     "dump_path",
     "enable",
+    "phase",
     "state",
 ]
 
 MAX_DETAIL_CHARS = 500  # an exception message is cut here in the sidecar
 
+_Written = tuple[Path, Path | None]  # a dump and its stacks sidecar (None: none written)
+_Why = tuple[TriggerKind, str | None, FrameType | None]  # the sidecar's trigger, detail, frame
 _ExceptHook = Callable[[type[BaseException], BaseException, TracebackType | None], Any]
 
 
@@ -126,6 +131,7 @@ def enable(
     stacks: bool = True,
     watch: float | None = None,
     on_hang: watching.OnHang | None = None,
+    confirm: float | None = None,
 ) -> RecorderState | None:
     """Turn recording on and install the dump triggers; call it before ``init_process_group``.
     None, with one line on stderr and nothing set up (the job runs on, unrecorded), when
@@ -135,12 +141,15 @@ def enable(
     are the signals that make this rank dump (empty: none); they must be installable, so call
     this from the main thread. ``fmt="pickle"`` keeps Python stacks; ``"json"`` has none.
     ``stacks``: write ``stacks_rank_<rank>.json`` (every thread's stack) next to each dump.
-    ``watch`` (else ``$FRTRACE_WATCH``), ``on_hang``: the stall watch, :mod:`frtrace.job.watch`.
+    ``watch`` (else ``$FRTRACE_WATCH``), ``on_hang``: the stall watch, :mod:`frtrace.job.watch`;
+    ``confirm`` (else ``$FRTRACE_WATCH_CONFIRM``, else half of ``watch``): the seconds between
+    its first look at a stall and the second that raises the alarm (0: at the first).
     """
     global _state
     if fmt not in ("pickle", "json"):
         raise ValueError(f"fmt must be 'pickle' or 'json', not {fmt!r}")
     watch_s = watching.resolve(watch)
+    confirm_s = watching.resolve_confirm(confirm, watch_s)
     directory = dump_folder(dump_dir)
     if directory is None:
         return None  # (an earlier setup, if any, stays as it was)
@@ -160,7 +169,8 @@ def enable(
     sigs = list(signals)
     if sigs:
         _install_signals(st, sigs)
-    _state = _attach(st, sigs, on_exception=on_exception, watch_s=watch_s, on_hang=on_hang)
+    setup = (watch_s, confirm_s)
+    _state = _attach(st, sigs, on_exception=on_exception, watch=setup, on_hang=on_hang)
     return st
 
 
@@ -179,7 +189,8 @@ def attach(dump_dir: str | os.PathLike[str], watch_s: float) -> RecorderState | 
         if directory is None:
             return None
         st = RecorderState(dump_dir=directory, fmt="pickle", verbose=True)
-        _state = _attach(st, [], on_exception=True, watch_s=watch_s, on_hang=None)
+        watch = (watch_s, watching.resolve_confirm(None, watch_s))  # ($FRTRACE_WATCH_CONFIRM)
+        _state = _attach(st, [], on_exception=True, watch=watch, on_hang=None)
     return st
 
 
@@ -212,16 +223,19 @@ def _attach(
     sigs: list[int],
     *,
     on_exception: bool,
-    watch_s: float | None,
+    watch: tuple[float | None, float],
     on_hang: watching.OnHang | None,
 ) -> RecorderState:
     """The triggers every setup has: the exception hooks, the registry entry and its helper
-    thread, the stall watch."""
+    thread, the stall watch (``watch``: its threshold, None for none, and confirmation)."""
     if on_exception:
         _install_excepthooks(st)
     _register(st, sigs)
     _start_watcher(st, sigs)
-    watching.start(st.dump_dir, watch_s, on_hang, stop=st.watch_stop, dump=_dump_on_stall)
+    watch_s, confirm_s = watch
+    watching.start(
+        st.dump_dir, watch_s, on_hang, confirm_s=confirm_s, stop=st.watch_stop, dump=_dump_on_stall
+    )
     return st
 
 
@@ -234,6 +248,7 @@ def _register(st: RecorderState, sigs: list[int]) -> None:
             "fmt": st.fmt,
             "stacks": st.stacks,
             "signals": sorted(int(s) for s in sigs),
+            ANSWERS_APART: True,  # collect's answer has a name of its own
         }
     )
     st.registry = st.registration.entry if st.registration is not None else None
@@ -338,35 +353,36 @@ def dump(
     stacks sidecar ``stacks_rank_<rank>.json`` next to it (``trigger``/``detail``: why;
     ``frame``: where the calling thread's stack starts, e.g. a signal handler's frame)."""
     path = dump_path(rank)
+    return _write((path, _sidecar_path(path)), reason, rank, (trigger, detail, frame))[0]
+
+
+def _write(paths: tuple[Path, Path], reason: str, rank: int | None, why: _Why) -> _Written:
+    """The dump written to ``paths[0]``, its stacks sidecar to ``paths[1]`` (None: not)."""
+    path, side = paths
     st = _state
     assert st is not None  # dump_path raised otherwise
+    wrote = None
     with _lock:
         # The stacks first: they show the moment of the request, before the dump's own work.
-        stacks = _capture(st, rank, trigger, detail, frame)
+        stacks = _capture(st, rank, why)
         data = _trace_bytes(st.fmt)
         replace_file(path, data)  # 0600: stacks, paths, hosts are the user's alone
         st.written.append(path)
         if stacks is not None:
-            side = _sidecar_path(path)
             try:
                 write_stacks(side, stacks)
-                st.written.append(side)
+                st.written.append(wrote := side)
             except OSError as exc:
                 print(f"frtrace.recorder: could not write {side}: {exc}", file=sys.stderr)
     if st.verbose:
         print(f"frtrace.recorder: wrote {path} ({reason})", file=sys.stderr, flush=True)
-    return path
+    return path, wrote
 
 
-def _capture(
-    st: RecorderState,
-    rank: int | None,
-    trigger: TriggerKind,
-    detail: str | None,
-    frame: FrameType | None,
-) -> dict[str, Any] | None:
+def _capture(st: RecorderState, rank: int | None, why: _Why) -> dict[str, Any] | None:
     if not st.stacks:
         return None
+    trigger, detail, frame = why
     try:
         return capture_current_stacks(
             trigger, detail, rank=_rank() if rank is None else rank, frame=frame
@@ -408,12 +424,13 @@ def _start_watcher(st: RecorderState, sigs: list[int]) -> None:
         st.stop_r, st.stop_w, st.watcher = helper
 
 
-def _dump_on_request() -> tuple[Path, Path | None]:
-    """``frtrace collect`` asked: the dump and the sidecar written (None: no sidecar)."""
-    path = dump("frtrace collect request", trigger="on_demand", detail="frtrace collect")
-    st = _state
-    side = _sidecar_path(path)
-    return path, side if st is not None and st.written and st.written[-1] == side else None
+def _dump_on_request() -> _Written:
+    """``frtrace collect`` asked: the dump and the sidecar written (None: no sidecar), each
+    under its answer's name (:mod:`frtrace.job.answers`), never over the rank's own dump."""
+    own = dump_path()
+    path, side = (p.with_name(answer_name(p.name)) for p in (own, _sidecar_path(own)))
+    why: _Why = ("on_demand", "frtrace collect", None)
+    return _write((path, side), "frtrace collect request", None, why)
 
 
 def _sidecar_path(path: Path) -> Path:

@@ -5,13 +5,17 @@ The sidecar is one JSON object per rank (``stacks_rank_<N>.json``)::
     {"format": "frtrace-stacks", "version": 1,
      "rank": 5, "pid": 1234, "host": "node-7", "dumped_at_ns": 1700000000000000000,
      "trigger": {"kind": "signal" | "exception" | "on_demand", "detail": "SIGUSR1"},
+     "phase": "checkpoint", "world_size": 8,
      "threads": [{"id": "0x00007f...", "name": "MainThread", "is_main": true,
                   "native_id": 1234,
                   "frames": [{"name": "load_batch", "filename": "/job/data.py", "line": 88},
                              ...]}]}
 
 Frames are innermost first, like py-spy and faulthandler. ``rank``, ``pid``, ``host``,
-``detail``, ``native_id`` and ``line`` may be null; unknown keys are ignored by the reader.
+``detail``, ``native_id`` and ``line`` may be null, ``phase`` (what the job marked:
+:mod:`frtrace.job.phase`) null or absent, ``world_size`` (the default group's, else
+``$WORLD_SIZE``: the attempt's world, which a Gloo dump does not record) null or absent;
+unknown keys are ignored by the reader.
 ``name`` is the code object's qualified name (``Event.wait``), as py-spy prints it.
 
 :func:`capture_current_stacks` works from any thread: from a helper thread while the main
@@ -32,6 +36,7 @@ from types import FrameType
 from typing import Any, Literal
 
 from frtrace.base.files import replace_file
+from frtrace.job.phase import current as current_phase
 
 __all__ = [
     "FORMAT_NAME",
@@ -119,8 +124,23 @@ def capture_current_stacks(
         "host": socket.gethostname() if host is None else host,
         "dumped_at_ns": now_ns,
         "trigger": {"kind": kind, "detail": detail},
+        "phase": current_phase(),
+        "world_size": _world_size(),
         "threads": threads,
     }
+
+
+def _world_size() -> int | None:
+    """The job's world size: the default group's where it is up (torch already imported by
+    the job: never imported here), else ``$WORLD_SIZE`` (torchrun's, per attempt)."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_world_size())
+    except Exception:  # (a group torn down meanwhile: the environment's then)
+        pass
+    value = os.environ.get("WORLD_SIZE", "")
+    return int(value) if value.isdigit() and len(value) <= 9 else None
 
 
 def write_stacks(path: str | os.PathLike[str], doc: dict[str, Any]) -> None:

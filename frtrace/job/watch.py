@@ -6,9 +6,10 @@ environment) starts it. Each check reads torch's own recorder state, the ``pg_st
 process group the last enqueued and the last completed collective, a few hundred bytes and
 tens of microseconds, no entry is copied. An op is pending while ``last_enqueued >
 last_completed``; a stall is the same op (the same ``last_completed``) pending for ``watch``
-seconds. A rank stuck in host code has nothing pending: the ranks waiting on it raise the
-alarm, and its own thread (which runs while its main thread sleeps, reads a file or waits on
-a lock) dumps where its Python is.
+seconds, raised only when a second look ``confirm`` seconds later finds the same ops pending
+and the main thread where it was (:mod:`frtrace.job.stallclock`). A rank stuck in host code
+has nothing pending: the ranks waiting on it raise the alarm, and its own thread (which runs
+while its main thread sleeps, reads a file or waits on a lock) dumps where its Python is.
 
 The alarm goes through the job's own store, on a connection of its own to the default group's
 TCPStore (the job's requests never queue behind it). Anyone who reaches it may list, read, write
@@ -25,7 +26,8 @@ collective hangs the job, a Gloo send/recv shows in every report). A rank withou
   pending ops covered: one alarm per stall) once an alarm, and with no stall of its own once
   per ``watch`` seconds at most;
 * ``dumped/<g>/<rank>``: the leader waits for all (bounded), analyses the folder in-process
-  (``REPORTER``), writes ``frtrace-report.txt``, ``.json``, ``.html`` (0600), calls ``on_hang``.
+  (``REPORTER``), writes ``frtrace-report.txt``, ``.json``, ``.html`` (0600), calls ``on_hang``;
+  once the op completes (a slow step, not a hang) it says so once and marks them superseded.
 
 Only dumps and stacks sidecars written since the stall began are analysed (torch's own timeout
 dumps, which use the same names in the same folder, included): a rank that could not dump
@@ -47,14 +49,26 @@ import secrets
 import sys
 import threading
 import time
-import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from frtrace.base.files import replace_file
+from frtrace.job.stallclock import (
+    WATCH_ENV,
+    Confirmation,
+    PgKey,
+    Stall,
+    StallClock,
+    StallContext,
+    main_stack,
+    parse_watch,
+    pending_op,
+    resolve,
+    resolve_confirm,
+)
 
 __all__ = [
     "REPORTER",
@@ -69,10 +83,10 @@ __all__ = [
     "parse_watch",
     "read_status",
     "resolve",
+    "resolve_confirm",
     "start",
 ]
 
-WATCH_ENV = "FRTRACE_WATCH"  # seconds; enable() reads it when watch= is not given
 REPORT_STEM = "frtrace-report"  # DIR/frtrace-report.txt, .json, .html
 KEY_PREFIX = "frtrace/watch"
 STORE_TIMEOUT_S = 10.0  # the watch's own store requests; never the job's
@@ -84,73 +98,12 @@ KEY_FILE = ".frtrace-watch-key-"  # DIR/.frtrace-watch-key-<digest>: rank 0's se
 # never before: a healthy job loads nothing of the analysis (the job side imports none of it).
 REPORTER = "frtrace.gate.watchreport"
 
-PgKey = tuple[str, str]  # (recorder: "fr" or "nccl", process group id)
 _DumpFn = Callable[[str, str], Path | None]  # (reason, detail) -> the dump, None if it failed
 # on_hang: called once with the frtrace.model.Report (not named here: the job side imports
 # nothing of the analysis, not even its types)
 OnHang = Callable[[Any], object]
-
-
-def parse_watch(value: object, *, source: str = WATCH_ENV) -> float | None:
-    """Seconds to watch for, from ``watch=`` or the environment; None (off) for empty, 0 or
-    less. Raises ValueError naming ``source`` for anything else."""
-    if value is None or value == "":
-        return None
-    try:
-        seconds = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise ValueError(f"{source}={value!r} is not a number of seconds (e.g. 300)") from None
-    if seconds != seconds or seconds in (float("inf"), float("-inf")):
-        raise ValueError(f"{source}={value!r} is not a number of seconds (e.g. 300)")
-    return seconds if seconds > 0 else None
-
-
-@dataclass(frozen=True, slots=True)
-class Stall:
-    """One op of this rank pending past ``watch``: which group, which op, since when."""
-
-    key: PgKey
-    completed: int  # the op pending is the one after this
-    pending_s: float
-
-    def describe(self) -> str:
-        recorder, pg = self.key
-        which = "NCCL" if recorder == "nccl" else "process group"
-        return f"op #{self.completed + 1} of {which} {pg} pending for {self.pending_s:.0f} s"
-
-
-@dataclass(slots=True)
-class StallClock:
-    """Since when each group's oldest pending op has been pending, from successive readings of
-    ``{(recorder, pg): (last_enqueued, last_completed)}``; ``covered`` ops never stall again."""
-
-    watch_s: float
-    since: dict[PgKey, tuple[int, float]] = field(default_factory=dict)  # -> (completed, t)
-    covered: set[tuple[PgKey, int]] = field(default_factory=set)
-
-    def update(self, status: dict[PgKey, tuple[int, int]], now: float) -> list[Stall]:
-        for key, (enqueued, completed) in status.items():
-            if enqueued > completed:
-                seen = self.since.get(key)
-                if seen is None or seen[0] != completed:
-                    self.since[key] = (completed, now)
-            else:
-                self.since.pop(key, None)
-        for key in [k for k in self.since if k not in status]:
-            del self.since[key]
-        return [
-            Stall(key, completed, now - t)
-            for key, (completed, t) in sorted(self.since.items())
-            if now - t >= self.watch_s and (key, completed) not in self.covered
-        ]
-
-    def cover(self) -> None:
-        """An alarm was raised: what is pending now is part of that stall."""
-        self.covered.update((key, completed) for key, (completed, _) in self.since.items())
-
-    def oldest(self, now: float) -> float:
-        """Seconds the oldest pending op has been pending (0: none)."""
-        return max((now - t for _, t in self.since.values()), default=0.0)
+_Status = dict[PgKey, tuple[int, int]]  # torch's recorder status: (last enqueued, completed)
+_Stall = tuple[StallContext, float]  # what the report says of a stall, since when (monotonic)
 
 
 def default_group() -> Any | None:
@@ -241,6 +194,16 @@ def _read_key(folder: Path, value: object) -> str | None:
     return text if secrets.compare_digest(_digest(text), digest) else None
 
 
+@dataclass(frozen=True, slots=True)
+class _Reported:
+    """The report the leader wrote, kept until its op completes (then marked superseded)."""
+
+    context: StallContext
+    since: float  # (monotonic) since when the op was pending
+    written: Any  # REPORTER's Written: the report, where, the ranks' phases
+    reporter: Any  # REPORTER's module
+
+
 @dataclass(slots=True)
 class Watch:
     """The running watch thread; ``close()`` ends it (what it is doing finishes first)."""
@@ -251,11 +214,15 @@ class Watch:
     on_hang: OnHang | None = None
     interval_s: float = 1.0
     dump_wait_s: float = DUMP_WAIT_S
+    confirm_s: float = 0.0  # the second look, this long after the first (0: none)
+    stack: Callable[[], object] = main_stack  # what the second look compares
     stop: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
     fired: list[int] = field(default_factory=list)  # alarms this rank dumped for
     reports: list[Path] = field(default_factory=list)  # reports this rank wrote (leader)
     _clock: StallClock | None = None
+    _confirm: Confirmation | None = None
+    _reported: _Reported | None = None  # the leader's report, until its op completes
     _store: Any = None
     _store_failed_at: float | None = None
     _seen: int = 0  # alarms 1.._seen are raised
@@ -272,7 +239,6 @@ class Watch:
             self.thread.join(timeout=2)
 
     def run(self) -> None:
-        self._clock = StallClock(self.watch_s)
         while not self.stop.wait(self.interval_s):
             dist = default_group()
             if dist is None:
@@ -287,9 +253,11 @@ class Watch:
 
     def check(self, dist: Any) -> None:
         """One look: this rank's pending ops, then the job's alarms."""
-        assert self._clock is not None
-        now = time.monotonic()
-        stalls = self._clock.update(read_status(dist), now)
+        clock = self._clock = self._clock or StallClock(self.watch_s)
+        confirm = self._confirm = self._confirm or Confirmation(self.confirm_s, self.stack)
+        now, status = time.monotonic(), read_status(dist)
+        stalls = confirm.check(clock.update(status, now), now)
+        self._ended(status, now)
         store, last = self._store_of(dist), self._last_dump
         try:
             if store is not None and (key := self._key_of(dist, store, now)) is not None:
@@ -298,7 +266,7 @@ class Watch:
             self._lost_store(exc)
             store = None
         if stalls and self._last_dump == last and (store is None or self._key_off):
-            self._clock.cover()  # no store, or no key (a key on its way is waited for)
+            clock.cover()  # no store, or no key (a key on its way is waited for)
             why = "no store" if store is None else "no watch key"
             self._dump(f"frtrace watch: {stalls[0].describe()} ({why}: this rank only)")
 
@@ -332,25 +300,31 @@ class Watch:
         g = self._seen = self._seen + bool(store.check([_name(key, "alarm", self._seen + 1)]))
         if g > self._dumped:  # once an alarm; another's once per watch seconds at most
             if stalls or self._last_dump is None or now - self._last_dump >= self.watch_s:
-                self._alarm(dist, store, key, g, leader=False, detail="raised by another rank")
+                self._alarm(dist, store, key, g, leader=False)
         elif stalls:
             g, me = g + 1, str(int(dist.get_rank()))
             leader = store.compare_set(_name(key, "raise", g), "", me) == me.encode()
             store.set(_name(key, "alarm", g), "1")
             self._seen = g
-            self._alarm(dist, store, key, g, leader=leader, detail=stalls[0].describe())
+            self._alarm(dist, store, key, g, leader=leader, stall=stalls[0])
 
-    def _alarm(self, dist: Any, store: Any, key: str, g: int, *, leader: bool, detail: str) -> None:
+    def _alarm(
+        self, dist: Any, store: Any, key: str, g: int, *, leader: bool, stall: Stall | None = None
+    ) -> None:
         assert self._clock is not None
         now = time.monotonic()
+        detail = "raised by another rank" if stall is None else stall.describe()
         since_wall = time.time() - max(self._clock.oldest(now), 0.0) - 2.0
         self._clock.cover()
         self._dumped, self._last_dump = g, now
         self.fired.append(g)
         self._dump(f"frtrace watch alarm {g}: {detail}")
         store.set(_name(key, "dumped", g, int(dist.get_rank())), "1")
-        if leader:
-            self._lead(dist, store, key, g, since_wall)
+        if leader and stall is not None:
+            op = pending_op(stall)  # (its name and timeout: the pending entry, read once)
+            rank = int(dist.get_rank())
+            context = StallContext(self.watch_s, self.confirm_s, stall.pending_s, rank, op)
+            self._lead(dist, store, key, g, since_wall, (context, now - stall.pending_s))
 
     def _dump(self, detail: str) -> None:
         try:
@@ -358,14 +332,17 @@ class Watch:
         except Exception as exc:
             _say(f"watch: could not dump: {type(exc).__name__}: {exc}")
 
-    def _lead(self, dist: Any, store: Any, key: str, g: int, since_wall: float) -> None:
+    def _lead(self, dist: Any, store: Any, key: str, g: int, since: float, stall: _Stall) -> None:
+        """Wait for the ranks' dumps, analyse the files since ``since``, report ``stall``."""
         world = int(dist.get_world_size())
         names = [_name(key, "dumped", g, r) for r in range(world)]
         deadline = time.monotonic() + self.dump_wait_s
         dumped: object = "?"
+        seen: float | None = None  # (monotonic) when its op was seen done, while they dump
         with contextlib.suppress(Exception):  # (a store that fails: analyse what is there)
             while not store.check(names) and time.monotonic() < deadline and not self.stop.is_set():
                 time.sleep(0.25)
+                seen = seen or (time.monotonic() if self._done(dist, stall[0]) else None)
             dumped = world if store.check(names) else sum(store.check([n]) for n in names)
         if dumped != world:
             _say(
@@ -374,20 +351,50 @@ class Watch:
             )
         try:
             reporter: Any = importlib.import_module(REPORTER)  # the analysis, only now
-            report, html = reporter.analyse_and_report(self.dump_dir, since_wall)
+            written = reporter.analyse_and_report(self.dump_dir, since, stall[0])
         except Exception as exc:
             _say(
                 f"watch: the job stalled but the analysis failed ({type(exc).__name__}: {exc}); "
                 f"run: frtrace analyze -d {self.dump_dir}"
             )
             return
-        self.reports.append(html)
-        _say(reporter.hang_line(report, html))
+        self.reports.append(written.html)
+        self._reported = _Reported(*stall, written, reporter)
+        with contextlib.suppress(Exception):  # over before it was reported: nobody is paged
+            if self._ended(read_status(dist), time.monotonic(), seen=seen, late=True):
+                return
+        _say(reporter.hang_line(written, stall[0]))
         if self.on_hang is not None:
             try:
-                self.on_hang(report)
+                self.on_hang(written.report)
             except Exception as exc:
                 _say(f"watch: on_hang raised {type(exc).__name__}: {exc}")
+
+    def _done(self, dist: Any, context: StallContext) -> bool:
+        with contextlib.suppress(Exception):
+            return bool(context.ended_by(read_status(dist)))
+        return False
+
+    def _ended(
+        self, status: _Status, now: float, *, seen: float | None = None, late: bool = False
+    ) -> bool:
+        """Whether the op of the report this rank wrote completed (``seen``: at that moment;
+        else by ``now``, at most, where ``late``: not looked at while the report was made):
+        said once, the report marked superseded (a group gone: nobody can tell, nothing said)."""
+        reported = self._reported
+        ended = None if reported is None else seen is not None or reported.context.ended_by(status)
+        if reported is None or ended is False:
+            return False
+        self._reported = None
+        if ended is None:
+            return False
+        after = (seen or now) - reported.since
+        context = replace(reported.context, ended_after_s=after, at_most=late and seen is None)
+        try:
+            _say(reported.reporter.supersede(reported.written, context))
+        except Exception as exc:
+            _say(f"watch: a stall ended; the report is not marked ({type(exc).__name__}: {exc})")
+        return True
 
     def _store_of(self, dist: Any) -> Any | None:
         if self._store is not None:
@@ -412,29 +419,19 @@ class Watch:
         self._store_failed_at = time.monotonic()
 
 
-def resolve(watch: object) -> float | None:
-    """The seconds to watch: ``watch=`` when given (ValueError for nonsense), else
-    ``$FRTRACE_WATCH`` (nonsense there is one warning and no watch: the job runs on)."""
-    if watch is not None:
-        return parse_watch(watch, source="watch")
-    try:
-        return parse_watch(os.environ.get(WATCH_ENV))
-    except ValueError as exc:
-        warnings.warn(f"frtrace.recorder: {exc}: not watching", RuntimeWarning, stacklevel=3)
-        return None
-
-
 def start(
     dump_dir: Path,
     watch_s: float | None,
     on_hang: OnHang | None = None,
     *,
+    confirm_s: float = 0.0,
     stop: threading.Event | None = None,
     dump: _DumpFn,
 ) -> Watch | None:
     """Start the watch thread (a daemon: it never keeps the job alive); None: ``watch_s`` is
-    None, no watch. ``stop``, once set, ends it; ``dump``: how this rank dumps its buffer and
-    stacks (``frtrace.recorder``'s, which starts the watch: the watch never imports it)."""
+    None, no watch. ``confirm_s``: the second look's delay (:func:`resolve_confirm`);
+    ``stop``, once set, ends it; ``dump``: how this rank dumps its buffer and stacks
+    (``frtrace.recorder``'s, which starts the watch: the watch never imports it)."""
     if watch_s is None:
         return None
     w = Watch(
@@ -443,6 +440,7 @@ def start(
         dump=dump,
         on_hang=on_hang,
         interval_s=min(1.0, max(0.05, watch_s / 5)),
+        confirm_s=confirm_s,
         stop=threading.Event() if stop is None else stop,
     )
     w.thread = threading.Thread(target=w.run, name="frtrace-watch", daemon=True)

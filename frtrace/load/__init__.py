@@ -6,7 +6,9 @@ The stage's face, what the stages above may import:
 - ``cache``: the loaded tables kept between runs (its files' checksums and eviction in
   ``cachefiles``); ``restarts``: a restarted job's other
   attempts; ``lifetimes``: the ranks of one process lifetime (stale dumps set aside);
-  ``empty``: the set of a job that left no dump;
+  ``inits``: an attempt's own (the dumps of processes that died in init, its world);
+  ``empty``: the set of a job that left no dump; ``recorders``: a rank's several dumps (one
+  process's recorders) made one rank's evidence;
 - ``summary`` and ``export``: what the loaded tables offer on their own (no analysis);
   ``opkinds``: the op families whose sizes may differ; ``hooks``: what the analysis may ask of
   the load (memory given back, a column's pages released, the C counting sort).

@@ -97,3 +97,5 @@ class Restarts:
     # newest lifetime's, and every older lifetime has a number of its own): only then is a
     # folder's content the evidence of the lifetime of its number
     folders: bool
+    # the attempts that died in init (their ranks' dumps record no op: ``frtrace.load.inits``)
+    inits: tuple[int, ...] = ()

@@ -10,26 +10,30 @@ time, or an archive member's unknown one, keeps it in) or the logs' ``attempt_<N
 say the job restarted, is from an earlier attempt or run, unless it recorded the newest's
 collectives within ``MAX_SKEW_NS`` (another host's clock) and none they never reached. It
 is a rank **without a dump of this attempt**: its file (and the recorder's stack sidecar
-written with it) is set aside with a warning, never evidence; its rank stays in the job.
-``--attempt N`` keeps an older lifetime instead, numbered from the newest, which is the
-attempt the logs' newest ``attempt_<N>`` folder names (``frtrace.incident.attempts``), whichever
-attempt is asked for; an attempt of those folders whose dumps were all overwritten is its logs
-alone (every rank set aside). The set kept carries the folder's other attempts
-(``DumpSet.restarts``): the report's history analyses each (``frtrace.load.restarts``).
+written with it) is set aside with a warning, never evidence; its rank stays in the job, where
+the attempt's own world (its dumps' default group) holds it. A dump that records no op and no
+group, of a rank the newest lifetime's groups hold, is a process that died in init: set aside
+too, and where it was dumped after that lifetime, an attempt of its own that died in init,
+never the one analysed by default (``frtrace.load.inits``). ``--attempt N`` keeps another
+lifetime instead, numbered from the newest, which is the attempt the logs' newest
+``attempt_<N>`` folder names (``frtrace.incident.attempts``), whichever attempt is asked for;
+an attempt of those folders whose dumps were all overwritten is its logs alone (every rank set
+aside). The set kept carries the folder's other attempts (``DumpSet.restarts``): the report's
+history analyses each (``frtrace.load.restarts``).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from frtrace.base.ranges import format_ranks
 from frtrace.errors import NoSuchAttempt
 from frtrace.incident.attempts import attempt_numbers
-from frtrace.incident.layout import STACKS_PREFIX, SideFile
 from frtrace.incident.problems import LoadProblem
+from frtrace.load import inits as own  # (an attempt's own: its init deaths, world, ranks)
 from frtrace.load.dumpset import DumpSet, Restarts
 
 if TYPE_CHECKING:
@@ -41,10 +45,8 @@ __all__ = [
     "GAP_NS",
     "MAX_SKEW_NS",
     "Lifetime",
-    "keep_ranks",
     "lifetimes",
     "one_attempt",
-    "recorder_stacks_of",
 ]
 
 # Two process lifetimes of one job are told apart only across a gap this long between the
@@ -60,12 +62,14 @@ MAX_SKEW_NS = 1_800_000_000_000
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Lifetime:
     """One process lifetime of the job among the loaded dumps: its number (0 the oldest), its
-    ranks, and the times its entries span (ns)."""
+    ranks, and the times its entries span (ns); or an attempt that died in init (its ranks'
+    dumps record no op: ``frtrace.load.inits``)."""
 
     number: int
     ranks: tuple[int, ...]
     first_ns: int
     last_ns: int
+    died_in_init: bool = False
 
 
 def _spans(dumps: DumpSet) -> dict[int, tuple[int, int]]:
@@ -140,35 +144,24 @@ def _mtimes(dumps: DumpSet) -> dict[int, float]:
 
 
 def one_attempt(dumps: DumpSet, discovery: Discovery) -> DumpSet:
-    """The dump set of one process lifetime (the newest, or the discovery's ``--attempt``;
-    see the module docstring): the other lifetimes' files set aside with a warning each, their
-    ranks left in the job without a dump. Lifetimes are numbered as the launcher numbered its
-    attempts where the logs' ``attempt_<N>`` folders say (the newest is the newest folder's);
-    an attempt of those folders that left no dump is its logs alone (every rank set aside).
-    Where the folder holds other attempts, the set carries them (``DumpSet.restarts``)."""
+    """The dump set of one process lifetime (the newest with ops, or the discovery's
+    ``--attempt``; see the module docstring): the other lifetimes' files set aside with a
+    warning each, their ranks left in the job without a dump. Lifetimes are numbered as the
+    launcher numbered its attempts where the logs' ``attempt_<N>`` folders say (the newest is
+    the newest folder's); an attempt of those folders that left no dump is its logs alone
+    (every rank set aside), and one whose dumps record no op died in init
+    (``frtrace.load.inits``): its own attempt, never the one analysed by default. Where the
+    folder holds other attempts, the set carries them (``DumpSet.restarts``)."""
     attempt, newest_folder = discovery.wanted, discovery.attempt
     restarted = newest_folder is not None and newest_folder >= 1
     spans = _spans(dumps)
     chains, proofs = _proven(dumps, lifetimes(spans), restarted)
-    offset = 0 if newest_folder is None else newest_folder - (len(chains) - 1)
-    folders = bool(chains) and newest_folder is not None and offset >= 0
-    numbered = [replace(c, number=c.number + max(0, offset)) for c in chains]
+    firsts = {r: spans[r][0] for r in chains[-1].ranks} if chains else {}
+    inits = own.init_deaths(dumps, firsts, discovery, GAP_NS)
+    numbered, folders = _numbered(chains, inits, newest_folder)
     logs_only = set(attempt_numbers(discovery.all_side_files)) if folders else set()
     logs_only -= {c.number for c in numbered}
-    chosen: Lifetime | None
-    if attempt is None:
-        chosen = numbered[-1] if numbered else None
-    else:
-        chosen = next((c for c in numbered if c.number == attempt), None)
-        if chosen is None and attempt in logs_only:
-            chosen = Lifetime(number=attempt, ranks=(), first_ns=0, last_ns=0)
-        if chosen is None:
-            said = ", ".join(f"attempt {c.number} (ranks {_ranks(c.ranks)})" for c in numbered)
-            raise NoSuchAttempt(
-                f"{dumps.directory}: --attempt {attempt}: no dump of that attempt is left "
-                f"(the dumps are of {said or 'no attempt that can be told'}); its logs, if "
-                "any, are in its attempt folder."
-            )
+    chosen = _chosen(dumps, numbered, logs_only, attempt)
     if chosen is None:
         return dumps
     others = tuple(sorted(({c.number for c in numbered} | logs_only) - {chosen.number}))
@@ -181,25 +174,94 @@ def one_attempt(dumps: DumpSet, discovery: Discovery) -> DumpSet:
             lifetimes=tuple((c.number, c.ranks) for c in numbered),
             side_files=discovery.all_side_files or tuple(dumps.side_files or ()),
             folders=folders,
+            inits=tuple(c.number for c in numbered if c.died_in_init),
         )
-    if len(numbered) == 1 and chosen is numbered[0]:
+    if len(numbered) == 1 and chosen is numbered[0] and not inits.aside:
         return replace(dumps, restarts=restarts)
-    keep = set(chosen.ranks) | (set(dumps.loaded_ranks) - set(spans))
-    problems = [
-        LoadProblem(
-            rank=r,
-            path=path,
-            message=f"{path}: rank {r}'s dump is of "
-            + _why(c.number < chosen.number, spans[r], chosen, proofs.get(r, ""))
-            + f": set aside; rank {r} has no dump of attempt {chosen.number}",
-            fatal=False,
+    back = numbered[-1].number - chosen.number if attempt is None else 0
+    folder = None if newest_folder is None else newest_folder - back
+    if back and folder in attempt_numbers(discovery.all_side_files):
+        dumps = own.with_side_files_of(dumps, discovery, folder)
+    keep = set(chosen.ranks)
+    if not chosen.died_in_init:
+        keep |= set(dumps.loaded_ranks) - set(spans) - set(inits.aside)
+    aside = _aside(dumps, numbered, chosen, spans, proofs, inits, keep)
+    return replace(own.keep_ranks(dumps, keep, aside), restarts=restarts)
+
+
+def _numbered(
+    chains: list[Lifetime], inits: own.Inits, newest_folder: int | None
+) -> tuple[list[Lifetime], bool]:
+    """The lifetimes with ops, then a later attempt that died in init (``inits.later``),
+    numbered as the newest attempt folder says where it can be (then True), else from 0."""
+    lives = list(chains)
+    if inits.later:
+        lives.append(
+            Lifetime(number=len(lives), ranks=inits.later, first_ns=0, last_ns=0, died_in_init=True)
         )
-        for c in numbered
-        if c is not chosen
-        for r in c.ranks
-        for path in _paths_of(dumps, r)
-    ]
-    return replace(keep_ranks(dumps, keep, tuple(problems)), restarts=restarts)
+    offset = 0 if newest_folder is None else newest_folder - (len(lives) - 1)
+    folders = bool(lives) and newest_folder is not None and offset >= 0
+    return [replace(c, number=c.number + max(0, offset)) for c in lives], folders
+
+
+def _chosen(
+    dumps: DumpSet, numbered: list[Lifetime], logs_only: set[int], attempt: int | None
+) -> Lifetime | None:
+    """The lifetime analysed: ``attempt``'s, else the newest whose ranks ran ops."""
+    if attempt is None:
+        ran = [c for c in numbered if not c.died_in_init]
+        return (ran or numbered)[-1] if numbered else None
+    chosen = next((c for c in numbered if c.number == attempt), None)
+    if chosen is None and attempt in logs_only:
+        chosen = Lifetime(number=attempt, ranks=(), first_ns=0, last_ns=0)
+    if chosen is None:
+        said = ", ".join(f"attempt {c.number} (ranks {_ranks(c.ranks)})" for c in numbered)
+        raise NoSuchAttempt(
+            f"{dumps.directory}: --attempt {attempt}: no dump of that attempt is left "
+            f"(the dumps are of {said or 'no attempt that can be told'}); its logs, if "
+            "any, are in its attempt folder."
+        )
+    return chosen
+
+
+def _aside(
+    dumps: DumpSet,
+    numbered: list[Lifetime],
+    chosen: Lifetime,
+    spans: dict[int, tuple[int, int]],
+    proofs: dict[int, str],
+    inits: own.Inits,
+    keep: set[int],
+) -> tuple[LoadProblem, ...]:
+    """A line per dump set aside (its rank left without a dump of the chosen attempt, or
+    outside its world), and one saying a later attempt died in init where it is not chosen."""
+    world = own.own_world(dumps, keep) if keep else dumps.world
+    number = {r: c.number for c in numbered for r in c.ranks}
+    out = []
+    for r in sorted(set(dumps.loaded_ranks) - keep):
+        if r in inits.aside:
+            why = f"not of attempt {chosen.number}: {inits.aside[r]}"
+        elif r in spans:
+            why = "of " + _why(
+                number.get(r, -1) < chosen.number, spans[r], chosen, proofs.get(r, "")
+            )
+        else:
+            why = f"not of attempt {chosen.number}, which recorded ops"
+        for path in own.paths_of(dumps, r):
+            said = f"{path}: rank {r}'s dump is {why}: set aside; " + own.not_of(
+                r, chosen.number, world
+            )
+            out.append(LoadProblem(rank=r, path=path, message=said, fatal=False))
+    for c in numbered:
+        if c.died_in_init and c is not chosen and c.number > chosen.number:
+            said = (
+                f"attempt {c.number} died in init_process_group (rank{'s' * (len(c.ranks) > 1)} "
+                f"{_ranks(c.ranks)} recorded no op): attempt {chosen.number}, the newest whose "
+                "ranks ran ops, "
+                f"is analysed (--attempt {c.number} analyses the other)"
+            )
+            out.append(LoadProblem(rank=-1, path=str(dumps.directory), message=said, fatal=False))
+    return tuple(out)
 
 
 def _proven(
@@ -365,9 +427,10 @@ def _per_group(table: pa.Table, where: pa.ChunkedArray | None) -> list[tuple[int
 
 def _why(earlier: bool, span: tuple[int, int], chosen: Lifetime, proof: str) -> str:
     """Why a rank's dump is of another attempt: its entries against the chosen attempt's."""
-    if not chosen.ranks:  # (an attempt that left no dump: its logs alone are analysed)
+    if not chosen.ranks or chosen.died_in_init:  # (its own logs and dumps are analysed)
         which = "an earlier" if earlier else "a later"
-        return f"{which} attempt (attempt {chosen.number} left no dump)"
+        left = "died in init" if chosen.ranks else "left no dump"
+        return f"{which} attempt (attempt {chosen.number} {left})"
     if not earlier:
         gap = _seconds(span[0] - chosen.last_ns)
         return f"a later attempt or run (its entries begin {gap} after attempt {chosen.number}'s)"
@@ -384,67 +447,4 @@ def _seconds(ns: int) -> str:
 
 
 def _ranks(ranks: Sequence[int]) -> str:
-    from frtrace.base.ranges import format_ranks
-
     return format_ranks(list(ranks))
-
-
-def _paths_of(dumps: DumpSet, rank: int) -> list[str]:
-    """The rank's files, as paths under the directory where they are below it."""
-    return [
-        _shown(dumps.directory, p)
-        for r, p in zip(
-            dumps.files.column("rank").to_pylist(),
-            dumps.files.column("path").to_pylist(),
-            strict=True,
-        )
-        if r == rank
-    ]
-
-
-def _shown(directory: Path, path: str) -> str:
-    try:
-        return Path(path).relative_to(directory).as_posix()
-    except ValueError:
-        return path
-
-
-def keep_ranks(dumps: DumpSet, keep: set[int], problems: tuple[LoadProblem, ...]) -> DumpSet:
-    """The dump set with only ``keep``'s rows (its world, stacks and other files kept)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    wanted = pa.array(sorted(keep), type=pa.int32())
-
-    def only(table: pa.Table) -> pa.Table:
-        if not keep:  # (an attempt that left no dump: no pass over a large set's columns)
-            return table.slice(0, 0)
-        mask = pc.is_in(pc.cast(table.column("rank"), pa.int32()), value_set=wanted)
-        return table.filter(mask)
-
-    aside = {r for r in dumps.loaded_ranks if r not in keep}
-    side = dumps.side_files
-    if side is not None:
-        side = tuple(f for f in side if not recorder_stacks_of(f, aside))
-    return replace(
-        dumps,
-        entries=only(dumps.entries),
-        groups=only(dumps.groups),
-        pg_status=only(dumps.pg_status),
-        files=only(dumps.files),
-        problems=(*dumps.problems, *problems),
-        side_files=side,
-    )
-
-
-_STACK_RANK = re.compile(r"(\d{1,7})(?:\.\w+)?$")
-
-
-def recorder_stacks_of(f: SideFile, ranks: set[int]) -> bool:
-    """Whether ``f`` is the recorder's stack sidecar of one of ``ranks`` (written with the
-    dump set aside: ``stacks_rank_3.json``, in the same lifetime)."""
-    name = PurePosixPath(f.relative).name
-    if f.kind != "stacks" or not name.startswith(STACKS_PREFIX):
-        return False
-    m = _STACK_RANK.search(name)
-    return m is not None and int(m[1]) in ranks

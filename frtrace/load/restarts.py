@@ -24,7 +24,7 @@ from dataclasses import replace
 from frtrace.incident.attempts import attempt_of
 from frtrace.incident.layout import SideFile
 from frtrace.load.dumpset import DumpSet
-from frtrace.load.lifetimes import keep_ranks, recorder_stacks_of
+from frtrace.load.inits import keep_ranks, recorder_stacks_of
 
 __all__ = ["other_attempt", "own_side_files"]
 

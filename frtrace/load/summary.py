@@ -18,6 +18,7 @@ _READ_AS = {
     "log": "logs and error files",
     "error_file": "logs and error files",
     "manifest": "collect's manifests (hosts, pids, dump times)",
+    "ras": "NCCL RAS's answers (hosts, pids, dead ranks, op counts)",
 }
 
 
@@ -64,6 +65,7 @@ def render_summary(dumps: DumpSet) -> str:
                 "wrapped",
                 "problems",
             ),
+            disable_numparse=[2],  # (a version "2.10" is not the number 2.1)
         ),
         "",
     ]

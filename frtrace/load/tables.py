@@ -38,6 +38,7 @@ from frtrace.load.lifetimes import one_attempt  # (loaded dump sets: one attempt
 from frtrace.load.options import LoadOptions
 from frtrace.load.read.interning import Stack
 from frtrace.load.read.parse import ParsedDump
+from frtrace.load.recorders import merge_recorders  # (one rank's several dumps: one rank)
 from frtrace.load.workers.bundle import Bundle
 from frtrace.load.workers.executors import (
     FileExecutor,
@@ -102,7 +103,9 @@ def load_discovered(
             if cached is not None:
                 said = f"the tables of {len(discovery.candidates):,} files from the cache"
                 shown.record("load", said, started)
-                return one_attempt(_from_tables(directory, cached, discovery), discovery)
+                return one_attempt(
+                    merge_recorders(_from_tables(directory, cached, discovery)), discovery
+                )
         # (the executor counts the files in this phase; the tables are assembled and stored)
         with shown.phase("load", total=len(discovery.candidates)):
             dumps, written, cut = _read(directory, discovery, options, shown, store)
@@ -113,7 +116,7 @@ def load_discovered(
                     store.save_in_background(loaded, written)
                 else:
                     store.save(loaded, written)
-        return one_attempt(dumps, discovery)
+        return one_attempt(merge_recorders(dumps), discovery)
 
 
 def _read(

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 from frtrace.base.ranges import format_ranks
 from frtrace.detail import NeverJoined, NeverPosted, NoDump, NotStarted
+from frtrace.detail.notes import GraphReplay, SkippedCollectives
 from frtrace.model import (
+    Basis,
     Finding,
     FindingKind,
     GroupRef,
@@ -23,6 +25,7 @@ from frtrace.model import (
     Severity,
     StackEvidence,
     Verdict,
+    suspected_why,
 )
 from frtrace.pystack.classes import StackClass
 from frtrace.pystack.where import call_site, frame_label, is_library_text
@@ -49,6 +52,7 @@ __all__ = [
     "short_frame",
     "shorten_rank_lists",
     "stack_rows",
+    "suspicions",
     "unfinished_ops",
 ]
 
@@ -111,6 +115,10 @@ def _expand(part: str) -> range:
     return range(int(lo), int(hi) + 1) if dash else range(int(lo), int(lo) + 1)
 
 
+# The notes that say the recorder cannot see some collectives (``analysis.facts.blind``)
+BLIND = (GraphReplay, SkippedCollectives)
+
+
 def headline(report: Report) -> str:
     """The one line that answers "what happened", e.g. ``HANG: culprit rank 5; 7 ranks wait``."""
     verdict = report.verdict
@@ -129,24 +137,43 @@ def headline(report: Report) -> str:
             )
         if report.suspected_ranks and FindingKind.MISSING_DUMP in kinds:
             return (
-                f"CANNOT TELL: suspected (no dump) {ranks_phrase(report.suspected_ranks)}; "
+                f"CANNOT TELL: {'; '.join(suspicions(report))}; "
                 "every other rank stopped in an op it may have failed"
+            )
+        if not report.ranks_loaded and report.stacks is not None:
+            return "CANNOT TELL: no dump was read, and the ranks' stacks single out no rank"
+        if report.suspected_ranks and kinds & {FindingKind.GROUP_ORDER, FindingKind.OP_ORDER}:
+            return (
+                f"CANNOT TELL: {'; '.join(suspicions(report))}: their orders differ, and no "
+                "majority says whose is the odd one"
+            )
+        if not report.findings and any(isinstance(n, BLIND) for n in report.data_notes):
+            return (
+                "CANNOT TELL: the recorder cannot see every collective this job ran (see "
+                "what the dumps could not show): what it recorded names no rank"
             )
         return "CANNOT TELL: ranks are stuck, and the dumps do not show which rank caused it"
     label = "HANG" if verdict == Verdict.HANG else "DESYNC"
     suspected = set(report.suspected_ranks)
     confirmed = [r for r in report.culprit_ranks if r not in suspected]
     parts = []
+    by_stack = {n.rank for n in report.named_ranks if n.basis == Basis.STACK}
     if confirmed:
-        parts.append(f"culprit {ranks_phrase(confirmed)}")
-    if report.suspected_ranks:
-        parts.append(f"suspected (no dump) {ranks_phrase(report.suspected_ranks)}")
+        alone = " (its stack; no dump read)" if set(confirmed) <= by_stack else ""
+        parts.append(f"culprit {ranks_phrase(confirmed)}{alone}")
+    parts.extend(suspicions(report))
     if report.victim_ranks:
         n = len(report.victim_ranks)
         named = len(confirmed) + len(report.suspected_ranks)
         them = "them" if named > 1 else "it"
         parts.append(f"{plural(n, 'rank')} wait{'s' if n == 1 else ''} on {them}")
     return f"{label}: " + "; ".join(parts or ["no rank could be named"])
+
+
+def suspicions(report: Report) -> list[str]:
+    """The suspected ranks by why each is only suspected, e.g. ``["suspected (no dump) rank
+    3", "suspected (by elimination) ranks 0-2"]``: a suspicion is said as one (issue 50)."""
+    return [f"suspected ({w}) {ranks_phrase(ranks)}" for w, ranks in suspected_why(report)]
 
 
 def headlines(report: Report) -> tuple[list[Finding], int]:

@@ -8,7 +8,8 @@ stack frames) keep the paths as read. Bump the major version on a breaking chang
 removed, renamed or its meaning changed), the minor when fields are added (1.1: ``where`` and
 ``stacks``; 1.2: ``timeline``, ``evidence_files``, ``evidence_problems``, ``disagreements``
 and a finding's ``failures``; 1.3: ``processes``, each rank's host and pid where known; 1.4:
-``history``, a restarted job's other attempts; 1.5: ``named_ranks``, each named rank's basis).
+``history``, a restarted job's other attempts; 1.5: ``named_ranks``, each named rank's basis;
+next: ``fingerprint`` (and an attempt's, with ``same_hang_as``), ``ras``: NCCL RAS's answers).
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ from frtrace.report.select import Selection
 from frtrace.report.stacks import stacks_to_dict, where_to_dict
 from frtrace.report.timeline import failure_to_dict
 from frtrace.report.wording import disagreement, evidence, summary, why
-from frtrace.report.words_history import attempt_line, repeat_line
+from frtrace.report.words_history import attempt_line, repeat_line, same_hang_as
 from frtrace.report.words_notes import note, straggler_note
+from frtrace.report.words_ras import ras_to_dict
 
 __all__ = ["SCHEMA_VERSION", "dumps_compact", "render_json", "report_to_dict"]
 
@@ -130,13 +132,16 @@ def _progress(p: GroupProgress) -> dict[str, Any]:
     }
 
 
-def _attempt(a: AttemptSummary, this: bool) -> dict[str, Any]:
+def _attempt(a: AttemptSummary, this: bool, same: int | None) -> dict[str, Any]:
     return {
         "attempt": a.attempt,
         "this": this,
         "later": a.later,
         "verdict": str(a.verdict),
-        "summary": attempt_line(a, this=this),
+        "summary": attempt_line(a, this=this, same=same),
+        "fingerprint": a.fingerprint,
+        "same_hang_as": same,
+        "died_in_init": a.died_in_init,  # (optional in the schema: added after 1.5)
         "culprit_ranks": list(a.culprit_ranks),
         "suspected_ranks": list(a.suspected_ranks),
         "hosts": {str(r): h for r, h in a.hosts},
@@ -156,7 +161,7 @@ def _history(h: History) -> dict[str, Any]:
     this = h.this.attempt
     return {
         "attempt": this,
-        "attempts": [_attempt(h.this, True)] + [_attempt(a, False) for a in h.others],
+        "attempts": [_attempt(a, a is h.this, same_hang_as(h, a)) for a in (h.this, *h.others)],
         "left_out": list(h.left_out),
         "repeat_offenders": [
             {
@@ -183,6 +188,7 @@ def report_to_dict(report: Report, selection: Selection | None = None) -> dict[s
         "verdict": str(report.verdict),
         "has_problems": report.has_problems,
         "headline": headline(report),
+        "fingerprint": report.fingerprint,  # what was found, hashed: the same hang seen twice
         "culprit_ranks": list(report.culprit_ranks),
         "suspected_ranks": list(report.suspected_ranks),
         "victim_ranks": list(report.victim_ranks),
@@ -216,6 +222,8 @@ def report_to_dict(report: Report, selection: Selection | None = None) -> dict[s
         }
     if report.history is not None:  # 1.4: only of a folder that holds several attempts
         out["history"] = _history(report.history)
+    if (ras := ras_to_dict(report)) is not None:  # only where NCCL RAS's answers were read
+        out["ras"] = ras
     return out
 
 

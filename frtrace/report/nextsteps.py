@@ -6,7 +6,7 @@ enough to print for every report.
 
 from __future__ import annotations
 
-from frtrace.detail import StuckInCollective
+from frtrace.detail import OpOrder, StuckInCollective
 from frtrace.model import Finding, FindingKind, Report, Severity
 from frtrace.pystack.where import call_site
 from frtrace.report.common import (
@@ -17,7 +17,7 @@ from frtrace.report.common import (
     unfinished_ops,
 )
 
-__all__ = ["DUMP_LOCATIONS", "MAX_STEPS", "finding_steps", "next_steps"]
+__all__ = ["DUMP_LOCATIONS", "MAX_STEPS", "NEXT_DUMP", "finding_steps", "next_steps"]
 
 MAX_STEPS = 8  # steps listed in text, markdown and HTML; the JSON report lists all (None)
 
@@ -26,6 +26,15 @@ DUMP_LOCATIONS = (
     "$XDG_CACHE_HOME or $HOME/.cache/torch/comm_lib_trace_rank_<rank> (torch 2.9+), "
     "$HOME/.cache/torch/nccl_trace_rank_<rank> (2.6-2.8), /tmp/nccl_trace_rank_<rank> (2.2-2.5); "
     "TORCH_FR_DUMP_TEMP_FILE (2.8+) or TORCH_NCCL_DEBUG_INFO_TEMP_FILE sets the prefix"
+)
+
+# No dump was read, only the ranks' stacks: what makes the next collect get every rank's dump
+# (``frtrace collect`` prints the one line for the job's backend and torch)
+NEXT_DUMP = (
+    "no rank's dump was read: next time start the job with `eval \"$(frtrace env --dir DIR "
+    "--watch 300)\"` (torch 2.5+, the job's Python able to import frtrace) or call "
+    "`frtrace.recorder.enable(DIR)` in the script before init_process_group: `frtrace collect` "
+    "can then ask every rank for its dump (it prints the line for the job's backend and torch)"
 )
 
 _PY_SPY = (
@@ -84,6 +93,26 @@ def finding_steps(finding: Finding, report: Report) -> list[str]:
         ]
     if kind == FindingKind.STUCK_IN_COLLECTIVE:
         return [_stuck_step(list(finding.waiting_ranks), unstarted=_unstarted(finding))]
+    if kind == FindingKind.GROUP_ORDER:
+        return [
+            f"find where {who} creates its process groups: a loop over a set or a dict whose "
+            "order varies between processes (set PYTHONHASHSEED for every rank, or iterate "
+            "sorted(...)); every rank must call new_group in one order"
+        ]
+    if isinstance(finding.detail, OpOrder):
+        return [
+            f"see the ops in their order, side by side: `frtrace show --ranks "
+            f"{compact_ranks(sorted({*finding.detail.odd, *finding.detail.majority[:1]}))} "
+            "--last 8`; where two threads issue "
+            "collectives on one group, order them alike on every rank, or give one its own group"
+        ]
+    if kind == FindingKind.STACK_OUTLIER:
+        return [
+            f"open {w.file}:{w.line} (`{w.function}`): rank {w.rank}'s main thread is there; "
+            f"its stack is in {w.file_name}"
+            for w in finding.where
+            if w.function is not None and not report.ranks_loaded
+        ]
     return []
 
 
@@ -214,7 +243,9 @@ def next_steps(report: Report, *, limit: int | None = MAX_STEPS) -> list[str]:
     if unstarted:
         steps.append(_stuck_step(unstarted, unstarted=True))
     absent = sorted(set(report.ranks_missing) | set(report.ranks_unreadable))
-    if absent and not any(f.kind == FindingKind.MISSING_DUMP for f in report.findings):
+    if not report.ranks_loaded and report.stacks is not None and not report.timeline:
+        steps.append(NEXT_DUMP)  # (the stacks alone: collect's next run should get dumps)
+    elif absent and not any(f.kind == FindingKind.MISSING_DUMP for f in report.findings):
         steps.append(f"get the dump of {ranks_phrase(absent)}: {DUMP_LOCATIONS}")
     if report.stragglers:
         late = [s.rank for s in report.stragglers]

@@ -21,6 +21,7 @@ from frtrace.detail import (
     NamedApart,
     NamedByError,
     NothingRecorded,
+    RasRunning,
     RunningOps,
     RunningSnapshot,
     StackOutlier,
@@ -31,9 +32,12 @@ from frtrace.detail import (
 )
 from frtrace.evidence.model import Failure, FailureKind
 from frtrace.model import Finding, Severity
-from frtrace.report.words import held_too, op_at, who
+from frtrace.report.words import Words, held_too, op_at, who
 from frtrace.report.words_desync import DesyncDetail, desync_words
 from frtrace.report.words_hang import HangDetail, hang_words
+from frtrace.report.words_order import OrderDetail, order_words
+from frtrace.report.words_ras import ras_running
+from frtrace.report.words_stacks import outlier_summary
 from frtrace.report.words_where import where_said
 
 __all__ = ["MAX_WHERE_IN_SUMMARY", "disagreement", "evidence", "summary", "why"]
@@ -67,6 +71,8 @@ def disagreement(d: Disagreement) -> str:
             f"the job's own failures name rank(s) {format_ranks(d.by_job)}; the Flight Recorder "
             f"entries name rank(s) {format_ranks(d.by_entries)}: both are shown"
         )
+    if isinstance(d, RasRunning):
+        return ras_running(d)
     assert_never(d)
 
 
@@ -92,8 +98,8 @@ def _why(f: Finding) -> str:
     d = f.detail
     if isinstance(d, HangDetail):
         return hang_words(f, d).why
-    if isinstance(d, DesyncDetail):
-        return desync_words(f, d).why
+    if isinstance(d, DesyncDetail | OrderDetail):
+        return _desync_or_order(f, d).why
     if isinstance(d, FirstFailure):
         return (
             "its failure is the earliest, and of its own making; the others' are timeouts "
@@ -103,6 +109,11 @@ def _why(f: Finding) -> str:
         )
     if isinstance(d, NamedByError):
         return "an error message written by the job names the ranks"
+    if isinstance(d, StackOutlier) and d.stacks_only:
+        return (
+            "no Flight Recorder dump was read: every rank's Python stack, its own outside the "
+            "call all the others wait in; its ring buffer would confirm which op it never joined"
+        )
     if isinstance(d, StackOutlier):
         return "read from the ranks' Python stacks; the Flight Recorder entries do not say"
     if isinstance(d, UnseenMembers):
@@ -148,6 +159,11 @@ def evidence(f: Finding) -> tuple[str, ...]:
     return (*(_stack_line(s) for s in f.stacks), *_evidence(f))
 
 
+def _desync_or_order(f: Finding, d: DesyncDetail | OrderDetail) -> Words:
+    """A desync's words, or an order's (a rank's groups or a group's ops in another order)."""
+    return order_words(f, d) if isinstance(d, OrderDetail) else desync_words(f, d)
+
+
 def _stack_line(s: CulpritStack) -> str:
     cw = s.where
     chain = " <- ".join(s.frames)
@@ -163,8 +179,8 @@ def _summary(f: Finding) -> str:
     d = f.detail
     if isinstance(d, HangDetail):
         return hang_words(f, d).summary
-    if isinstance(d, DesyncDetail):
-        return desync_words(f, d).summary
+    if isinstance(d, DesyncDetail | OrderDetail):
+        return _desync_or_order(f, d).summary
     if isinstance(d, FirstFailure):
         if f.severity < Severity.ERROR:  # the verdict found it later than the hang it began
             return (
@@ -180,12 +196,7 @@ def _summary(f: Finding) -> str:
             f"{d.messages[0].message}"
         )
     if isinstance(d, StackOutlier):
-        host = tuple(w.rank for w in d.host)
-        return (
-            f"{who(host)} {'are' if len(host) > 1 else 'is'} in host code while "
-            f"{d.waiting} rank{'s' if d.waiting != 1 else ''} wait in "
-            f"{d.waiting_in or 'torch.distributed calls'}"
-        )
+        return outlier_summary(d)
     if isinstance(d, UnseenMembers):
         ranks = tuple(b.rank for b in d.blocked)
         several = len(ranks) > 1
@@ -265,8 +276,8 @@ def _evidence(f: Finding) -> tuple[str, ...]:
     d = f.detail
     if isinstance(d, HangDetail):
         return hang_words(f, d).evidence
-    if isinstance(d, DesyncDetail):
-        return desync_words(f, d).evidence
+    if isinstance(d, DesyncDetail | OrderDetail):
+        return _desync_or_order(f, d).evidence
     if isinstance(d, FirstFailure):
         lines = [_failure_line(x) for x in (*d.first, *d.after)]
         if d.untimed_others:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from frtrace.model import AttemptSummary, FindingKind, History, RepeatOffender, Verdict
 from frtrace.report.common import compact_ranks, plural, ranks_phrase
 
-__all__ = ["attempt_line", "history_lines", "left_out_line", "repeat_line"]
+__all__ = ["attempt_line", "history_lines", "left_out_line", "repeat_line", "same_hang_as"]
 
 _VERDICT = {
     Verdict.HEALTHY: "healthy",
@@ -43,24 +43,43 @@ _WHAT = {
     FindingKind.UNSEEN_MEMBERS: "blocked in {op}, which the other members never recorded",
     FindingKind.RUNNING_SNAPSHOT: "a running job dumped at one instant",
     FindingKind.NOTHING_RECORDED: "no rank recorded any op",
+    FindingKind.GROUP_ORDER: "made its process groups in another order (seen at {op})",
+    FindingKind.OP_ORDER: "ran a group's ops in another order (seen at {op})",
 }
 MAX_HOSTS = 3  # hosts named in one line; the JSON report has them all
+_WRONG = frozenset({Verdict.HANG, Verdict.DESYNC, Verdict.CANNOT_TELL})
 
 
 def history_lines(history: History) -> list[str]:
     """This attempt's line first, then one per other attempt, in attempt order."""
-    return [attempt_line(history.this, this=True)] + [attempt_line(a) for a in history.others]
+    every = (history.this, *history.others)
+    return [attempt_line(a, this=a is history.this, same=same_hang_as(history, a)) for a in every]
 
 
-def attempt_line(a: AttemptSummary, *, this: bool = False) -> str:
-    """``attempt 0: hang; rank 1 (on node-1): never joined all_reduce #9 of pg 0 (from ...)``."""
+def same_hang_as(history: History, a: AttemptSummary) -> int | None:
+    """The first attempt before ``a`` that hung the same way (the same fingerprint: the same
+    kind, group, op, place and named ranks), where ``a`` found something wrong; else None."""
+    if a.fingerprint is None or a.verdict not in _WRONG:
+        return None
+    earlier = (b.attempt for b in (history.this, *history.others) if b.attempt < a.attempt)
+    same = {b.attempt for b in (history.this, *history.others) if b.fingerprint == a.fingerprint}
+    return min((n for n in earlier if n in same), default=None)
+
+
+def attempt_line(a: AttemptSummary, *, this: bool = False, same: int | None = None) -> str:
+    """``attempt 0: hang; rank 1 (on node-1): never joined all_reduce #9 of pg 0 (from ...)``;
+    ``same``: the earlier attempt that hung the same way (``same_hang_as``)."""
     label = f"attempt {a.attempt}" + (" (this report)" if this else " (later)" if a.later else "")
+    if a.died_in_init:  # (no hang to name anyone of: its ranks never ran an op)
+        return f"{label}: died in init_process_group, no op recorded ({_basis(a)})"
     said = f"{label}: {_VERDICT[a.verdict]}"
     who, what = _who(a), _what(a)
     if who and what:
         said += f"; {who}: {what}"
     elif who or what:
         said += f"; {who or what}"
+    if same is not None:
+        said += f"; the same hang as attempt {same}"
     return f"{said} ({_basis(a)})"
 
 
@@ -69,11 +88,9 @@ def _who(a: AttemptSummary) -> str:
     parts = []
     if a.culprit_ranks:
         parts.append(ranks_phrase(a.culprit_ranks) + _hosts(a.culprit_ranks, hosts))
-    if a.suspected_ranks:
-        parts.append(
-            f"suspected (no dump) {ranks_phrase(a.suspected_ranks)}"
-            + _hosts(a.suspected_ranks, hosts)
-        )
+    for why, ranks in a.suspected_why or (("no dump", a.suspected_ranks),):
+        if ranks:
+            parts.append(f"suspected ({why}) {ranks_phrase(ranks)}" + _hosts(ranks, hosts))
     return "; ".join(parts)
 
 

@@ -9,7 +9,9 @@ from typing import assert_never
 from frtrace.base.ranges import format_ranks
 from frtrace.detail.notes import (
     BuffersWrapped,
+    ClockOffsets,
     DataNote,
+    GraphReplay,
     HistoryCut,
     InferredFrom,
     LoadWarnings,
@@ -19,6 +21,7 @@ from frtrace.detail.notes import (
     NoStackFor,
     OldDumps,
     PresumedHeldUp,
+    SkippedCollectives,
     StackFileProblem,
     StatelessDumps,
     StragglerBasis,
@@ -26,9 +29,26 @@ from frtrace.detail.notes import (
     UnreadableDumps,
     WorldSizeGuessed,
 )
+from frtrace.detail.ras import RasCommNote, RasRead
 from frtrace.model import Straggler
+from frtrace.report.words_ras import ras_note
 
 __all__ = ["note", "straggler_note"]
+
+
+# long: one branch per kind of data note, each with its sentence
+_OLD_DUMPS = (
+    "dumps from torch 2.3 or older record no dtypes (a dtype mismatch is invisible) and "
+    "name groups only by a per-process id; torch 2.2 also records batched send/recv as "
+    "a bare 'coalesced' entry without peers, so findings on those are uncertain. "
+    "Dumps from torch 2.4+ settle such cases."
+)
+_STATELESS = (
+    "Gloo dumps record no start/complete states and no p2p ops: completion is read "
+    "from `retired`, and a hang inside send/recv or monitored_barrier cannot be seen "
+    "(after the last recorded collective, such a job looks finished); the ranks' "
+    "stacks, logs or the recorder's sidecars show it."
+)
 
 
 def note(n: DataNote) -> str:
@@ -58,19 +78,9 @@ def note(n: DataNote) -> str:
     if isinstance(n, MembershipInferred):
         return _membership(n)
     if isinstance(n, OldDumps):
-        return (
-            "dumps from torch 2.3 or older record no dtypes (a dtype mismatch is invisible) and "
-            "name groups only by a per-process id; torch 2.2 also records batched send/recv as "
-            "a bare 'coalesced' entry without peers, so findings on those are uncertain. "
-            "Dumps from torch 2.4+ settle such cases."
-        )
+        return _OLD_DUMPS
     if isinstance(n, StatelessDumps):
-        return (
-            "Gloo dumps record no start/complete states and no p2p ops: completion is read "
-            "from `retired`, and a hang inside send/recv or monitored_barrier cannot be seen "
-            "(after the last recorded collective, such a job looks finished); the ranks' "
-            "stacks, logs or the recorder's sidecars show it."
-        )
+        return _STATELESS
     if isinstance(n, UnexplainedBlocked):
         return (
             f"rank(s) {format_ranks(n.ranks)} are blocked in ops whose missing members "
@@ -99,14 +109,69 @@ def note(n: DataNote) -> str:
         )
     if isinstance(n, StackFileProblem):
         return n.message
+    if isinstance(n, RasRead | RasCommNote):
+        return ras_note(n)
     if isinstance(n, HistoryCut):
-        return (
-            f"the cluster kept each group's history from {n.margin} ops before its first op "
-            f"that not every member finished alike, and the ops one rank reached clearly last "
-            f"({n.dropped:,} entries of settled ops left out); without --scheduler every entry "
-            "is read"
-        )
+        return _history_cut(n)
+    if isinstance(n, ClockOffsets):
+        return _clock_offsets(n)
+    if isinstance(n, SkippedCollectives | GraphReplay):
+        return _blind(n)
     assert_never(n)
+
+
+def _blind(n: SkippedCollectives | GraphReplay) -> str:
+    """What the recorder cannot see (``analysis.facts.blind``)."""
+    if isinstance(n, SkippedCollectives):
+        return _skipped(n)
+    many = len(n.ranks) != 1
+    return (
+        f"the stack{'s' if many else ''} of rank{'s' if many else ''} {format_ranks(n.ranks)} "
+        f"{'are' if many else 'is'} in a CUDA graph replay: the collectives a graph runs are "
+        "never recorded (torch records none issued while a graph is captured), so a hang inside "
+        "the replay leaves a clean ring buffer and the recorder cannot see it; not a healthy job "
+        "on this evidence. NCCL's own view settles it (NCCL RAS: ncclras, or NCCL_DEBUG=INFO "
+        "logs), or a run without the graph (eager collectives are recorded)"
+    )
+
+
+def _skipped(n: SkippedCollectives) -> str:
+    listed = "; ".join(f"rank {c.rank}: {c.ops} on {c.group.label}" for c in n.counts) + (
+        f"; and {n.more} more (rank, group) pairs" if n.more else ""
+    )
+    return (
+        f"the recorder of rank(s) {format_ranks(n.ranks)} skipped {n.total} collective "
+        f"sequence id(s) between two entries of a group ({listed}): collectives it counted and "
+        "never wrote (issued while a CUDA graph was captured on NCCL, Gloo's monitored_barrier), "
+        "so it cannot see them and a hang in one leaves no entry; not a healthy job on this "
+        "evidence. The ranks' stacks (py-spy dump --pid, frtrace collect) or NCCL's own view "
+        "(NCCL RAS, NCCL_DEBUG=INFO) settle it"
+    )
+
+
+def _history_cut(n: HistoryCut) -> str:
+    return (
+        f"the cluster kept each group's history from {n.margin} ops before its first op "
+        f"that not every member finished alike, and the ops one rank reached clearly last "
+        f"({n.dropped:,} entries of settled ops left out); without --scheduler every entry "
+        "is read"
+    )
+
+
+def _clock_offsets(n: ClockOffsets) -> str:
+    many = len(n.ranks) != 1
+    way = "ahead of" if n.offset_s > 0 else "behind"
+    basis = (
+        f"from {n.collectives} collectives they recorded together"
+        if n.collectives
+        else "their folder's (a host's ranks share a clock)"
+    )
+    return (
+        f"the clock of {'ranks' if many else 'rank'} {format_ranks(n.ranks)} ran "
+        f"{abs(n.offset_s):,.1f} s {way} rank {n.reference}'s ({basis}): their times were "
+        f"moved onto rank {n.reference}'s clock before any rule compared them (a host "
+        "without NTP; compare their logs' times with that in mind)"
+    )
 
 
 def _membership(n: MembershipInferred) -> str:

@@ -424,14 +424,11 @@ def test_only_active_two_member_tie_names_both() -> None:
             ),
             "2.10",
             "pickle",
+            # settled: rank 2 stopped before broadcast #45 of its tp group, which rank 3
+            # started; rank 2's per-op entries of earlier coalesced broadcasts (#22, #44: left
+            # scheduled and unretired, kept by onlyActive) made it look blocked in #44 until
+            # its pg_status settled them (facts/p2pstatus.py)
             id="host-stall-behind-stale-entries",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=f"{ISSUE_10}: rank 2 stopped before broadcast #45 of its tp group, "
-                "which rank 3 started; rank 2's per-op entries of earlier coalesced broadcasts "
-                "(#22, #44: left scheduled and unretired, kept by onlyActive) make it look "
-                "blocked in #44: cannot_tell, no finding",
-            ),
         ),
     ],
 )  # fmt: skip

@@ -287,7 +287,8 @@ def test_positive_evidence_wins_over_a_missing_dump_and_the_stacks(
 ) -> None:
     """A positive finding naming rank 2, with a missing dump and/or a stack outlier naming
     rank 3 (either order): HANG on rank 2 alone; rank 3's missing dump is kept and suspected
-    (not a culprit), its stack outlier dropped."""
+    (not a culprit), its stack outlier dropped. Rank 2 named by elimination (unseen members)
+    is suspected too (an inference, issue 50)."""
     found = {
         "missing_dump": [MISSING_3],
         "stack_outlier": [OUTLIER_3],
@@ -295,7 +296,8 @@ def test_positive_evidence_wins_over_a_missing_dump_and_the_stacks(
     }[weaker]
     d = _decide([POSITIVE[positive], *found], _quiet())
     assert (d.verdict, d.culprits) == (Verdict.HANG, (2,))
-    assert d.suspected == ((3,) if weaker != "stack_outlier" else ())
+    inferred = (2,) if positive == "unseen_members" else ()
+    assert d.suspected == inferred + ((3,) if weaker != "stack_outlier" else ())
     assert (MISSING_3 in d.findings) == (weaker != "stack_outlier")
     assert OUTLIER_3 not in d.findings
     assert POSITIVE[positive] in d.findings and d.disagreements == ()
@@ -401,11 +403,12 @@ WRONG = {
 def test_the_stacks_name_a_culprit_only_where_something_is_wrong(wrong: str) -> None:
     """A stack outlier on rank 1 beside what says something is wrong (a warning of each kind
     that names nobody, a failure in the job's logs, a blocked rank nothing explains): HANG,
-    rank 1 named by its stack; without it, CANNOT_TELL."""
+    rank 1 named by its stack, suspected (the stacks alone are an inference); without it,
+    CANNOT_TELL."""
     found, facts = WRONG[wrong]
     outlier = _f(K.STACK_OUTLIER, (1,), group=None, seq=None, confidence=MEDIUM)
     d = _decide([*found, outlier], facts())
-    assert (d.verdict, d.culprits, d.suspected) == (Verdict.HANG, (1,), ())
+    assert (d.verdict, d.culprits, d.suspected) == (Verdict.HANG, (1,), (1,))
     assert outlier in d.findings
     d = _decide(found, facts(), (STRAGGLER,))
     assert (d.verdict, d.culprits) == (Verdict.CANNOT_TELL, ())
@@ -490,7 +493,7 @@ def test_the_order_of_precedence_step_by_step() -> None:
         ([desync, never, missing, outlier, stuck], (STRAGGLER,), Verdict.DESYNC, (2, 3), (0,)),
         ([never, missing, outlier, stuck], (STRAGGLER,), Verdict.HANG, (2,), (0,)),
         ([missing, outlier, stuck], (STRAGGLER,), Verdict.HANG, (0,), (0,)),
-        ([outlier, stuck], (STRAGGLER,), Verdict.HANG, (1,), ()),
+        ([outlier, stuck], (STRAGGLER,), Verdict.HANG, (1,), (1,)),
         ([stuck], (STRAGGLER,), Verdict.CANNOT_TELL, (), ()),
         ([], (STRAGGLER,), Verdict.STRAGGLERS, (), ()),
         ([], (), Verdict.HEALTHY, (), ()),

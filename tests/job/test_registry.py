@@ -111,9 +111,10 @@ def test_recorder_dumps_on_a_request_and_says_where(
         conn.sendall(b"dump\n")
         reply = json.loads(conn.makefile("rb").readline())
     assert reply["ok"] is True, reply
-    assert Path(reply["dump"]) == tmp_path.resolve() / "dumps" / "comm_lib_trace_rank_0"
+    # (beside the rank's own dump, never over it: frtrace.job.answers)
+    assert Path(reply["dump"]) == tmp_path.resolve() / "dumps" / ".comm_lib_trace_rank_0.request"
     assert Path(reply["dump"]).stat().st_size > 0
-    assert Path(reply["stacks"]).name == "stacks_rank_0.json"
+    assert Path(reply["stacks"]).name == ".stacks_rank_0.request.json"
     side = json.loads(Path(reply["stacks"]).read_text())
     assert side["trigger"] == {"kind": "on_demand", "detail": "frtrace collect"}
 

@@ -124,14 +124,14 @@ def job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Job]:
     def rank_of_thread() -> Rank | None:
         return by_thread.get(threading.current_thread().name)
 
-    def analyse_and_report(folder: Path, since_wall: float) -> tuple[object, Path]:
+    def analyse_and_report(folder: Path, since_wall: float, context: object) -> object:
         rank = rank_of_thread()
         j.reports.append(-1 if rank is None else rank.rank)
-        return object(), folder / "frtrace-report.html"
+        return types.SimpleNamespace(report=object(), html=folder / "frtrace-report.html")
 
     reporter = types.ModuleType(REPORTER)
     reporter.analyse_and_report = analyse_and_report  # type: ignore[attr-defined]
-    reporter.hang_line = lambda report, html: "job hung (stand-in report)"  # type: ignore[attr-defined]
+    reporter.hang_line = lambda written, context: "job hung (stand-in report)"  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, REPORTER, reporter)
     monkeypatch.setattr(watching, "REPORTER", REPORTER)
     monkeypatch.setattr(watching, "default_group", rank_of_thread)
@@ -356,6 +356,7 @@ def test_a_hostile_store_client_neither_floods_nor_silences_a_real_job(tmp_path:
             time.sleep(0.1)
         assert html.exists(), "no report within the deadline"
         time.sleep(3.0)  # the attack goes on, the job still stalled: no rank dumps again
+        text = (tmp_path / "frtrace-report.txt").read_text()  # (superseded once it ends)
     finally:
         (tmp_path / "stop").touch()  # the attack ends, then the stuck rank goes on
         outs = []
@@ -375,7 +376,6 @@ def test_a_hostile_store_client_neither_floods_nor_silences_a_real_job(tmp_path:
         [line for line in out.splitlines() if line.startswith("watch-dump:")] for out, _ in outs
     ]
     assert [len(d) for d in dumps] == [1] * WORLD, dumps
-    text = (tmp_path / "frtrace-report.txt").read_text()
     assert text.startswith(f"HANG: culprit rank {STUCK};"), text[:300]
     assert "load_batch" in text
     hung = [line for _, err in outs for line in err.splitlines() if "job hung" in line]

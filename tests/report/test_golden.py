@@ -63,7 +63,7 @@ def test_report_is_deterministic(scenario: str) -> None:
 def test_every_golden_json_has_the_current_schema_version() -> None:
     """Golden JSON files carry schema_version and the documented top-level fields."""
     documented = {
-        "schema_version", "verdict", "has_problems", "headline", "culprit_ranks",
+        "schema_version", "verdict", "has_problems", "headline", "fingerprint", "culprit_ranks",
         "suspected_ranks", "victim_ranks", "named_ranks", "world_size", "ranks_loaded",
         "ranks_missing", "ranks_unreadable", "selection", "findings", "stragglers", "data_notes",
         "next_steps", "groups", "progress", "wait_edges",

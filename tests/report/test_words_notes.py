@@ -6,9 +6,12 @@ from typing import get_args
 
 import pytest
 
+from frtrace.detail.kinds import RankGroupCount
 from frtrace.detail.notes import (
     BuffersWrapped,
+    ClockOffsets,
     DataNote,
+    GraphReplay,
     HistoryCut,
     InferredFrom,
     LoadWarnings,
@@ -18,6 +21,7 @@ from frtrace.detail.notes import (
     NoStackFor,
     OldDumps,
     PresumedHeldUp,
+    SkippedCollectives,
     StackFileProblem,
     StatelessDumps,
     StragglerBasis,
@@ -25,6 +29,7 @@ from frtrace.detail.notes import (
     UnreadableDumps,
     WorldSizeGuessed,
 )
+from frtrace.detail.ras import RasCommNote, RasRead
 from frtrace.model import GroupRef, RankProcess, Straggler
 from frtrace.report.common import process_phrase
 from frtrace.report.words_notes import note, straggler_note
@@ -139,6 +144,70 @@ EXAMPLES: list[tuple[DataNote, str]] = [
         "the cluster kept each group's history from 32 ops before its first op that not every "
         "member finished alike, and the ops one rank reached clearly last (31,145,987 entries "
         "of settled ops left out); without --scheduler every entry is read",
+    ),
+    (
+        SkippedCollectives(
+            ranks=(0, 1),
+            total=4,
+            counts=(
+                RankGroupCount(
+                    rank=0,
+                    group=GroupRef(name="0", desc="default_pg", members=(0, 1), inferred=False),
+                    ops=2,
+                ),
+                RankGroupCount(
+                    rank=1,
+                    group=GroupRef(name="0", desc="default_pg", members=(0, 1), inferred=False),
+                    ops=2,
+                ),
+            ),
+            more=3,
+        ),
+        "the recorder of rank(s) 0-1 skipped 4 collective sequence id(s) between two entries of "
+        "a group (rank 0: 2 on default_pg (pg 0); rank 1: 2 on default_pg (pg 0); and 3 more "
+        "(rank, group) pairs): collectives it counted and never wrote (issued while a CUDA graph "
+        "was captured on NCCL, Gloo's monitored_barrier), so it cannot see them and a hang in "
+        "one leaves no entry; not a healthy job on this evidence. The ranks' stacks (py-spy "
+        "dump --pid, frtrace collect) or NCCL's own view (NCCL RAS, NCCL_DEBUG=INFO) settle it",
+    ),
+    (
+        ClockOffsets(ranks=(4, 5, 6, 7), offset_s=420.0, reference=0, collectives=38),
+        "the clock of ranks 4-7 ran 420.0 s ahead of rank 0's (from 38 collectives they "
+        "recorded together): their times were moved onto rank 0's clock before any rule "
+        "compared them (a host without NTP; compare their logs' times with that in mind)",
+    ),
+    (
+        ClockOffsets(ranks=(3,), offset_s=-95.5, reference=2, collectives=0),
+        "the clock of rank 3 ran 95.5 s behind rank 2's (their folder's (a host's ranks share "
+        "a clock)): their times were moved onto rank 2's clock before any rule compared them "
+        "(a host without NTP; compare their logs' times with that in mind)",
+    ),
+    (
+        RasRead(
+            files=("node-0/ncclras.json",),
+            nccl_version="2.28.9",
+            comms=3,
+            healthy=2,
+            unmatched=0,
+            hosts=(4, 5),
+            dead=(5,),
+        ),
+        "NCCL RAS (node-0/ncclras.json; NCCL 2.28.9): 3 communicators, 2 healthy (RUNNING, "
+        "every rank answering, no error); hosts and pids of ranks 4-5 from it; its monitor "
+        "declared the process of rank 5 dead",
+    ),
+    (
+        RasCommNote(hash="0xae94423cfbb2ef4a", size=8, group=None, job_ranks=True, dead=(5,)),
+        "NCCL RAS, communicator 0xae94423cfbb2ef4a (8 ranks): rank 5 considered dead "
+        "(unreachable over RAS for a minute)",
+    ),
+    (
+        GraphReplay(ranks=(2,)),
+        "the stack of rank 2 is in a CUDA graph replay: the collectives a graph runs are never "
+        "recorded (torch records none issued while a graph is captured), so a hang inside the "
+        "replay leaves a clean ring buffer and the recorder cannot see it; not a healthy job on "
+        "this evidence. NCCL's own view settles it (NCCL RAS: ncclras, or NCCL_DEBUG=INFO logs), "
+        "or a run without the graph (eager collectives are recorded)",
     ),
 ]
 

@@ -15,6 +15,7 @@ from frtrace.detail.stacks import (
     SharesWaitingStack,
     SinglesOut,
     StackReading,
+    StacksAlone,
 )
 from frtrace.report.words_stacks import stack_statement
 
@@ -22,6 +23,29 @@ WAIT = "load_batch (data.py:88), in Event.wait (threading.py:629)"
 
 EXAMPLES: list[tuple[StackReading, str]] = [
     (NothingMore(), "The stacks show nothing the dumps do not."),
+    (
+        StacksAlone(
+            named=(2,),
+            place="load_batch (train.py:41)",
+            waiting_in="all_reduce",
+            others=3,
+            missing=(),
+            places=2,
+        ),
+        "No Flight Recorder dump was read: the stacks alone name rank 2 (load_batch "
+        "(train.py:41)), outside the torch.distributed call the 3 other ranks with a stack are "
+        "in (all_reduce). Its ring buffer would confirm which op it never joined.",
+    ),
+    (
+        StacksAlone(named=(), place=None, waiting_in=None, others=3, missing=(3,), places=2),
+        "No Flight Recorder dump was read, and the stacks cannot tell: rank 3 of the job has no "
+        "stack (collect on every host of the job, then analyse the union).",
+    ),
+    (
+        StacksAlone(named=(), place=None, waiting_in=None, others=4, missing=(), places=3),
+        "No Flight Recorder dump was read, and the stacks cannot tell: they are in 3 places, not "
+        "one torch.distributed call that all but a few ranks are in.",
+    ),
     (
         SinglesOut(ranks=(3,), place=WAIT),
         f"The dumps name no culprit, but the stacks single out rank 3 ({WAIT}): look there first.",

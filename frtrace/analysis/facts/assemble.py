@@ -14,13 +14,22 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
+from frtrace.analysis.facts.blind import BlindSpots, blind_spots
 from frtrace.analysis.facts.capture import DumpMoments, dump_moments, dump_times_from_entries
+from frtrace.analysis.facts.clocks import (
+    Clocks,
+    aligned,
+    estimate_clocks,
+    evidence_on_one_clock,
+)
+from frtrace.analysis.facts.creation import CreationOrder, creation_order
 from frtrace.analysis.facts.elsewhere import maybe_elsewhere
 from frtrace.analysis.facts.groups import Membership, resolve_groups
 from frtrace.analysis.facts.match import match
 from frtrace.analysis.facts.ops import MatchResult
 from frtrace.analysis.facts.places import culprit_where
 from frtrace.analysis.facts.processes import rank_processes, seen_in_collected, seen_in_stacks
+from frtrace.analysis.facts.reorder import Reorder, reorders
 from frtrace.analysis.facts.unrecorded import unrecorded_ops
 from frtrace.analysis.facts.waitgraph import WaitGraph, build_wait_graph
 from frtrace.detail import MaybeElsewhere
@@ -58,6 +67,14 @@ class Facts:
     # ranks that never joined an op their peers wait in, but may be blocked in one their
     # buffer does not show (a send/recv Gloo does not record): why (``elsewhere``)
     elsewhere: Mapping[int, MaybeElsewhere] = field(default_factory=dict)
+    # the clock offsets taken out of the ranks' times before anything read them (``clocks``)
+    clocks: Clocks = field(default_factory=Clocks)
+    # collectives the recorder counted but did not write, and ranks in a CUDA graph replay
+    # (``blind``): a clean buffer there proves nothing
+    blind: BlindSpots = field(default_factory=BlindSpots)
+    # group names ranks hold as different groups, and who made its groups in another order
+    creation: CreationOrder = field(default_factory=CreationOrder)
+    reorders: tuple[Reorder, ...] = ()  # groups whose members ran the same ops in other orders
 
     @property
     def loaded(self) -> frozenset[int]:
@@ -78,13 +95,17 @@ def facts_of(
     """The facts of a dump set with what else the job left: its Python ``stacks``, the
     failures its logs, error files and sidecars report (``evidence``), and what ``frtrace
     collect`` knew of each rank (``collected``: its dump time, host and pid)."""
+    clocks = estimate_clocks(dumps)  # every time on one clock before anything reads one
+    dumps = aligned(dumps, clocks)
+    if evidence is not None:
+        evidence = evidence_on_one_clock(evidence, dumps, clocks)
     with ThreadPoolExecutor(1, thread_name_prefix="frtrace-facts") as beside:
         # The groups resolved, then when each dump was written (what (NCCL) the dump itself
         # discovered, the sidecars, collect's manifests) and what that says of each rank,
         # beside the matching, which needs none of it until its group id column (Arrow,
         # pandas and numpy passes over every entry, most without the GIL)
         groups = beside.submit(resolve_groups, dumps)
-        timed = beside.submit(_dump_moments, dumps, stacks, collected)
+        timed = beside.submit(_dump_moments, dumps, stacks, collected, clocks)
         matched = match(dumps, groups)
         membership = groups.result()
         moments, sources = timed.result()
@@ -97,22 +118,26 @@ def facts_of(
         lined_up=(membership, matched),
     )
     claimed = tuple(ManifestTimes(manifest=rel, ranks=ranks) for rel, ranks in sources)
-    return replace(facts, claimed=claimed) if claimed else facts
+    return replace(facts, claimed=claimed, clocks=clocks)
 
 
 def _dump_moments(
-    dumps: DumpSet, stacks: StackSet | None, collected: Collected | None
+    dumps: DumpSet, stacks: StackSet | None, collected: Collected | None, clocks: Clocks
 ) -> tuple[DumpMoments, tuple[tuple[str, tuple[int, ...]], ...]]:
     """When each rank's dump was written and what that says of it (``dump_moments``), and
-    the manifests of ``frtrace collect`` that alone gave a rank's time (each with its ranks)."""
+    the manifests of ``frtrace collect`` that alone gave a rank's time (each with its ranks);
+    every time on the reference's clock (``clocks``: the entries' are already)."""
     times = dump_times_from_entries(dumps)
     failed: frozenset[int] = frozenset()
     if stacks is not None:  # the recorder's sidecar, written with the dump
-        times |= {r: t for r in stacks.ranks if (t := stacks.taken_at_ns(r)) is not None}
+        times |= {
+            r: t - clocks.of(r) for r in stacks.ranks if (t := stacks.taken_at_ns(r)) is not None
+        }
         failed = frozenset(
             r for r in stacks.ranks if (stacks.trigger(r) or "").startswith("exception")
         )
     used, sources = manifest_times(collected, times)  # collect's, where the dumps say none
+    used = {r: t - clocks.of(r) for r, t in used.items()}  # (each host's collect, its clock)
     return dump_moments(dumps, times | used, failed), sources
 
 
@@ -167,6 +192,9 @@ def gather_facts(
         classes=classes,
         processes=rank_processes(seen, dumps.world.size),
         elsewhere=maybe_elsewhere(waits, matched, membership, places, unrecorded, evidence),
+        blind=blind_spots(dumps, membership, sampled),
+        creation=creation_order(dumps, membership, matched),
+        reorders=reorders(dumps, membership, matched),
     )
 
 

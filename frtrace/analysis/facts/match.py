@@ -7,7 +7,8 @@ key that means the same collective on every member is (group, ``collective_seq_i
 Matching produces, vectorised over all entries:
 
 - one *logical collective* per (rank, group, seq): a coalesced run (several entries sharing one
-  seq, ended by a ``*coalesced`` entry) counts once, its signature built from all its entries;
+  seq, ended by a ``*coalesced`` entry) counts once, its signature built from all its entries
+  (its closing entry gone, its rank's ``pg_status`` says whether it finished: ``p2pstatus``);
 - per (group, seq): who recorded it, whether any member finished it (a collective cannot finish
   on one member unless every member joined it), and whether the members agree on what it is;
 - per (rank, group): the highest and lowest seq its buffer holds, to tell "never reached this
@@ -42,7 +43,7 @@ from frtrace.analysis.facts.ops import (
     fixed_values,
 )
 from frtrace.analysis.facts.p2ppairs import pair_p2p
-from frtrace.analysis.facts.p2pstatus import settle_by_status
+from frtrace.analysis.facts.p2pstatus import settle_by_status, settle_collectives_by_status
 from frtrace.analysis.facts.pending import (
     blocked_ops,
     consensus_of,
@@ -124,7 +125,7 @@ def _gid_column(entries: pa.Table, membership: Membership) -> np.ndarray:
 
 
 def _done_column(dumps: DumpSet, state_rank: np.ndarray) -> np.ndarray:
-    """Did the op finish, per entry? From ``state`` wherever a rank shows states; from
+    """Did the op finish, per entry? From ``state`` wherever a rank's recorder shows states; from
     ``retired`` only for Gloo's generic recorder (and dumps that name no backend), which
     never moves ``state``."""
     entries = dumps.entries
@@ -135,15 +136,24 @@ def _done_column(dumps: DumpSet, state_rank: np.ndarray) -> np.ndarray:
     stateless = _lookup(backend_codes, backends, {"gloo": True}, False, np.bool_) | (
         backend_codes < 0
     )
-    with_states = np.zeros(int(rank.max()) + 1 if len(rank) else 0, dtype=bool)
-    with_states[rank[state_rank > 0]] = True  # (per rank: a flag, not a sort of the ranks)
+    # (per rank and recorder: a flag, not a sort of the ranks; a rank read from several
+    # recorders' dumps, ``load.recorders``, has Gloo's and NCCL's entries side by side)
+    width, ranks = len(backends) + 1, int(rank.max()) + 1 if len(rank) else 0
+    kind = np.int32 if ranks * width < 2**31 else np.int64
+    recorder = rank.astype(kind) * width + (backend_codes.astype(kind) + 1)
+    with_states = np.zeros(ranks * width, dtype=bool)
+    with_states[recorder[state_rank > 0]] = True
+    by_rank = np.zeros(ranks, dtype=bool)
+    by_rank[rank[state_rank > 0]] = True  # (a name without a backend: its rank's, as before)
+    shows = np.where(backend_codes < 0, by_rank[rank], with_states[recorder])
+    del recorder, with_states
     # Gloo's recorder never moves `state`: completion shows only through `retired` (which it
     # sets a moment after the op finished, so the newest op can lag; matching forgives that,
     # and `failure` catches the ops it retired because they failed). On NCCL, `retired`
     # without `completed` means the watchdog gave up (timeout, abort). The hook-based
     # recorders of newer torch (`nccl2:`, `c10d:`, ...) retire an entry when it is issued and
     # complete it when the backend says so: `retired` says nothing there, `state` does.
-    use_retired = stateless & ~with_states[rank]
+    use_retired = stateless & ~shows
     done: np.ndarray = np.where(use_retired, retired, state_rank == 2).astype(bool)
     return done
 
@@ -245,6 +255,7 @@ def match(dumps: DumpSet, groups: Membership | Future[Membership]) -> MatchResul
     del is_coll
     collectives = drop_truncated_runs(dumps, first_row, logical_collectives(frame, keep))
     del frame, keep
+    collectives = settle_collectives_by_status(collectives, dumps, p2p_rows)
     # The per-entry columns are gone: hand their memory back, or it stays in the process
     # (glibc keeps freed numpy/pandas buffers: ~90 bytes per entry, 6 GB at 32,768 ranks)
     give_back_memory()

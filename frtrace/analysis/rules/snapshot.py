@@ -9,8 +9,10 @@ A hang rarely looks like that: one stalled rank holds up everyone who waits on i
 stalls that happen independently do not happen within the same few milliseconds. So where no
 dump time is known, two or more ranks are each "one op behind" in a group of their own, hold
 up no one outside it, and every one of those waits began, and every one of those ranks last
-recorded an op, within ``WINDOW_S`` of the newest entry anywhere (ranks dump one after the
-other, and a dump itself takes a moment: real snapshots spread over up to a second), the
+recorded an op, within ``WINDOW_S`` of the newest entry of a rank on a clock known against
+its own (``facts.clocks``: hosts' clocks are compared only where their ranks recorded
+collectives together; ranks dump one after the other, and a dump itself takes a moment: real
+snapshots spread over up to a second), the
 picture is a running job's as much as a hang's: one warning per group,
 and the verdict does not name them (``analysis.verdict``). A dump time (``frtrace.recorder``)
 or a second snapshot (``frtrace compare``) settles it.
@@ -54,14 +56,17 @@ def check(facts: Facts) -> list[Finding]:
         if not victims_of(facts.waits, (c,)) <= members:
             return []  # it holds up ranks outside its group: a real chain of waits
     times = filled(facts.dumps.entries.column("time_created_ns"), 0)
-    newest = int(times.max()) if len(times) else 0
     culprits = np.fromiter(by_culprit, dtype=np.int64)
     ranks = facts.dumps.entries.column("rank").to_numpy()
     mine = np.isin(ranks, culprits)  # one pass over the entries, not one per culprit
     last = pd.Series(times[mine]).groupby(ranks[mine]).max().to_dict()
+    newest = _newest_by_clock(ranks, times, facts)
+    clocks = facts.clocks
     for c, edges in by_culprit.items():
         began = [int(times[e.row]) for e in edges] + ([int(last[c])] if c in last else [])
-        if not began or min(began) <= 0 or newest - min(began) > WINDOW_S * 1e9:
+        # the newest entry of a rank whose clock is known against the culprit's
+        now = newest.get(clocks.component.get(c), max(newest.values(), default=0))
+        if not began or min(began) <= 0 or now - min(began) > WINDOW_S * 1e9:
             return []
     out = []
     for c, edges in sorted(by_culprit.items()):
@@ -83,3 +88,21 @@ def check(facts: Facts) -> list[Finding]:
             )
         )
     return out
+
+
+def _newest_by_clock(ranks: np.ndarray, times: np.ndarray, facts: Facts) -> dict[int | None, int]:
+    """The newest entry time of each clock component (``facts.clocks``: ranks whose times are
+    known against each other's; a job of disjoint groups on hosts whose clocks are unknown has
+    several), every rank without one (no collective: no time) counted in each."""
+    component = facts.clocks.component
+    if len(times) == 0:
+        return {}
+    newest = pd.Series(times).groupby(ranks).max()
+    out: dict[int | None, int] = {}
+    for r, t in zip(newest.index.tolist(), newest.tolist(), strict=True):
+        home = component.get(int(r))
+        out[home] = max(out.get(home, 0), int(t))
+    free = out.pop(None, 0)
+    if not out:
+        return {None: free}
+    return {home: max(t, free) for home, t in out.items()}

@@ -787,6 +787,15 @@ def run_case(case: Case, workdir: Path) -> tuple[str, str | None]:
                 problems.append(f"{m.name} is both loaded and fatal")
         else:
             outcomes.append("refused")
+            # a file that reads as a process that never got through init_process_group (no
+            # op, no group: ``load.inits``) is set aside with a warning naming it: not lost
+            aside = [
+                p
+                for p in dumps.problems
+                if p.rank == m.seed.rank and not p.fatal and "not of attempt" in p.message
+            ]
+            if aside and not fatal and all(p.path in p.message for p in aside):
+                continue
             if len(fatal) != 1 or str(workdir / m.name) not in fatal[0].message:
                 problems.append(f"{m.name} is neither loaded nor a fatal problem: {fatal}")
     outcome = "+".join(sorted(outcomes))

@@ -16,7 +16,7 @@ from frtrace.load.read.parse import ParsedDump, try_parse
 from frtrace.load.read.wire import empty_batch
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"
-NO_DUMPS = ("golden", "pystack", "stacks", "debug_server")  # reports and stack samples only
+NO_DUMPS = ("golden", "pystack", "stacks", "debug_server", "ras")  # reports, stacks, RAS only
 SETS = sorted(p for p in FIXTURES.iterdir() if p.is_dir() and p.name not in NO_DUMPS)
 
 
