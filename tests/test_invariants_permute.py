@@ -45,7 +45,7 @@ import pytest
 from frtrace.model import Report, Verdict
 from frtrace.pipeline import analyze
 from tests.conftest import FIXTURES
-from tests.test_invariants_transforms import SAMPLE, SETS
+from tests.test_invariants_transforms import ONE_FORMAT, SAMPLE, SETS
 from tests.transforms import only_active, permuted_ranks, reversed_ranks
 
 # The permutations, by name: world -> perm.
@@ -111,7 +111,7 @@ def _marked(name: str, perm: str, xfail: dict[Any, str], key: Any) -> Any:
     return pytest.param(name, perm, marks=marks, id=f"{name}-{perm}")
 
 
-PERMUTE_CASES = [_marked(n, "keep0", _PERMUTE_XFAIL, (n, "keep0")) for n in SETS] + [
+PERMUTE_CASES = [_marked(n, "keep0", _PERMUTE_XFAIL, (n, "keep0")) for n in ONE_FORMAT] + [
     _marked(n, "reversed", _PERMUTE_XFAIL, (n, "reversed"))
     for n in SAMPLE
     if not _rank0_has_a_role(n)
@@ -149,7 +149,7 @@ def _only_active_cases() -> list[Any]:
             else [],
             id=n,
         )
-        for n in SETS
+        for n in ONE_FORMAT
     ]
 
 

@@ -29,7 +29,7 @@ from frtrace.load.tables import load_dumps
 from frtrace.model import Report
 from frtrace.pipeline import analyze
 from tests.conftest import FIXTURES
-from tests.test_invariants_transforms import SETS
+from tests.test_invariants_transforms import ONE_FORMAT, SETS
 from tests.transforms import SKEWS, two_hosts_skewed
 
 # The answer or the ranks loaded differ, and why.
@@ -42,22 +42,29 @@ _XFAIL = {
     ("incidents/shrinking_world", "skew+420"): "attempt folders: the gap alone decides",
     ("incidents/shrinking_world", "skew-420"): "attempt folders: the gap alone decides",
     ("nccl/host_stall/2.2-pickle", "skew+420"): "torch 2.2: its ops do not match",
-    **{
-        (name, "skew+420"): "the halves' one shared op is the mismatch: file times decide"
-        for name in (
-            "gloo_order/new_group_order__exception",
-            "gloo_order/new_group_order__timer",
-            "gloo_order_json/new_group_order__timer",
-        )
-    },
+}
+# The answer depends on the files' times as the checkout left them (not strict: a fresh clone's
+# times differ from the generator's)
+_FILE_TIMES = {
+    (name, "skew+420"): "the halves' one shared op is the mismatch: file times decide"
+    for name in (
+        "gloo_order/new_group_order__exception",
+        "gloo_order/new_group_order__timer",
+        "gloo_order_json/new_group_order__timer",
+    )
 }
 _SEVERAL = {"incidents/snapshots"}  # (its own files and snap1/ split into host folders)
-CASES = [(n, s) for n in SETS if n not in _SEVERAL for s in SKEWS]
+# Every set with host-b ahead; behind, one format of each job (``ONE_FORMAT``: the JSON twins
+# are the same jobs)
+CASES = [(n, "skew+420") for n in SETS if n not in _SEVERAL]
+CASES += [(n, "skew-420") for n in ONE_FORMAT if n not in _SEVERAL]
 
 
 def _marked(name: str, skew: str) -> object:
     why = _XFAIL.get((name, skew))
     marks = [pytest.mark.xfail(strict=True, reason=why)] if why else []
+    if (name, skew) in _FILE_TIMES:
+        marks = [pytest.mark.xfail(strict=False, reason=_FILE_TIMES[name, skew])]
     return pytest.param(name, skew, marks=marks, id=f"{name}-{skew}")
 
 
