@@ -1366,6 +1366,22 @@ def build(fx: Fixture, out: Path) -> tuple[Run, dict[str, Any] | None]:
     return run, entry
 
 
+def with_retries(
+    make: Callable[[Fixture, Path], tuple[Run, dict[str, Any] | None]],
+    fx: Fixture,
+    out: Path,
+    retries: int,
+) -> tuple[Fixture, Run, dict[str, Any] | None]:
+    """``make(fx, out)``, run again up to ``retries`` times while it fails."""
+    run, entry = make(fx, out)
+    for _ in range(retries):
+        if entry is not None:
+            break
+        print(f"{fx.name}: {'; '.join(run.errors)}; retrying", file=sys.stderr)
+        run, entry = make(fx, out)
+    return fx, run, entry
+
+
 def record_manifest(
     manifest_path: Path,
     results: list[tuple[Fixture, Run, dict[str, Any] | None]],
@@ -1416,17 +1432,8 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [FIXTURES[n] for n in args.only] if args.only else FIXTURE_LIST
     t0 = time.monotonic()
 
-    def one(fx: Fixture) -> tuple[Fixture, Run, dict[str, Any] | None]:
-        run, entry = build(fx, out)
-        for _ in range(args.retries):
-            if entry is not None:
-                break
-            print(f"{fx.name}: {'; '.join(run.errors)}; retrying", file=sys.stderr)
-            run, entry = build(fx, out)
-        return fx, run, entry
-
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        results = list(pool.map(one, chosen))
+        results = list(pool.map(lambda fx: with_retries(build, fx, out, args.retries), chosen))
     return record_manifest(out / TREE / "MANIFEST.json", results, FIXTURE_LIST, t0)
 
 

@@ -41,7 +41,6 @@ import queue
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -413,17 +412,8 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [FIXTURES[n] for n in args.only] if args.only else FIXTURE_LIST
     t0 = time.monotonic()
 
-    def one(fx: Fixture) -> tuple[Fixture, Run, dict[str, Any] | None]:
-        run, entry = build(fx, out)
-        for _ in range(args.retries):
-            if entry is not None:
-                break
-            print(f"{fx.name}: {'; '.join(run.errors)}; retrying", file=sys.stderr)
-            run, entry = build(fx, out)
-        return fx, run, entry
-
-    with ThreadPoolExecutor(max_workers=1) as pool:  # one job at a time: timing
-        results = list(pool.map(one, chosen))
+    # one job at a time: timing
+    results = [harness.with_retries(build, fx, out, args.retries) for fx in chosen]
     return harness.record_manifest(out / TREE / "MANIFEST.json", results, FIXTURE_LIST, t0)
 
 
