@@ -26,7 +26,7 @@ report's notes: ``detail.notes.ClockOffsets``).
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import PurePath
 
@@ -263,7 +263,8 @@ def _folder_mates(
     by_folder: dict[str, list[int]] = defaultdict(list)
     for r, folder in folder_of.items():
         by_folder[folder].append(r)
-    alone = {r for r, c in component.items() if c == r and list(component.values()).count(r) == 1}
+    sizes = Counter(component.values())  # (one count, not one list a rank: 4,096 ranks)
+    alone = {r for r, c in component.items() if c == r and sizes[r] == 1}
     for members in by_folder.values():
         moved = [r for r in members if r in offsets]
         if not moved or any(r not in offsets and r not in alone for r in members):
@@ -286,9 +287,10 @@ def aligned(dumps: DumpSet, clocks: Clocks) -> DumpSet:
         return dumps
     entries = dumps.entries
     rank = entries.column("rank").to_numpy()
-    shift = np.zeros(len(rank), dtype=np.int64)
-    for r, off in clocks.offsets_ns.items():
-        shift[rank == r] = off
+    # one lookup per row through a table by rank, not one mask per moved rank
+    table = np.zeros(max(int(rank.max(initial=0)), *clocks.offsets_ns) + 1, dtype=np.int64)
+    table[list(clocks.offsets_ns)] = list(clocks.offsets_ns.values())
+    shift = table[rank]
     by = pa.array(shift)
     for name in TIME_COLUMNS:
         i = entries.schema.get_field_index(name)
