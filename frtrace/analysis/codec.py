@@ -30,7 +30,7 @@ from frtrace.model import Report
 __all__ = ["FORMAT", "CodecError", "decode", "decode_report", "encode", "encode_report"]
 
 # 3: notes, stragglers, stacks' reading and places typed; 4: named; 5: why suspected, clocks
-FORMAT = "frtrace-report-5"
+FORMAT = "frtrace-report-6"
 
 _Fn = Callable[[Any], Any]
 

@@ -71,8 +71,8 @@ def diagnose_facts(facts: Facts) -> Report:
     notes = data_notes(facts.dumps, facts.membership, facts.matched, facts.waits, decision.verdict)
     notes += blind_notes(facts.blind, facts.membership)  # (what the recorder cannot see)
     notes += [
-        PresumedHeldUp(rank=r, where=label, by=by)
-        for r, (label, by) in sorted(decision.presumed.items())
+        PresumedHeldUp(rank=r, where=label, by=by, symptom=symptom)
+        for r, (label, by, symptom) in sorted(decision.presumed.items())
     ]
     culprits = decision.culprits
     errors = [f for f in decision.findings if f.severity == Severity.ERROR]

@@ -58,15 +58,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from frtrace.analysis.facts import Facts
-from frtrace.analysis.facts.groups import Membership
-from frtrace.analysis.facts.waitgraph import WaitGraph, victims_of
+from frtrace.analysis.facts.waitgraph import victims_of
 from frtrace.analysis.notes import unexplained_ranks
 from frtrace.analysis.rules.first_failure import TOGETHER_NS
 from frtrace.analysis.stackjoin import stacks_agree
 from frtrace.base.ranges import format_ranks
 from frtrace.detail import Disagreement, LaterFailure, NamedApart, StackOutlier
 from frtrace.detail.order import GroupOrder, OpOrder
-from frtrace.evidence.model import Role
+from frtrace.evidence.model import Failure, FailureKind, Role
 from frtrace.model import (
     ENTRIES_OBSERVE,
     JOB_OBSERVES,
@@ -115,7 +114,9 @@ class Decision:
     findings: tuple[Finding, ...]  # sorted, most severe first
     culprits: tuple[int, ...]
     suspected: tuple[int, ...]  # named only from missing dumps
-    presumed: dict[int, tuple[str, tuple[int, ...]]]  # no dump, presumed held up: (where, by)
+    presumed: dict[
+        int, tuple[str, tuple[int, ...], str | None]
+    ]  # no dump, presumed held up: (where, by)
     disagreements: tuple[Disagreement, ...]
 
 
@@ -147,7 +148,7 @@ def verdict(found: list[Finding], facts: Facts, stragglers: tuple[Straggler, ...
     use_stacks = not has_positive and not missing and (something_wrong or alone) and bool(outliers)
     if use_stacks:
         kept += outliers
-    kept, presumed = _explain_missing(kept, facts.membership, facts.waits, facts.loaded)
+    kept, presumed = _explain_missing(kept, facts, _symptoms_only(facts))
     kept.sort(key=Finding.sort_key)
 
     def names_culprits(f: Finding) -> bool:
@@ -389,22 +390,56 @@ def _without(f: Finding, victims: set[int]) -> Finding:
     return replace(f, culprit_ranks=tuple(r for r in f.culprit_ranks if r not in victims))
 
 
+def _symptoms_only(facts: Facts) -> dict[int, str]:
+    """Ranks whose every failure the job reported is a symptom (stopped by the launcher, a
+    peer closed, a timeout), with the first one's kind."""
+    kinds: dict[int, list[Failure]] = {}
+    for f in facts.evidence.failures:
+        if f.rank is not None:
+            kinds.setdefault(f.rank, []).append(f)
+    return {
+        r: fs[0].kind.value.replace("_", " ")
+        for r, fs in kinds.items()
+        if all(f.role == Role.SYMPTOM for f in fs)
+    }
+
+
 def _explain_missing(
-    findings: list[Finding], membership: Membership, waits: WaitGraph, loaded: frozenset[int]
-) -> tuple[list[Finding], dict[int, tuple[str, tuple[int, ...]]]]:
+    findings: list[Finding], facts: Facts, symptoms: dict[int, str]
+) -> tuple[list[Finding], dict[int, tuple[str, tuple[int, ...], str | None]]]:
     """Drop a no-dump suspect that a confirmed culprit already explains.
 
     A rank without a dump is only suspected when nothing else explains its peers' wait. It is
     presumed a victim when it is a member of a group whose other members wait on a confirmed
-    culprit (it is presumably stuck in that same collective), or when every peer it has with
-    a dump is itself held up by a confirmed culprit (it cannot have got further than them).
+    culprit (it is presumably stuck in that same collective), when every peer it has with
+    a dump is itself held up by a confirmed culprit (it cannot have got further than them),
+    or when a first cause is observed on another rank (a crash, an exception; Gloo's size
+    check, a collective mismatch) and this rank's own failures are all symptoms of it (stopped
+    by the launcher, its peer gone): its dump was lost to the cause. A rank Gloo's size check
+    aborted received its peer's data inside the op: it did not fail to join it.
     """
+    membership, waits, loaded = facts.membership, facts.waits, facts.loaded
     confirmed = [
         f for f in findings if f.severity == Severity.ERROR and f.kind != FindingKind.MISSING_DUMP
     ]
     culprits = tuple(sorted({r for f in confirmed for r in f.culprit_ranks}))
+    causes = {x.rank for x in facts.evidence.failures if x.role == Role.CAUSE}
+    aborted = {
+        x.rank
+        for x in facts.evidence.failures
+        if x.kind == FailureKind.SIZE_CHECK and x.rank is not None
+    }
+    first_cause = tuple(
+        sorted(
+            r
+            for f in confirmed
+            if f.kind == FindingKind.FIRST_FAILURE
+            for r in f.culprit_ranks
+            if r in causes
+        )
+    )
     held = victims_of(waits, culprits) if culprits else set()
-    presumed: dict[int, tuple[str, tuple[int, ...]]] = {}
+    presumed: dict[int, tuple[str, tuple[int, ...], str | None]] = {}
     out: list[Finding] = []
     for f in findings:
         if f.kind != FindingKind.MISSING_DUMP:
@@ -435,9 +470,13 @@ def _explain_missing(
             )
             peers = {m for gi in groups_of.get(r, ()) for m in eligible[gi] if m != r}
             if why is not None and why.group is not None:
-                presumed[r] = (why.group.label, why.culprit_ranks)
+                presumed[r] = (why.group.label, why.culprit_ranks, None)
+            elif r in aborted:  # (Gloo's size check: it received its peer's data in the op)
+                presumed[r] = ("", (), "size check")
+            elif r in symptoms and (first_cause or aborted):
+                presumed[r] = ("", first_cause or tuple(sorted(aborted)), symptoms[r])
             elif culprits and peers and peers <= held:
-                presumed[r] = (f"groups with ranks {format_ranks(peers)}", culprits)
+                presumed[r] = (f"groups with ranks {format_ranks(peers)}", culprits, None)
             else:
                 keep.append(r)
         if keep:

@@ -48,8 +48,12 @@ class Mismatch:
     # how the majority was decided: by count, by the op's size rule, by sibling groups;
     # none (every side named), or none while members without a dump would decide it
     # (``undecided``: ``culprits`` are the candidates, the finding names no one)
-    basis: Literal["majority", "size_rule", "siblings", "no_majority", "undecided"]
+    basis: Literal["majority", "size_rule", "siblings", "receiver", "no_majority", "undecided"]
     backers: int = 0  # members of sibling groups that did what the majority did
+    # receiver: Gloo aborted (rank, received bytes, expected bytes), a member without an entry
+    # at the seq: its op is the majority's side (its bytes are to the other's as expected to
+    # received)
+    receiver: tuple[int, int, int] | None = None
     shift: int | None = None  # FR011: >0 skipped this many collectives, <0 made extra calls
     later: int = 0  # later seqs of the group that disagree on the same ranks
     unseen: tuple[int, ...] = ()  # undecided: the members without a dump that would settle it
@@ -172,3 +176,6 @@ class GlooSizeHint:
     received: int | None  # bytes received, and expected, where the line says
     expected: int | None
     messages: tuple[Failure, ...]  # the lines it rests on (a few)
+    # every other member of the group, each with a dump in one and the same op: the sender was
+    # one of them, so the receiver (named) called another op or size
+    others: tuple[int, ...] = ()

@@ -117,6 +117,9 @@ class PresumedHeldUp:
     rank: int
     where: str  # the group's label, or the groups with its peers (``verdict.presumed``)
     by: tuple[int, ...]  # the culprits its peers wait on
+    # its own failures are all symptoms (this kind first) of ``by``'s first cause: its dump
+    # was lost to that cause (``where`` is then empty)
+    symptom: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

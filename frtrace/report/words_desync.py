@@ -94,6 +94,13 @@ def _mismatch(f: Finding, d: Mismatch) -> Words:
                 f"the group's members are split evenly; only ranks {format_ranks(d.waiting)} "
                 f"pass sizes that fit {expected.op} on {d.group_size} ranks"
             )
+        elif d.basis == "receiver" and d.receiver is not None:
+            rank, got, want = d.receiver
+            why = (
+                f"the members with a dump are split evenly; Gloo aborted rank {rank}, which "
+                f"received {got} bytes where its op expected {want}: it called #{seq} like "
+                f"{who(d.waiting)} (the other side's op is {got // max(want, 1)}x its size)"
+            )
         elif d.basis == "siblings":
             why = (
                 f"the group's members are split evenly; {d.backers} members of other groups "
@@ -274,7 +281,17 @@ def _reporters(d: SaidMismatch) -> tuple[int, ...]:
     return tuple(sorted({m.rank for m in d.messages if m.rank is not None}))
 
 
-def _size_hint(d: GlooSizeHint) -> Words:
+def _size_hint(f: Finding, d: GlooSizeHint) -> Words:
+    if d.others and f.group is not None:
+        sizes = f"{d.received} bytes where its own op expected {d.expected}"
+        return Words(
+            f"{who(d.receivers)} called another op or size than {who(d.others)} at "
+            f"{f.op} #{f.seq} of {f.group.label}: Gloo aborted it on receiving {sizes}",
+            f"every other member of {f.group.label} left a dump and is in {f.op} #{f.seq} "
+            f"alike, so the sender was one of them, in that op, and {who(d.receivers)}'s op "
+            "expected another size; its own call is not recorded",
+            tuple(f"{m.source}: {m.message}" for m in d.messages),
+        )
     by = who(d.receivers) if d.receivers else "a rank"
     sizes = (
         f" ({d.received} bytes where it expected {d.expected})"
@@ -297,7 +314,7 @@ def desync_words(f: Finding, d: DesyncDetail) -> Words:
     if isinstance(d, SaidMismatch):
         return _said(d)
     if isinstance(d, GlooSizeHint):
-        return _size_hint(d)
+        return _size_hint(f, d)
     if isinstance(d, SplitMismatch):
         return _splits(f, d)
     if isinstance(d, Deadlock):

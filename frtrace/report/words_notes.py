@@ -89,6 +89,16 @@ def note(n: DataNote) -> str:
         )
     if isinstance(n, LoadWarnings):
         return f"{n.count} warning(s) while loading; see the file problems."
+    if isinstance(n, PresumedHeldUp) and n.symptom is not None and not n.by:
+        return (
+            f"rank {n.rank} has no dump, but its own failure ({n.symptom}) shows it inside "
+            "the op: not a rank that never joined it"
+        )
+    if isinstance(n, PresumedHeldUp) and n.symptom is not None:
+        return (
+            f"rank {n.rank} has no dump, but its own failure is a symptom ({n.symptom}) of "
+            f"{format_ranks(n.by)}'s, which failed first: presumably a victim, not a cause"
+        )
     if isinstance(n, PresumedHeldUp):
         return (
             f"rank {n.rank} has no dump, but its peers in {n.where} wait on "

@@ -340,7 +340,7 @@ def test_a_missing_rank_in_the_group_of_a_named_culprit_is_presumed_held_up() ->
     with the group and who holds it up."""
     d = _decide([_f(K.NEVER_JOINED, (2,), waiting=(0, 1)), MISSING_3], _quiet())
     assert (d.verdict, d.culprits, d.suspected) == (Verdict.HANG, (2,), ())
-    assert d.presumed == {3: (G0.label, (2,))}
+    assert d.presumed == {3: (G0.label, (2,), None)}
     assert K.MISSING_DUMP not in {f.kind for f in d.findings}
 
 
@@ -350,7 +350,7 @@ def test_only_the_missing_ranks_outside_the_culprits_group_stay_suspected() -> N
     missing = _f(K.MISSING_DUMP, (1, 3), waiting=(0,), group=G0, seq=9, confidence=LOW)
     d = _decide([_f(K.NEVER_JOINED, (2,), waiting=(0,), group=G012), missing], _quiet())
     assert (d.culprits, d.suspected) == ((2,), (3,))
-    assert d.presumed == {1: (G012.label, (2,))}
+    assert d.presumed == {1: (G012.label, (2,), None)}
     (left,) = [f for f in d.findings if f.kind == K.MISSING_DUMP]
     assert left.culprit_ranks == (3,)
 
@@ -374,7 +374,8 @@ def test_a_missing_rank_whose_peers_are_all_held_up_is_presumed(free: bool, pres
     assert (d.verdict, d.culprits) == (Verdict.HANG, (2,))
     if presumed:
         assert d.suspected == () and set(d.presumed) == {3}
-        where, by = d.presumed[3]
+        where, by, symptom = d.presumed[3]
+        assert symptom is None
         assert where.startswith("groups with ranks") and by == (2,)
         assert K.MISSING_DUMP not in {f.kind for f in d.findings}
     else:

@@ -138,7 +138,8 @@ def _dump_moments(
         )
     used, sources = manifest_times(collected, times)  # collect's, where the dumps say none
     used = {r: t - clocks.of(r) for r, t in used.items()}  # (each host's collect, its clock)
-    return dump_moments(dumps, times | used, failed), sources
+    moments = dump_moments(dumps, times | used, failed)
+    return replace(moments, component=clocks.component), sources
 
 
 def gather_facts(

@@ -20,7 +20,7 @@ stuck, and the report says so.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -36,6 +36,9 @@ _MIN_RUNNING_S = 0.25  # ... and one whose newest entry is this recent always is
 _GAP_FACTOR = 3.0  # a few of the rank's own longest gaps between ops
 # Known dump times this close together were one capture (a signal to every rank at once).
 _TOGETHER_NS = 1_000_000_000
+# An op entered this long after a rank's dump was written is one the dump cannot show (above
+# the error of two hosts' clocks put on one, ``facts.clocks``, and a dump's own writing time).
+_BEFORE_NS = 100_000_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,6 +49,20 @@ class DumpMoments:
     idle_s: Mapping[int, float]  # dump time minus the newest entry's creation
     limit_s: Mapping[int, float]  # the longest pause that still counts as running
     running: frozenset[int]  # ranks whose dump caught them mid-work (idle <= limit)
+    # each rank's clock component (``facts.clocks``): times of two are compared only in one
+    component: Mapping[int, int] = field(default_factory=dict)
+
+    def dumped_before(self, rank: int, since_ns: int, peer: int) -> bool:
+        """Was ``rank``'s dump written before ``peer`` entered, at ``since_ns``, an op? Its
+        dump cannot show that op then: its absence from it says nothing (False where its dump
+        time is unknown, or the two ranks' clocks cannot be compared)."""
+        at = self.dumped_at_ns.get(rank)
+        if at is None or since_ns <= 0:
+            return False
+        mine, theirs = self.component.get(rank), self.component.get(peer)
+        if mine is not None and theirs is not None and mine != theirs:
+            return False
+        return since_ns - at > _BEFORE_NS
 
     def kept_waiting(self, rank: int, since_ns: int) -> bool:
         """Had ``rank`` still not joined, at its own dump, an op its peers entered at

@@ -15,7 +15,10 @@ something. For u blocked in collective (group, seq), member v is waited on when:
   the dump time: ``capture``): u has not waited long, so whatever it waits on is an op in
   flight in a running job, not a hang (a mismatch stays a mismatch), unless v's own dump
   came long after u entered the op (longer than v ever pauses when running) without v
-  joining it: v was not on its way (``DumpMoments.kept_waiting``). Without the dump time
+  joining it: v was not on its way (``DumpMoments.kept_waiting``). So is a wait on v whose
+  dump caught it running, and was written before u entered the op
+  (``DumpMoments.dumped_before``): v's dump cannot show an op that did not exist yet,
+  whatever happened to the op. Without the dump time
   the same picture is read as taken while stuck. Not a root cause: such edges are kept apart
   from the graph (``WaitGraph.in_flight``).
 
@@ -142,8 +145,17 @@ def build_wait_graph(
         else:
             found = _p2p_edges(ctx, op)
         failed = op.seq is not None and (op.gid, op.seq) in match.failed
+        began = int(created[op.row].as_py() or 0)
+        if moments is not None and moments.dumped_at_ns:  # (a dump older than the op)
+            found = [
+                replace(e, kind=EdgeKind.IN_FLIGHT)
+                if e.kind == EdgeKind.NEVER_JOINED
+                and e.target in running
+                and moments.dumped_before(e.target, began, u)
+                else e
+                for e in found
+            ]
         if u in running and not failed:  # u entered its op moments before its dump
-            began = int(created[op.row].as_py() or 0)
             found = [
                 e
                 if e.kind == EdgeKind.MISMATCH

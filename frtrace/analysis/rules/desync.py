@@ -28,6 +28,7 @@ from frtrace.analysis.facts.groups import Membership
 from frtrace.analysis.facts.ops import MatchResult
 from frtrace.analysis.facts.signatures import signature_at
 from frtrace.detail import Mismatch, RankSignature
+from frtrace.evidence.model import FailureKind
 from frtrace.load.dumpset import DumpSet
 from frtrace.model import Confidence, Finding, FindingKind, OpSignature, Severity
 
@@ -49,6 +50,7 @@ class _Disagreement:
     ops: dict[int, str]
     sibling_backers: int = 0  # >0: the majority was decided by sibling groups (a tie inside)
     by_size_rule: bool = False  # the tie was decided by the op family's size rule
+    receiver: tuple[int, int, int] | None = None  # (rank, received, expected): its word decided
     unseen: tuple[int, ...] = ()  # a tie members without a dump would settle: undecided
 
 
@@ -77,11 +79,14 @@ def check(facts: Facts) -> list[Finding]:
     by_group: dict[int, list[_Disagreement]] = defaultdict(list)
     siblings = _Siblings(membership, match)
     loaded = facts.loaded
+    heard = _Receivers(facts, dumps)
     for _, part in rows.groupby(["gid", "seq"], sort=True):
         gid, seq = int(part["gid"].iloc[0]), int(part["seq"].iloc[0])
         members = membership.groups[gid].members
         size_rule = _SizeRule(dumps, len(members))
         d = _disagreement(seq, part, lambda g=gid, q=seq: siblings.votes(g, q), size_rule)
+        if d is not None and not d.majority:
+            d = heard.decide(d, members)
         if d is not None and not d.majority:
             unseen = tuple(m for m in members if m not in loaded)
             d = replace(d, unseen=unseen) if unseen else d
@@ -130,6 +135,54 @@ class _Siblings:
             for op, sig in zip(at["op"].tolist(), at["sig"].tolist(), strict=True):
                 out[(str(op), int(sig))] += 1
         return out
+
+
+# bytes an element, by the dtype names the Flight Recorder writes
+_ITEM_BYTES = {
+    "Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2,
+    "Char": 1, "Byte": 1, "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16,
+}  # fmt: skip
+
+
+class _Receivers:
+    """Gloo's size check on a rank with no entry at the disputed seq: the rank received
+    ``received`` bytes where its own op expected ``expected``. Its op is then the side whose
+    bytes are to the other side's as ``expected`` to ``received``: one more member on that
+    side, which may break a tie (the check names the receiver, never the sender)."""
+
+    def __init__(self, facts: Facts, dumps: DumpSet) -> None:
+        self.dumps = dumps
+        self.said = [
+            (f.rank, f.sizes[0], f.sizes[1])
+            for f in facts.evidence.failures
+            if f.kind == FailureKind.SIZE_CHECK and f.rank is not None and f.sizes is not None
+        ]
+
+    def _bytes(self, row: int, op: str) -> int | None:
+        sig = signature_at(self.dumps, row, op=op)
+        item = _ITEM_BYTES.get(sig.input_dtypes[0]) if sig.input_dtypes else None
+        numel = sum(_numel(s) for s in sig.input_sizes)
+        return None if item is None or not numel else numel * item
+
+    def decide(self, d: _Disagreement, members: tuple[int, ...]) -> _Disagreement:
+        said = [(r, got, want) for r, got, want in self.said if r in members and r not in d.rows]
+        sides: dict[int, list[int]] = defaultdict(list)
+        for rank, row in d.rows.items():
+            size = self._bytes(row, d.ops[rank])
+            if size is None:
+                return d
+            sides[size].append(rank)
+        if len(set(d.ops.values())) != 1 or len(sides) != 2 or len({r for r, *_ in said}) != 1:
+            return d
+        (small, few), (large, many) = sorted(sides.items())
+        rank, got, want = said[0]
+        if want <= 0 or got * small != want * large:
+            return d  # (its bytes do not tell the two sides apart)
+        if len(few) + 1 <= len(many):
+            return d
+        majority = frozenset(few)
+        culprits = frozenset(d.rows) - majority
+        return replace(d, majority=majority, culprits=culprits, receiver=(rank, got, want))
 
 
 def _tie_break(
@@ -253,7 +306,7 @@ def _finding(
     waiting = tuple(sorted(d.majority))
     shift = _shift(match, gid, d.seq, culprits) if d.majority else None
     differs_in = _DIFFERS_IN[kind]
-    basis: Literal["majority", "size_rule", "siblings", "no_majority", "undecided"]
+    basis: Literal["majority", "size_rule", "siblings", "receiver", "no_majority", "undecided"]
     basis = "undecided" if d.unseen else "no_majority"
     confidence = Confidence.LOW
     if d.majority:
@@ -262,6 +315,8 @@ def _finding(
             confidence, basis = Confidence.MEDIUM, "size_rule"
         elif d.sibling_backers:
             confidence, basis = Confidence.MEDIUM, "siblings"
+        elif d.receiver is not None:
+            confidence, basis = Confidence.MEDIUM, "receiver"
     if shift is not None:
         kind = FindingKind.SEQUENCE_SHIFT
     sides = sorted({ref_rank: expected, **actual}.items())
@@ -287,6 +342,7 @@ def _finding(
             group_size=len(group.members),
             basis=basis,
             backers=d.sibling_backers,
+            receiver=d.receiver,
             shift=shift,
             later=n_later,
             unseen=d.unseen,

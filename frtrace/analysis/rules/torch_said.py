@@ -24,13 +24,14 @@ cannot be told (``evidence.messages.job_ranks``) names no one.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Literal
 
 from frtrace.analysis.facts import Facts
 from frtrace.detail import GlooSizeHint, SaidMismatch
 from frtrace.evidence.messages import job_ranks
 from frtrace.evidence.model import Call, Failure, FailureKind
-from frtrace.model import Confidence, Finding, FindingKind, OpSignature, Severity
+from frtrace.model import Confidence, Finding, FindingKind, GroupRef, OpSignature, Severity
 
 __all__ = ["MAX_MESSAGES", "check"]
 
@@ -180,6 +181,12 @@ def _one_per_rank(failures: list[Failure]) -> list[Failure]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class _Others:
+    group: GroupRef
+    members: tuple[int, ...]
+
+
 def _size_hint(facts: Facts) -> list[Finding]:
     hints = [f for f in facts.evidence.failures if f.kind == FailureKind.SIZE_CHECK]
     if not hints:
@@ -189,19 +196,54 @@ def _size_hint(facts: Facts) -> list[Finding]:
         return []  # (the entries show the disagreement themselves: the desync rule says who)
     receivers = tuple(sorted({f.rank for f in hints if f.rank is not None}))
     sized = next((f.sizes for f in hints if f.sizes is not None), None)
+    alike = _all_others_alike(facts, receivers, sized)
     return [
         Finding(
             kind=FindingKind.SIZE_MISMATCH,
-            severity=Severity.WARNING,
-            culprit_ranks=(),
-            waiting_ranks=receivers,
+            severity=Severity.ERROR if alike else Severity.WARNING,
+            culprit_ranks=receivers if alike else (),
+            waiting_ranks=alike[0].members if alike else receivers,
+            group=alike[0].group if alike else None,
+            seq=alike[1] if alike else None,
+            op=alike[2] if alike else None,
             confidence=Confidence.MEDIUM,
             detail=GlooSizeHint(
                 receivers=receivers,
                 received=None if sized is None else sized[0],
                 expected=None if sized is None else sized[1],
                 messages=tuple(_one_per_rank(hints)[:MAX_MESSAGES]),
+                others=alike[0].members if alike else (),
             ),
             failures=tuple(_one_per_rank(hints)[: 2 * MAX_MESSAGES]),
         )
     ]
+
+
+def _all_others_alike(
+    facts: Facts, receivers: tuple[int, ...], sized: tuple[int, int] | None
+) -> tuple[_Others, int, str] | None:
+    """Where one rank was aborted and left no dump (its own op is not recorded), and every
+    other member of a group holding it left a dump whose newest op of the group is one and
+    the same collective (Gloo retires a failed op like a finished one): the sender was one of
+    them, in that op, and the receiver's op was another (it expected another size): the
+    receiver is the odd one."""
+    if len(receivers) != 1 or sized is None or sized[0] == sized[1]:
+        return None
+    (rank,) = receivers
+    if rank in facts.loaded:
+        return None
+    coll = facts.matched.collectives
+    for index, group in enumerate(facts.membership.groups):
+        others = tuple(m for m in group.members if m != rank)
+        if rank not in group.members or not others or not set(others) <= facts.loaded:
+            continue
+        mine = coll[coll["gid"] == index]
+        if mine.empty:
+            continue
+        newest = mine.sort_values("seq").groupby("rank").tail(1)
+        if sorted(newest["rank"].tolist()) != sorted(others):
+            continue
+        if newest[["seq", "op", "sig"]].drop_duplicates().shape[0] == 1:
+            seq, op = int(newest["seq"].iloc[0]), str(newest["op"].iloc[0])
+            return _Others(group=group, members=others), seq, op
+    return None

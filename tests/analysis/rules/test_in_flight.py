@@ -55,14 +55,15 @@ def test_a_rank_that_dumped_late_keeps_its_peers_waiting() -> None:
 
 # analysis.capture: known dump times within 1 s of each other were one capture (a signal to
 # every rank at once), so the ranks without one were dumped at that instant (the median) too.
-@pytest.mark.parametrize(("spread_s", "waiting"), [(0.9, (0, 1, 3)), (1.1, (0, 3))])
+@pytest.mark.parametrize(("spread_s", "waiting"), [(0.9, (0, 1, 3)), (1.1, (0, 1, 3))])
 def test_a_rank_without_a_dump_time_shares_its_capture(
     spread_s: float, waiting: tuple[int, ...]
 ) -> None:
     """Ranks 0 and 3 dumped 0.1 s after the newest entry, rank 2 ``spread_s`` earlier (before
     the others entered #7: it was not kept waiting), rank 1 says nothing: within 1 s the
-    three were one capture, and rank 1, dumped then too, is running; past it, rank 1's moment
-    is unknown and its wait is not in flight."""
+    three were one capture, and rank 1, dumped then too, is running. Past it, rank 1's moment
+    is unknown, but rank 2's dump was written, running, before rank 1 entered #7: it cannot
+    show #7, so rank 1's wait on it is in flight all the same (``DumpMoments.dumped_before``)."""
     job = _rank_2_between_ops()
     at = dict.fromkeys((0, 3), job.newest_s + 0.1) | {2: job.newest_s + 0.1 - spread_s}
     (f,) = in_flight.check(job.facts(dumped_at_s=at))
