@@ -141,6 +141,7 @@ ENTRIES_OBSERVE = frozenset(
         FindingKind.SEQUENCE_SHIFT,
     }
 ) | {FindingKind.GROUP_ORDER, FindingKind.OP_ORDER}  # its own entries: its groups, its order
+ENTRIES_OBSERVE |= {FindingKind.UNRECORDED_OPS}  # its own count of the send/recv it ran
 JOB_OBSERVES = frozenset({FindingKind.FIRST_FAILURE, FindingKind.NAMED_BY_ERROR})
 OBSERVED_KINDS = ENTRIES_OBSERVE | JOB_OBSERVES
 

@@ -112,12 +112,30 @@ class RankGroupCount:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UnrecordedOps:
-    """FR012: ops Gloo counted but did not write, per (rank, group)."""
+    """FR012: ops Gloo counted but did not write, per (rank, group); ``skipped``: a rank that
+    ran fewer (or more) of them before a collective than its peers and than it did itself
+    before (the rank named: it left a send or recv out, and its peer is blocked in its half)."""
 
     ranks: tuple[int, ...]
     total: int
     counts: tuple[RankGroupCount, ...]  # the first few (rank, group) pairs
     more: int  # pairs past those
+    skipped: tuple[SkippedUnrecorded, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SkippedUnrecorded:
+    """One rank that ran ``ran`` unrecorded ops before ``op`` #``seq`` where ``peers`` ran
+    ``others``, as it did itself before #``before``; ``behind``: the members that never
+    reached #``seq``, presumably blocked in the send or recv it left out."""
+
+    rank: int
+    seq: int
+    ran: int
+    others: int
+    peers: tuple[int, ...]
+    before: int
+    behind: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

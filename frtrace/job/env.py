@@ -27,6 +27,7 @@ __all__ = [
     "DUMP_PREFIX",
     "RENAMED",
     "STACKS_PREFIX",
+    "TERM_STACKS_PREFIX",
     "WATCH_SINCE",
     "Setting",
     "default_dump_dir",
@@ -57,6 +58,8 @@ RENAMED = {
 DEFAULT_DUMP_DIR = default_dump_dir()  # (per user: see the module's docstring)
 DUMP_PREFIX = "comm_lib_trace_rank_"  # torch 2.9+'s own file name; the rank is appended
 STACKS_PREFIX = "stacks_rank_"  # the recorder's sidecar: stacks_rank_<rank>.json
+# every thread's stack when SIGTERM stopped the rank: traceback_rank_<rank>.txt (termstack)
+TERM_STACKS_PREFIX = "traceback_rank_"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

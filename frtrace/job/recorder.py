@@ -14,7 +14,8 @@ and when the job hangs, ``kill -USR1 <pid of every rank>``: every rank writes
 collect DIR`` asks instead; the answer goes beside, never over the rank's own dump, under a
 hidden name (``.comm_lib_trace_rank_<rank>.request``: :mod:`frtrace.job.answers`).
 ``enable(DIR, watch=300)`` (or ``$FRTRACE_WATCH``) does it all itself (:mod:`frtrace.job.watch`).
-A rank also dumps on an unhandled exception (a Gloo collective that times out raises one).
+A rank also dumps on an unhandled exception (a Gloo collective that times out raises one), and
+writes its threads' stacks when the launcher stops it (SIGTERM: :mod:`frtrace.job.termstack`).
 
 Next to every dump it writes ``stacks_rank_<rank>.json`` (:mod:`frtrace.job.sidecar`): the
 Python stack of every thread, the dump time and its trigger, so the report can say where the
@@ -51,9 +52,10 @@ from typing import Any
 from frtrace.base.files import own_folder, replace_file
 from frtrace.errors import UnsafePathError
 from frtrace.job import registry as reg
-from frtrace.job import triggers
+from frtrace.job import termstack, triggers
 from frtrace.job import watch as watching
 from frtrace.job.answers import ANSWERS_APART, answer_name
+from frtrace.job.buffer import trace_bytes as _trace_bytes
 from frtrace.job.env import (
     DEFAULT_BUFFER_SIZE,
     DUMP_PREFIX,
@@ -132,6 +134,7 @@ def enable(
     watch: float | None = None,
     on_hang: watching.OnHang | None = None,
     confirm: float | None = None,
+    on_term: bool = True,
 ) -> RecorderState | None:
     """Turn recording on and install the dump triggers; call it before ``init_process_group``.
     None, with one line on stderr and nothing set up (the job runs on, unrecorded), when
@@ -144,6 +147,7 @@ def enable(
     ``watch`` (else ``$FRTRACE_WATCH``), ``on_hang``: the stall watch, :mod:`frtrace.job.watch`;
     ``confirm`` (else ``$FRTRACE_WATCH_CONFIRM``, else half of ``watch``): the seconds between
     its first look at a stall and the second that raises the alarm (0: at the first).
+    ``on_term``: every thread's stack written when SIGTERM stops the rank (``termstack``).
     """
     global _state
     if fmt not in ("pickle", "json"):
@@ -169,6 +173,8 @@ def enable(
     sigs = list(signals)
     if sigs:
         _install_signals(st, sigs)
+    if on_term:
+        termstack.arm(directory, _rank())
     setup = (watch_s, confirm_s)
     _state = _attach(st, sigs, on_exception=on_exception, watch=setup, on_hang=on_hang)
     return st
@@ -262,6 +268,7 @@ def disable() -> None:
         return
     _state = None
     st.watch_stop.set()
+    termstack.disarm()
     for signum, previous in st.signals.items():
         signal.signal(signum, previous)
     if st.wakeup_w is not None:
@@ -317,28 +324,6 @@ def dump_path(rank: int | None = None) -> Path:
     r = _rank() if rank is None else rank
     name = f"{DUMP_PREFIX}{r}" if r is not None else f"{DUMP_PREFIX}unknown_pid{os.getpid()}"
     return st.dump_dir / (name + (".json" if st.fmt == "json" else ""))
-
-
-def _trace_bytes(fmt: str) -> bytes:
-    """This process's Flight Recorder buffer, from the recorder its backend uses.
-
-    NCCL has its own recorder: when the default group's backend includes NCCL (also
-    ``cpu:gloo,cuda:nccl``), that one is dumped; otherwise the generic one Gloo records into.
-    """
-    import torch.distributed as dist
-    from torch._C import _distributed_c10d
-
-    c10d: Any = _distributed_c10d  # private API: its stubs lack the dump functions
-    nccl = False
-    if dist.is_initialized() and hasattr(c10d, "_dump_nccl_trace"):
-        nccl = "nccl" in str(dist.get_backend()).lower()
-    if fmt == "json":
-        fn = c10d._dump_nccl_trace_json if nccl else c10d._dump_fr_trace_json
-        data = fn(includeCollectives=True, onlyActive=False)
-    else:
-        fn = c10d._dump_nccl_trace if nccl else c10d._dump_fr_trace
-        data = fn(includeCollectives=True, includeStackTraces=True, onlyActive=False)
-    return data if isinstance(data, bytes) else str(data).encode()
 
 
 def dump(

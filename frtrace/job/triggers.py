@@ -54,8 +54,21 @@ def install_signals(
             RuntimeWarning,
             stacklevel=4,
         )
-        return {signum: signal.signal(signum, on_signal) for signum in sigs}, None, None, -1
-    return {signum: signal.signal(signum, _noop_handler) for signum in sigs}, r, w, previous
+        return _installed(sigs, on_signal), None, None, -1
+    return _installed(sigs, _noop_handler), r, w, previous
+
+
+def _installed(sigs: list[int], handler: OnSignal) -> dict[int, Any]:
+    """``handler`` for each of ``sigs`` (the previous handlers), the system calls the signal
+    lands in restarted, not failed: Python's ``signal.signal`` makes them fail with EINTR,
+    which C++ code does not retry (torch.save's ``open`` raised "Interrupted system call" in
+    a rank blocked on a slow mount: the dump request broke the job it was to observe)."""
+    previous = {}
+    for signum in sigs:
+        previous[signum] = signal.signal(signum, handler)
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            signal.siginterrupt(signum, False)  # (SA_RESTART)
+    return previous
 
 
 def start_helper(

@@ -56,6 +56,7 @@ __all__ = [
     "own_world",
     "paths_of",
     "recorder_stacks_of",
+    "said_world",
     "with_side_files_of",
 ]
 
@@ -236,6 +237,16 @@ def own_world(dumps: DumpSet, keep: set[int]) -> WorldSize:
     if not known and not dead:
         return dumps.world
     return _world_of(*of(keep | (aside - known - dead)))
+
+
+def said_world(dumps: DumpSet) -> DumpSet:
+    """The set of one attempt with its world as its ranks' recorder sidecars say it, where
+    its dumps do not record the default group's members (a Gloo dump: the highest rank, dead
+    or frozen with no dump, is not counted out)."""
+    if dumps.world.certain or not dumps.loaded_ranks:
+        return dumps
+    world = own_world(dumps, set(dumps.loaded_ranks))
+    return dumps if world == dumps.world else replace(dumps, world=world)
 
 
 def _world_of(files: pa.Table, groups: pa.Table) -> WorldSize:

@@ -163,7 +163,7 @@ def one_attempt(dumps: DumpSet, discovery: Discovery) -> DumpSet:
     logs_only -= {c.number for c in numbered}
     chosen = _chosen(dumps, numbered, logs_only, attempt)
     if chosen is None:
-        return _said_world(dumps)
+        return own.said_world(dumps)
     others = tuple(sorted(({c.number for c in numbered} | logs_only) - {chosen.number}))
     restarts = None
     if others:
@@ -177,7 +177,7 @@ def one_attempt(dumps: DumpSet, discovery: Discovery) -> DumpSet:
             inits=tuple(c.number for c in numbered if c.died_in_init),
         )
     if len(numbered) == 1 and chosen is numbered[0] and not inits.aside:
-        return replace(_said_world(dumps), restarts=restarts)
+        return replace(own.said_world(dumps), restarts=restarts)
     back = numbered[-1].number - chosen.number if attempt is None else 0
     folder = None if newest_folder is None else newest_folder - back
     if back and folder in attempt_numbers(discovery.all_side_files):
@@ -187,16 +187,6 @@ def one_attempt(dumps: DumpSet, discovery: Discovery) -> DumpSet:
         keep |= set(dumps.loaded_ranks) - set(spans) - set(inits.aside)
     aside = _aside(dumps, numbered, chosen, spans, proofs, inits, keep)
     return replace(own.keep_ranks(dumps, keep, aside), restarts=restarts)
-
-
-def _said_world(dumps: DumpSet) -> DumpSet:
-    """The set of one attempt with its world as its ranks' recorder sidecars say it, where
-    its dumps do not record the default group's members (a Gloo dump: the highest rank, dead
-    or frozen with no dump, is not counted out)."""
-    if dumps.world.certain or not dumps.loaded_ranks:
-        return dumps
-    world = own.own_world(dumps, set(dumps.loaded_ranks))
-    return dumps if world == dumps.world else replace(dumps, world=world)
 
 
 def _numbered(

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from frtrace.incident.layout import STACK_FILE_NAME, SideFile, side_files
+from frtrace.job.env import TERM_STACKS_PREFIX  # (the recorder's stacks on SIGTERM)
 from frtrace.pystack.common import StackFileError
 from frtrace.pystack.model import ProcessStacks, Source
 from frtrace.pystack.parse import read_stack_bytes, read_stack_file, sniff
@@ -135,6 +136,8 @@ def load_stacks(directory: Path, files: Sequence[SideFile] | None = None) -> Sta
         try:
             read = _read(file)
         except StackFileError as exc:
+            if exc.problem == "empty file" and file.path.name.startswith(TERM_STACKS_PREFIX):
+                continue  # (the recorder's, armed for SIGTERM: the rank ended without one)
             rel = file.relative  # reports name no absolute paths
             message = str(exc).replace(str(file.path), rel, 1)
             problems.append(StackProblem(path=rel, message=message))

@@ -24,6 +24,7 @@ from frtrace.detail import (
     RasRunning,
     RunningOps,
     RunningSnapshot,
+    SkippedUnrecorded,
     StackOutlier,
     StuckInCollective,
     UnrecordedOps,
@@ -149,6 +150,13 @@ def _why(f: Finding) -> str:
                 "starts): earlier work on their streams has not finished"
             )
         return "all members joined; the cause is below the collective layer"
+    if isinstance(d, UnrecordedOps) and d.skipped:
+        k = d.skipped[0]
+        return (
+            f"Gloo counts send/recv in op_id but writes no entry for them: {who(k.peers)} ran "
+            f"{k.others} before #{k.seq}, as rank {k.rank} did itself before #{k.before}; a "
+            "send or recv left out leaves its peer blocked in the other half"
+        )
     if isinstance(d, UnrecordedOps):
         return "Gloo counts send/recv in op_id but writes no entry for them"
     assert_never(d)
@@ -241,6 +249,8 @@ def _summary(f: Finding) -> str:
             "before its first collective, or runs only ops the recorder does not write (Gloo's "
             "send/recv)"
         )
+    if isinstance(d, UnrecordedOps) and d.skipped:
+        return "; ".join(_skipped(k, f) for k in d.skipped)
     if isinstance(d, UnrecordedOps):
         return (
             f"{who(d.ranks)} ran {d.total} op{'s' if d.total != 1 else ''} that Gloo does not "
@@ -248,6 +258,17 @@ def _summary(f: Finding) -> str:
             "everything it recorded"
         )
     assert_never(d)
+
+
+def _skipped(k: SkippedUnrecorded, f: Finding) -> str:
+    where = f"#{k.seq} of {f.group.label}" if f.group is not None else f"#{k.seq}"
+    fewer = "fewer" if k.ran < k.others else "more"
+    held = f": {who(k.behind)} never reached it, presumably blocked there" if k.behind else ""
+    return (
+        f"rank {k.rank} ran {fewer} send/recv than its peers before {where} ({k.ran} where "
+        f"{who(k.peers)} ran {k.others}): it left one {'out' if fewer == 'fewer' else 'over'}"
+        f"{held}"
+    )
 
 
 def _first_what(d: FirstFailure) -> str:

@@ -140,10 +140,12 @@ def _doubt(m: MaybeElsewhere) -> str:
             "waits behind it or is stuck too (its Python stack would)"
         )
     if m.in_call is not None:
+        making = any(w in (m.in_call.library_call or "") for w in ("group", "rendezvous", "mesh"))
+        what = "a group being made, which waits on its other members" if making else "a send/recv"
         return (
             f"rank {m.rank}'s Python stack is inside a torch.distributed call "
             f"({m.in_call.library_call or where_said(m.in_call)}), not "
-            "in host code: it is blocked in an op its buffer does not show (a send/recv), "
+            f"in host code: it is blocked in an op its buffer does not show ({what}), "
             "waiting too"
         )
     n = m.unrecorded

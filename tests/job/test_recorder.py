@@ -211,3 +211,100 @@ def test_a_process_with_more_than_1024_descriptors_still_dumps_on_sigusr1(tmp_pa
         pytest.skip(run.stdout.strip())
     assert run.returncode == 0, run.stderr[-2000:]
     assert DUMP_PREFIX in run.stdout, run.stdout + run.stderr[-2000:]  # (no RANK: _unknown_pid)
+
+
+BLOCKED_IN_C = """
+import ctypes, os, sys, threading, time
+import frtrace.recorder
+frtrace.recorder.enable(sys.argv[1])
+r, w = os.pipe()
+libc = ctypes.CDLL(None, use_errno=True)
+
+def feed():  # once the dump is written, the read gets its byte
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(
+        n.startswith("comm_lib_trace_rank_") for n in os.listdir(sys.argv[1])
+    ):
+        time.sleep(0.1)
+    os.write(w, b"x")
+
+threading.Thread(target=feed, daemon=True).start()
+print("ready", flush=True)
+buf = ctypes.create_string_buffer(1)
+got = libc.read(r, buf, 1)  # C code that does not retry a call a signal interrupted
+print("read", got, ctypes.get_errno(), flush=True)
+"""
+
+
+def test_a_dump_request_does_not_interrupt_the_system_call_a_rank_is_blocked_in(
+    tmp_path: Path,
+) -> None:
+    """SIGUSR1 lands while the main thread is blocked in C (a read, torch.save's open on a
+    slow mount): the call is restarted, never failed with EINTR (C++ does not retry it, and
+    the job raised "Interrupted system call": the recorder broke the rank it observed)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", BLOCKED_IN_C, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(0.5)  # (in the read by now)
+    proc.send_signal(signal.SIGUSR1)
+    out, err = proc.communicate(timeout=DEADLINE_S + 30)
+    assert "read 1 0" in out, out + err[-2000:]
+    assert any(p.name.startswith(DUMP_PREFIX) for p in tmp_path.iterdir())
+
+
+STOPPED = """
+import os, sys, time
+os.environ["RANK"] = "3"
+import frtrace.recorder
+frtrace.recorder.enable(sys.argv[1], signals=())
+
+def sync_to_bucket():  # the rank's own code, where it is stuck
+    r, _ = os.pipe()
+    print("ready", flush=True)
+    os.read(r, 1)
+
+if sys.argv[2] == "stuck":
+    sync_to_bucket()
+"""
+
+
+@pytest.mark.parametrize("how", ["stuck", "ends"])
+def test_a_rank_stopped_by_sigterm_leaves_its_stack_and_stops_as_it_would_have(
+    tmp_path: Path, how: str
+) -> None:
+    """The launcher stops a rank stuck in its own code: every thread's stack is written to
+    traceback_rank_<r>.txt (read as the rank's stack), and the rank still dies by SIGTERM. A
+    rank that ends on its own leaves no file."""
+    from frtrace.pystack.discover import load_stacks
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STOPPED, str(tmp_path), how],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    if how == "stuck":
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        time.sleep(0.3)
+        proc.terminate()
+    _, err = proc.communicate(timeout=DEADLINE_S)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    if how == "ends":
+        assert proc.returncode == 0, err[-2000:]
+        assert "traceback_rank_3.txt" not in names
+        return
+    assert proc.returncode == -signal.SIGTERM, err[-2000:]
+    assert (tmp_path / "traceback_rank_3.txt").stat().st_mode & 0o077 == 0
+    stacks = load_stacks(tmp_path)
+    assert not stacks.problems
+    main = [t for t in stacks.by_rank[3].threads if t.current or t.is_main]
+    assert main and main[0].frames[0].function == "sync_to_bucket", stacks.by_rank[3]

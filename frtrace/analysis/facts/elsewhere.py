@@ -6,7 +6,10 @@ may be waiting instead when
 
 - its Python stack is inside a torch.distributed call: a point-to-point one (send, recv, a
   pipeline schedule's wait on its batched p2p: ``places.in_send_recv``) or ``barrier``
-  (``monitored_barrier`` is not recorded either), or any call where it ran unrecorded ops;
+  (``monitored_barrier`` is not recorded either), one that makes a group (``new_group``,
+  ``init_process_group``, a device mesh: it waits on the group's other members, and a rank
+  that made its groups in another order left it there), or any call where it ran unrecorded
+  ops;
 - it has no stack and ran send/recv that Gloo counted but did not write (``unrecorded``);
 - it has neither, but ranks absent from the same op of groups like its own (every dp group
   of a pipeline's stages misses the same all_reduce) wait in send/recv as above, behind a
@@ -40,6 +43,19 @@ from frtrace.model import CulpritWhere
 __all__ = ["maybe_elsewhere"]
 
 _ABSENT = (EdgeKind.NEVER_JOINED, EdgeKind.JOINED_LATE)
+# A group being made waits on its members (a store rendezvous, a barrier), as its innermost
+# torch.distributed frame says: new_group (and its helpers), init_process_group, a device
+# mesh, split_group, new_subgroups.
+_MAKING_GROUPS = (
+    "new_group",
+    "_new_process_group_helper",
+    "_store_based_barrier",
+    "init_process_group",
+    "rendezvous",
+    "split_group",
+    "new_subgroups",
+    "device_mesh",
+)
 
 
 def maybe_elsewhere(
@@ -93,7 +109,8 @@ def _own_doubt(rank: int, place: CulpritWhere | None, ran: int) -> MaybeElsewher
         return MaybeElsewhere(rank=rank, in_call=None, unrecorded=ran) if ran else None
     if place.place != "collective":
         return None  # in host code: where it is
-    barrier = "barrier" in (place.library_call or "")
-    if ran or barrier or in_send_recv(place):
+    call = place.library_call or ""
+    barrier = "barrier" in call
+    if ran or barrier or in_send_recv(place) or any(w in call for w in _MAKING_GROUPS):
         return MaybeElsewhere(rank=rank, in_call=place, unrecorded=ran)
     return None

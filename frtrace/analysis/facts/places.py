@@ -28,7 +28,13 @@ def _is_collective_call(frame: Frame | None) -> bool:
 def culprit_where(rank: int, sample: ProcessStacks) -> CulpritWhere:
     """Where one rank's sample says it is."""
     w = where(sample)
-    place = "collective" if _is_collective_call(w.library_frame) else "host code"
+    # (a torch.distributed frame anywhere inside the user's: DTensor's functional collectives
+    # wait in torch's op dispatch, ``_ops.py``, under ``_functional_collectives.wait_tensor``)
+    inside = _inside_user(w.thread.frames if w.thread is not None else (), w.user_frame)
+    dist = next((f for f in inside if not f.native and _is_collective_call(f)), None)
+    place = (
+        "collective" if dist is not None or _is_collective_call(w.library_frame) else "host code"
+    )
     user = w.user_frame
     thread = w.thread
     off_main = thread is not None and thread.is_main is False and w.thread_reason != "main thread"
@@ -48,6 +54,14 @@ def culprit_where(rank: int, sample: ProcessStacks) -> CulpritWhere:
         sampled="no_thread" if thread is None else "frames" if thread.frames else "empty_thread",
         off_main=off_main,
     )
+
+
+def _inside_user(frames: tuple[Frame, ...], user: Frame | None) -> tuple[Frame, ...]:
+    """The frames inside the user's innermost one (all of them where it has none)."""
+    for i, f in enumerate(frames):
+        if f is user:
+            return frames[:i]
+    return frames if user is None else ()
 
 
 def in_send_recv(place: CulpritWhere) -> bool:

@@ -9,7 +9,11 @@ summary: ``exitcode: -15 (SIGTERM)``, after another rank failed) was told to sto
 word of its own, and it may be what everyone waited on. Where the entries, a cause or an error
 message name anyone, other rules speak; this one is for the folder whose only positive
 evidence is who is missing (a Gloo job's group membership is not in its dumps, so its
-entries cannot say that the missing rank was a member of the op everyone waited in).
+entries cannot say that the missing rank was a member of the op everyone waited in). Where a
+rank with a dump is absent from the op its peers wait in, its stack inside a torch.distributed
+call the recorder does not write (a group being made, a send/recv: ``facts.elsewhere``), it
+waits there on ranks no file names: the waits are not the silent ones' by elimination, and
+this rule says nothing.
 
 A missing rank whose own log says it failed waiting too (its dump lost, overwritten by a later
 attempt's) waited with the others: it is never suspected; the silent ones beside it are.
@@ -18,6 +22,7 @@ attempt's) waited with the others: it is never suspected; the silent ones beside
 from __future__ import annotations
 
 from frtrace.analysis.facts import Facts
+from frtrace.analysis.facts.waitgraph import EdgeKind
 from frtrace.detail import WaitedOnTheSilent
 from frtrace.evidence.model import WAITING, FailureKind, Role, said_they_waited
 from frtrace.model import Confidence, Finding, FindingKind, Severity
@@ -40,6 +45,9 @@ def check(facts: Facts) -> list[Finding]:
     heard = {f.rank for f in failures if f.rank is not None and f.kind != FailureKind.TERMINATED}
     if not loaded <= {f.rank for f in waited} or heard & set(absent):
         return []  # a rank with a dump that never said it waited, or a missing one that spoke
+    inside = {r for r, m in facts.elsewhere.items() if m.in_call is not None} & loaded
+    if any(e.kind == EdgeKind.NEVER_JOINED and e.target in inside for e in facts.waits.edges):
+        return []  # one with a dump is absent, waiting in an unrecorded call: no elimination
     waiting = tuple(sorted(loaded | also_waited))
     return [
         Finding(
