@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import pickle
 import shutil
@@ -107,6 +108,26 @@ def neutral(folder: Path, work: Path) -> None:
         if new != data:
             path.write_bytes(new)
             os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+    manifest_sizes(folder)
+
+
+def manifest_sizes(folder: Path) -> None:
+    """Each ``frtrace collect`` manifest's ``size_bytes`` set to its dump's size once the
+    paths in it were made neutral (as if the job had run under them: the analysis checks it
+    against the file, and sets aside the dump time of a dump that changed since)."""
+    for manifest in sorted(folder.rglob("frtrace-collect.json")):
+        info = manifest.stat()
+        doc = json.loads(manifest.read_text())
+        changed = False
+        for rank in doc.get("ranks") or []:
+            dump = manifest.parent / str(rank.get("dump") or "")
+            if rank.get("dump") and dump.is_file() and rank.get("size_bytes") is not None:
+                size = dump.stat().st_size
+                changed |= rank["size_bytes"] != size
+                rank["size_bytes"] = size
+        if changed:
+            manifest.write_text(json.dumps(doc, indent=1) + "\n")
+            os.utime(manifest, ns=(info.st_atime_ns, info.st_mtime_ns))
 
 
 def as_copies(folder: Path) -> None:
