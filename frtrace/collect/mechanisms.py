@@ -14,7 +14,8 @@ gone or unresponsive, and none waits longer than its time limit. Facts on each m
   ``torch.distributed.elastic.control_plane.worker_main()``): HTTP over the Unix socket,
   ``POST /handler/fr_trace_json`` and ``/handler/dump_traceback``.
 * ``pyspy``: ``py-spy dump --pid`` (needs ptrace); never on a process in uninterruptible
-  sleep (``D``), where py-spy can hang; killed at its time limit.
+  sleep (``D``), where py-spy can hang; killed at its time limit. A stopped process (``T``:
+  frozen by SIGSTOP) is read with ``--nonblocking`` and left stopped.
 
 Every file of a rank's is read, and its pipe and socket used, through ``safety.py``: as root
 on a shared machine, collect never follows a link of another user's, never copies a file the
@@ -285,16 +286,20 @@ def pyspy(proc: RankProcess, out_dir: OutDir, timeout_s: float, exe: str | None)
             ok=False,
             detail="in uninterruptible sleep (D): py-spy would hang on it",
         )
+    # A stopped rank (SIGSTOP, a frozen job: ``T``) is read as it is, never paused by py-spy:
+    # ``--nonblocking`` (py-spy's own pause fails on it: "Failed to get stack traces"), and
+    # never resumed below: it was stopped before collect came, by someone else.
+    stopped = state in ("T", "t")
+    command = [exe, "dump", *(("--nonblocking",) if stopped else ()), "--pid", str(proc.pid)]
     try:
-        run = subprocess.run(
-            [exe, "dump", "--pid", str(proc.pid)],
-            capture_output=True,
-            timeout=timeout_s,
-            check=False,
-        )
+        run = subprocess.run(command, capture_output=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
         # py-spy killed while the rank was paused: resume it, if it is still that process
-        if proc_state(proc.pid) in ("T", "t") and process_start_time(proc.pid) == proc.start_time:
+        if (
+            not stopped
+            and proc_state(proc.pid) in ("T", "t")
+            and process_start_time(proc.pid) == proc.start_time
+        ):
             with contextlib.suppress(OSError):
                 os.kill(proc.pid, signal.SIGCONT)
         return Outcome(

@@ -693,3 +693,24 @@ def test_the_stacks_lend_confidence_but_never_change_who_is_named(
     bare = _decide([found], _quiet())
     assert bare.findings == (found,)
     assert (d.verdict, d.culprits, d.suspected) == (bare.verdict, bare.culprits, bare.suspected)
+
+
+@pytest.mark.parametrize("first", ["cause", "symptom"])
+def test_a_missing_rank_stopped_after_an_observed_first_cause_is_presumed_a_victim(
+    first: str,
+) -> None:
+    """Rank 2 crashed first (its own cause); rank 3 left no dump, and its only failure is a
+    symptom (a timeout after it): its dump was lost to rank 2's cause, not suspected. Where
+    rank 2's failure is a symptom too, no first cause is observed: rank 3 stays suspected."""
+    failures = (
+        (cause(2, 10.0) if first == "cause" else symptom(2, 10.0)),
+        symptom(3, 12.0),
+    )
+    facts = _quiet(failures)
+    f013 = _f(K.FIRST_FAILURE, (2,), waiting=(0, 1), group=None, seq=None, confidence=MEDIUM)
+    missing = _f(K.MISSING_DUMP, (3,), waiting=(0, 1), group=None, seq=None, confidence=LOW)
+    d = _decide([f013, missing], facts)
+    if first == "cause":
+        assert d.suspected == () and d.presumed == {3: ("", (2,), "timeout")}
+    else:
+        assert d.suspected == (3,) and not d.presumed

@@ -264,3 +264,33 @@ def test_multiprocessing_helpers_left_behind_are_not_ranks() -> None:
         for h in helpers:
             h.kill()
             h.wait()
+
+
+def test_a_stopped_rank_is_read_as_it_is_and_left_stopped(tmp_path: Path) -> None:
+    """A rank frozen by SIGSTOP (state T) before collect came: py-spy reads it without pausing
+    it (its own pause fails on a stopped process), and collect never resumes it."""
+    from frtrace.base.files import open_out_dir
+    from frtrace.collect.mechanisms import pyspy
+    from frtrace.collect.procs import RankProcess, proc_state
+
+    exe = shutil.which("py-spy")
+    if exe is None:
+        pytest.skip("py-spy is not installed")
+    code = "import time\ndef flush_logs():\n    time.sleep(120)\nflush_logs()\n"
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        time.sleep(1.0)
+        os.kill(proc.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while proc_state(proc.pid) not in ("T", "t") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        rank = RankProcess(pid=proc.pid, rank=1, local_rank=1, cmdline="python")
+        out = pyspy(rank, open_out_dir(tmp_path), 20.0, exe)
+        if not out.ok and "ptrace" in out.detail:
+            pytest.skip(f"py-spy cannot read processes here: {out.detail}")
+        assert out.ok, out.detail
+        assert "flush_logs" in (tmp_path / "pyspy_rank_1.txt").read_text()
+        assert proc_state(proc.pid) in ("T", "t"), "collect resumed a rank stopped before it"
+    finally:
+        proc.kill()
+        proc.wait()
