@@ -36,9 +36,11 @@ _MIN_RUNNING_S = 0.25  # ... and one whose newest entry is this recent always is
 _GAP_FACTOR = 3.0  # a few of the rank's own longest gaps between ops
 # Known dump times this close together were one capture (a signal to every rank at once).
 _TOGETHER_NS = 1_000_000_000
-# An op entered this long after a rank's dump was written is one the dump cannot show (above
-# the error of two hosts' clocks put on one, ``facts.clocks``, and a dump's own writing time).
-_BEFORE_NS = 100_000_000
+# An op entered this long after a rank's dump time is one the dump cannot show: the recorder
+# takes the time, then the stacks (a millisecond or two), then the buffer; two hosts' clocks
+# put on one (``facts.clocks``, from first arrivals) agree to well under it. (A rank whose
+# dump caught it running and that had not joined by then is on its way either way.)
+_BEFORE_NS = 20_000_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
