@@ -113,3 +113,48 @@ def test_every_truth_is_within_its_job() -> None:
         assert all(0 <= r < world for r in ranks), name
         assert not set(truth["culprit_ranks"]) & set(truth["waiting_ranks"]), name
         assert (truth["verdict"] == "hang") == bool(truth["culprit_ranks"]), name
+
+
+# The general rules a case stands on, each checked on a real case: what the report leads with
+# (its first finding's code) and whom it names; a rule that stops firing here is a regression
+# even while the case stays right by another road.
+REASONS = {
+    # a rank that left a send/recv out: Gloo's op count against its peers' and its own
+    "p2p_ring-plain-torchrun-signal": ("FR012", [2]),
+    "p2p_ring-ddp-torchrun-exception": ("FR012", [1]),
+    # a tie of sizes broken by the bytes Gloo's size check aborted a rank on
+    "op_size_large-tp-torchrun-exception": ("FR003", [3]),
+    # the aborted rank, with no dump, named where every other member is in one op
+    "two_threads_metrics-dataloader-ray-signal": ("FR003", [1]),
+    # the highest rank, with no dump, counted in the world from the recorder's sidecars
+    "dead_exit-tp-torchrun-signal": ("FR008", [3]),
+    # the culprit's stack written by faulthandler when torchrun stopped it (SIGTERM)
+    "host_code_subprocess-fsdp2-torchrun-exception": ("FR008", [2]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REASONS))
+def test_the_rule_a_case_stands_on(name: str) -> None:
+    from frtrace.model import KIND_CODES
+    from frtrace.pipeline import analyze
+
+    code, named = REASONS[name]
+    with hb.staged(name, CASES[name]) as folder:
+        report = analyze(folder, jobs=1)
+    lead = report.findings[0]
+    assert KIND_CODES[lead.kind] == code, [KIND_CODES[f.kind] for f in report.findings]
+    assert sorted({*report.culprit_ranks, *report.suspected_ranks}) == named
+    truth = CASES[name]["truth"]
+    if truth["culprit_in_host_code"]:  # (where it is stuck: its own stack says)
+        assert any(w.function and w.function.endswith(truth["where"]) for w in lead.where)
+
+
+def test_a_running_job_collected_host_by_host_is_not_hung() -> None:
+    """Two hosts' collects 0.2 s apart while the job trains: the later host's ranks are a few
+    collectives on, ops the earlier host's dumps (taken while running) cannot show."""
+    from frtrace.pipeline import analyze
+
+    name = "healthy-ddp-torchrun-collect-hosts"
+    with hb.staged(name, CASES[name]) as folder:
+        report = analyze(folder, jobs=1)
+    assert report.verdict.value == "healthy", report.findings[:1]
