@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from frtrace.cli import app
 from frtrace.collect.run import host_folder
 from frtrace.job.answers import answer_name
-from frtrace.job.env import DUMP_PREFIX, STACKS_PREFIX
+from frtrace.job.env import DUMP_PREFIX, STACKS_PREFIX, TERM_STACKS_PREFIX
 from tests.collect.test_collect import hung_job
 from tests.conftest import SERIAL
 
@@ -73,7 +73,10 @@ def test_collect_leaves_the_jobs_own_dumps_and_their_verdict(tmp_path: Path) -> 
             time.sleep(0.05)
         time.sleep(0.5)  # (the last sidecar written)
         before = _files(dumps)
-        assert sorted(before) == sorted(own), sorted(before)
+        # (and each rank's file for its stacks on SIGTERM, empty while it runs: termstack)
+        armed = {n for n in before if n.startswith(TERM_STACKS_PREFIX) and not before[n][0]}
+        assert sorted(set(before) - armed) == sorted(own), sorted(before)
+        assert len(armed) == WORLD, sorted(before)
         verdict = _analyze(dumps)
         elsewhere = _collect(tmp_path / "incident", tag)
         after = _files(dumps)
@@ -82,7 +85,7 @@ def test_collect_leaves_the_jobs_own_dumps_and_their_verdict(tmp_path: Path) -> 
         assert all(p.poll() is None for p in procs), "collect must not kill the job"
     assert verdict.startswith(f"HANG: culprit rank {STUCK};"), verdict
     assert elsewhere.count("recorder (request (+ stacks sidecar))") == WORLD, elsewhere
-    assert {n: after[n] for n in own} == before  # byte for byte, never written again
+    assert {n: after[n] for n in before} == before  # byte for byte, never written again
     assert set(after) == set(before) | {answer_name(n) for n in own}, sorted(after)
     assert again == verdict  # the same files read: the same report, word for word
     here = host_folder(socket.gethostname())
@@ -92,6 +95,6 @@ def test_collect_leaves_the_jobs_own_dumps_and_their_verdict(tmp_path: Path) -> 
     assert f"\nHANG: culprit rank {STUCK};" in elsewhere, elsewhere
     # into the job's folder: collect's folder is a later snapshot of the same processes
     assert f"\nHANG: culprit rank {STUCK};" in into_own, into_own
-    assert {n: _files(dumps)[n] for n in own} == before
+    assert {n: _files(dumps)[n] for n in before} == before
     # (a hung rank's answer has its own dump's bytes: read once, as copies)
     assert f"\nHANG: culprit rank {STUCK};" in _analyze(dumps)

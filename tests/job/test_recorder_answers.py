@@ -25,7 +25,7 @@ from frtrace.incident.discover import discover
 from frtrace.job import recorder
 from frtrace.job import registry as reg
 from frtrace.job.answers import ANSWERS_APART, answer_name
-from frtrace.job.env import DUMP_PREFIX, STACKS_PREFIX
+from frtrace.job.env import DUMP_PREFIX, STACKS_PREFIX, TERM_STACKS_PREFIX
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -78,7 +78,8 @@ def test_a_request_leaves_the_ranks_own_dump_byte_identical(
     side = folder / f"{STACKS_PREFIX}0.json"
     assert own.name == DUMP_PREFIX + "0" + (".json" if fmt == "json" else "")
     before = _files(folder)
-    assert set(before) == {own.name, side.name} and before[own.name] == b"BUFFER 0"
+    armed = f"{TERM_STACKS_PREFIX}0.txt"  # (its stacks on SIGTERM, empty while it runs)
+    assert set(before) == {own.name, side.name, armed} and before[own.name] == b"BUFFER 0"
     entry = json.loads(reg.registry_path(os.getpid()).read_text())
     assert entry[ANSWERS_APART] is True
     for i in (1, 2):
@@ -122,7 +123,9 @@ def test_stage_0_reads_the_folder_and_its_archive_as_before_a_request(
         return found
 
     before = seen()
-    assert before[0] == ((f"{DUMP_PREFIX}0",), (f"{STACKS_PREFIX}0.json",), ())
+    # (the empty file the rank's stacks on SIGTERM would go to is a side file, read as nothing)
+    armed = f"{TERM_STACKS_PREFIX}0.txt"
+    assert before[0] == ((f"{DUMP_PREFIX}0",), (f"{STACKS_PREFIX}0.json", armed), ())
     with open_out_dir(tmp_path / "out") as out:
         assert ask.recorder(proc, out, 10.0).ok
     assert (folder / answer_name(f"{DUMP_PREFIX}0")).is_file()
