@@ -145,8 +145,9 @@ def build_wait_graph(
         else:
             found = _p2p_edges(ctx, op)
         failed = op.seq is not None and (op.gid, op.seq) in match.failed
-        began = int(created[op.row].as_py() or 0)
-        if moments is not None and moments.dumped_at_ns:  # (a dump older than the op)
+        timed = moments is not None and bool(moments.dumped_at_ns) and bool(found)
+        began = int(created[op.row].as_py() or 0) if timed or u in running else 0
+        if timed and moments is not None:  # (a dump older than the op)
             found = [
                 replace(e, kind=EdgeKind.IN_FLIGHT)
                 if e.kind == EdgeKind.NEVER_JOINED

@@ -15,7 +15,11 @@ shown (low confidence), and no one while ranks not shown would decide it (a warn
 Gloo's size check ("Received data size doesn't match expected size. Is there a distributed
 collective mismatch in your code?") aborts the rank that *received* too many bytes and does
 not say who sent them: where the entries show no disagreement of their own, it is a desync
-nobody is named for (a warning that says so).
+nobody is named for (a warning that says so), unless the aborted rank left no dump and every
+other member of a group holding it left one whose newest op of the group is one and the same
+collective: the sender was one of them, so the aborted rank called another op or size, and
+is named. (Where the entries do disagree, the aborted rank's bytes may break a tie there:
+``rules.desync``.)
 
 A message numbers the ranks of the op's process group, not the job's: one whose numbering
 cannot be told (``evidence.messages.job_ranks``) names no one.
