@@ -185,8 +185,9 @@ def attach(dump_dir: str | os.PathLike[str], watch_s: float) -> RecorderState | 
     recorder yet (None when something did: that setup wins): no environment set (the job's
     own was read when its groups were made), no signal handler (only the main thread can
     install one; ``frtrace collect`` asks through the registry instead), a dump on an
-    unhandled exception, and the stall watch. :mod:`frtrace.job.autowatch` calls it. None
-    too, with one line on stderr, when ``dump_dir`` is refused (:func:`dump_folder`)."""
+    unhandled exception, the stall watch, and the stacks on SIGTERM.
+    :mod:`frtrace.job.autowatch` calls it. None too, with one line on stderr, when
+    ``dump_dir`` is refused (:func:`dump_folder`)."""
     global _state
     with _lock:
         if _state is not None:
@@ -197,6 +198,7 @@ def attach(dump_dir: str | os.PathLike[str], watch_s: float) -> RecorderState | 
         st = RecorderState(dump_dir=directory, fmt="pickle", verbose=True)
         watch = (watch_s, watching.resolve_confirm(None, watch_s))  # ($FRTRACE_WATCH_CONFIRM)
         _state = _attach(st, [], on_exception=True, watch=watch, on_hang=None)
+        termstack.arm(directory, _rank())  # (faulthandler's, from C: any thread may arm it)
     return st
 
 
