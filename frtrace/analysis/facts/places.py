@@ -57,11 +57,12 @@ def culprit_where(rank: int, sample: ProcessStacks) -> CulpritWhere:
 
 
 def _inside_user(frames: tuple[Frame, ...], user: Frame | None) -> tuple[Frame, ...]:
-    """The frames inside the user's innermost one (all of them where it has none)."""
+    """The frames inside the user's innermost one (none where it has none: a thread of
+    library frames only, whose outermost, torchrun's ``record`` wrapper, is no call)."""
     for i, f in enumerate(frames):
         if f is user:
             return frames[:i]
-    return frames if user is None else ()
+    return ()
 
 
 def in_send_recv(place: CulpritWhere) -> bool:
