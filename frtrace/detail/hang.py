@@ -120,6 +120,26 @@ class IdleAtDump:
     idle_s: float
 
 
+# A group being made waits on its members (a store rendezvous, a barrier), as its innermost
+# torch.distributed frame says: new_group (and its helpers), init_process_group, a device
+# mesh, split_group, new_subgroups.
+MAKING_GROUPS = (
+    "new_group",
+    "_new_process_group_helper",
+    "_store_based_barrier",
+    "init_process_group",
+    "rendezvous",
+    "split_group",
+    "new_subgroups",
+    "device_mesh",
+)
+
+
+def makes_a_group(call: str | None) -> bool:
+    """Is ``call`` (a stack's torch.distributed frame) one that makes a process group?"""
+    return any(word in (call or "") for word in MAKING_GROUPS)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MaybeElsewhere:
     """Why a culprit may be blocked in an op its buffer does not show: its stack is inside a
@@ -134,6 +154,11 @@ class MaybeElsewhere:
     unrecorded: int
     neighbours: tuple[int, ...] = ()
     behind: tuple[int, ...] = ()
+
+    @property
+    def making_group(self) -> bool:
+        """Its stack is inside a group being made (it waits on the group's members)."""
+        return self.in_call is not None and makes_a_group(self.in_call.library_call)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

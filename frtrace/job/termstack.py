@@ -77,11 +77,16 @@ def disarm() -> None:
     armed, _armed = _armed, None
     if armed is None or armed.pid != os.getpid():
         return
+    _release(armed)
+    _remove_if_empty(armed.path)
+
+
+def _release(armed: Armed) -> None:
+    """faulthandler's registration undone, the file's descriptor closed."""
     with contextlib.suppress(Exception):
         faulthandler.unregister(signal.SIGTERM)
     with contextlib.suppress(OSError):
         os.close(armed.fd)
-    _remove_if_empty(armed.path)
 
 
 def _remove_if_empty(path: Path) -> None:
@@ -94,10 +99,7 @@ def _forget_in_child() -> None:
     """A forked child: its stack on SIGTERM is not the rank's (nor its file's to write)."""
     global _armed
     if _armed is not None:
-        with contextlib.suppress(Exception):
-            faulthandler.unregister(signal.SIGTERM)
-        with contextlib.suppress(OSError):
-            os.close(_armed.fd)
+        _release(_armed)
         _armed = None
 
 

@@ -140,7 +140,7 @@ def _doubt(m: MaybeElsewhere) -> str:
             "waits behind it or is stuck too (its Python stack would)"
         )
     if m.in_call is not None:
-        making = any(w in (m.in_call.library_call or "") for w in ("group", "rendezvous", "mesh"))
+        making = m.making_group
         what = "a group being made, which waits on its other members" if making else "a send/recv"
         return (
             f"rank {m.rank}'s Python stack is inside a torch.distributed call "

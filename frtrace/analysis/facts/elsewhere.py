@@ -37,25 +37,13 @@ from frtrace.analysis.facts.ops import MatchResult
 from frtrace.analysis.facts.places import in_send_recv
 from frtrace.analysis.facts.waitgraph import EdgeKind, WaitGraph
 from frtrace.detail import MaybeElsewhere
+from frtrace.detail.hang import makes_a_group
 from frtrace.evidence.model import JobEvidence, Role
 from frtrace.model import CulpritWhere
 
 __all__ = ["maybe_elsewhere"]
 
 _ABSENT = (EdgeKind.NEVER_JOINED, EdgeKind.JOINED_LATE)
-# A group being made waits on its members (a store rendezvous, a barrier), as its innermost
-# torch.distributed frame says: new_group (and its helpers), init_process_group, a device
-# mesh, split_group, new_subgroups.
-_MAKING_GROUPS = (
-    "new_group",
-    "_new_process_group_helper",
-    "_store_based_barrier",
-    "init_process_group",
-    "rendezvous",
-    "split_group",
-    "new_subgroups",
-    "device_mesh",
-)
 
 
 def maybe_elsewhere(
@@ -111,6 +99,6 @@ def _own_doubt(rank: int, place: CulpritWhere | None, ran: int) -> MaybeElsewher
         return None  # in host code: where it is
     call = place.library_call or ""
     barrier = "barrier" in call
-    if ran or barrier or in_send_recv(place) or any(w in call for w in _MAKING_GROUPS):
+    if ran or barrier or in_send_recv(place) or makes_a_group(call):
         return MaybeElsewhere(rank=rank, in_call=place, unrecorded=ran)
     return None

@@ -28,11 +28,12 @@ def check(facts: Facts) -> list[Finding]:
     skips = skipped_unrecorded(facts.dumps, facts.matched)
     gid = skips[0].gid if skips else None
     mine = [s for s in skips if s.gid == gid]
+    behind = [_behind(facts, s) for s in mine]
     found = Finding(
         kind=FindingKind.UNRECORDED_OPS,
         severity=Severity.ERROR if mine else Severity.WARNING,
         culprit_ranks=tuple(s.rank for s in mine),
-        waiting_ranks=_behind(facts, mine[0]) if mine else (),
+        waiting_ranks=behind[0] if behind else (),
         group=membership.groups[gid] if gid is not None else None,
         seq=mine[0].seq if mine else None,
         op=_op_at(facts, mine[0]) if mine else None,
@@ -52,9 +53,9 @@ def check(facts: Facts) -> list[Finding]:
                     others=s.others,
                     peers=s.peers,
                     before=s.before,
-                    behind=_behind(facts, s),
+                    behind=held,
                 )
-                for s in mine
+                for s, held in zip(mine, behind, strict=True)
             ),
         ),
     )
